@@ -1,0 +1,43 @@
+"""Shared test helpers: writing small traces and running the CLI in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workload.wire import frame_payloads
+from workload.writer import make_metadata, serialize
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+REFERENCE = SHARED / "reference" / "astra-sim-2x"
+
+
+def trace_bytes(nodes: Sequence[Any], version: str = "1.0.0") -> bytes:
+    """A whole ET stream: GlobalMetadata then the nodes."""
+    return frame_payloads([serialize(make_metadata(version))] + [serialize(n) for n in nodes])
+
+
+def write_trace_file(path: Path, nodes: Sequence[Any]) -> Path:
+    path.write_bytes(trace_bytes(nodes))
+    return path
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m simulator ARGS`` in a subprocess (the same code as the console script)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "simulator", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+
+
+@pytest.fixture
+def reference() -> Path:
+    if not REFERENCE.is_dir():
+        pytest.skip("../shared/reference is not beside this checkout")
+    return REFERENCE

@@ -1,0 +1,94 @@
+"""Interop with the official ``mlc-chakra`` package (installed with --no-deps as a test oracle)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tests.workload.test_reader import assert_matches_protobuf, nodes
+from workload.reader import read_trace
+from workload.traceset import TraceLoader, resolve_workload
+from workload.writer import make_node, write_trace
+
+pytestmark = pytest.mark.interop
+et_def = pytest.importorskip("chakra.schema.protobuf.et_def_pb2", reason="mlc-chakra is not installed")
+protolib = pytest.importorskip("chakra.src.third_party.utils.protolib")
+
+
+def _write_with_chakra(path: Path, messages: list) -> None:
+    with open(path, "wb") as f:
+        protolib.encodeMessage(f, et_def.GlobalMetadata(version="0.0.4"))
+        for m in messages:
+            protolib.encodeMessage(f, m)
+
+
+def _read_with_chakra(path: Path) -> tuple[object, list]:
+    f = protolib.openFileRd(str(path))
+    meta = et_def.GlobalMetadata()
+    protolib.decodeMessage(f, meta)
+    out = []
+    while True:
+        node = et_def.Node()
+        if not protolib.decodeMessage(f, node):
+            break
+        out.append(node)
+    f.close()
+    return meta, out
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(nodes())
+def test_traces_written_by_chakra_read_identically(tmp_path: Path, node_list: list) -> None:
+    theirs = [et_def.Node.FromString(n.SerializeToString()) for n in node_list]
+    theirs = [t for t in theirs if t.ByteSize()]  # chakra's writer cannot write an all-default node
+    path = tmp_path / "t.0.et"
+    _write_with_chakra(path, theirs)
+    assert_matches_protobuf(path.read_bytes())
+
+
+def test_traces_we_write_decode_with_chakra(tmp_path: Path) -> None:
+    ours = [
+        make_node(0, "", 0),  # all-default: must not be written as a zero-length message
+        make_node(1, "comp", 4, data_deps=[0], duration_micros=12, attrs={"num_ops": 10, "tensor_size": 64}),
+        make_node(2, "ar", 7, data_deps=[1], ctrl_deps=[0],
+                  attrs={"comm_type": 0, "comm_size": 1 << 20, "involved_dim": [True, False], "pg_name": "3"}),
+        make_node(3, "send", 5, attrs={"comm_src": 0, "comm_dst": 1, "comm_tag": 9, "comm_size": 8}),
+    ]
+    path = tmp_path / "t.0.et"
+    write_trace(path, ours)
+    meta, theirs = _read_with_chakra(path)
+    assert meta.version == "1.0.0"
+    assert [t.SerializeToString() for t in theirs[1:]] == [o.SerializeToString() for o in ours[1:]]
+    assert len(theirs) == 4 and theirs[0].id == 0 and theirs[0].type == 0
+    ar = {a.name: a for a in theirs[2].attr}
+    assert ar["comm_size"].WhichOneof("value") == "int64_val"
+    assert ar["involved_dim"].WhichOneof("value") == "bool_list"
+    sd = {a.name: a for a in theirs[3].attr}
+    assert sd["comm_src"].WhichOneof("value") == "int32_val"
+    assert {a.name: a.WhichOneof("value") for a in theirs[1].attr} == {"num_ops": "int64_val",
+                                                                       "tensor_size": "uint64_val"}
+
+
+def test_astra_sim_shipped_examples_load(reference: Path) -> None:
+    examples = sorted((reference / "examples" / "microbenchmarks").glob("*/*npus_1MB"))
+    assert examples, "no ASTRA-sim example traces found"
+    for folder in examples:
+        traces = resolve_workload(str(folder))
+        graphs = TraceLoader().load_set(traces, traces.num_ranks)
+        for rank, graph in enumerate(graphs):
+            _, theirs = _read_with_chakra(Path(traces.file_for(rank)))
+            assert graph.num_nodes == len(theirs) == 1
+            assert graph.node_id(0) == theirs[0].id and graph.name(0) == theirs[0].name
+            attrs = {name: value for name, _, value in graph.attributes(0)}
+            assert attrs == {a.name: getattr(a, a.WhichOneof("value")) for a in theirs[0].attr}
+
+
+def test_reference_case_traces_match_chakra(reference: Path) -> None:
+    for path in sorted((reference / "cases").glob("*/workload/trace.*.et")):
+        graph = read_trace(path)
+        _, theirs = _read_with_chakra(path)
+        assert sorted(graph.ids.tolist()) == sorted(t.id for t in theirs)
+        assert_matches_protobuf(path.read_bytes())

@@ -1,0 +1,219 @@
+"""Read a Chakra ET file into a TraceGraph: frame, then decode every node at once with numpy."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from workload import schema
+from workload.attributes import AttributeTable, expected_wire_type
+from workload.errors import TraceError
+from workload.graph import TraceGraph
+from workload.protoscan import (
+    PADDING,
+    MalformedMessage,
+    Round,
+    expand_packed_varints,
+    intern_strings,
+    padded_buffer,
+    scan_fields,
+)
+from workload.wire import frame_messages, read_trace_buffer
+
+_U64 = np.uint64
+
+
+def read_trace(path: str | os.PathLike[str]) -> TraceGraph:
+    """Decode one ET file (plain or gzip). Raises TraceError naming the file and byte offset if it is broken."""
+    path = os.fspath(path)
+    buf = read_trace_buffer(path, PADDING)
+    try:
+        return decode_trace(buf, path)
+    except TraceError as e:
+        raise e.located(path=path) from None
+
+
+def decode_trace(data: bytes | np.ndarray, path: str = "<memory>") -> TraceGraph:
+    """Decode an ET stream (already gunzipped): bytes, or a buffer from ``padded_buffer``."""
+    buf = data if isinstance(data, np.ndarray) else padded_buffer(data)
+    raw = memoryview(buf)[: len(buf) - PADDING]
+    starts, ends = (np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64)
+                    for a in frame_messages(raw))
+    if len(starts) == 0:
+        raise TraceError("empty file: no GlobalMetadata and no nodes", hint="is this really a Chakra ET file?")
+    version, metadata = _decode_metadata(buf, int(starts[0]), int(ends[0]))
+    starts, ends = starts[1:], ends[1:]
+    warnings: list[str] = []
+    empty = int(np.count_nonzero(starts == ends))
+    if empty:
+        warnings.append(
+            f"{empty} zero-length node message(s), read as all-default nodes (id 0, INVALID_NODE); "
+            "the official Python tools stop reading at the first one")
+    try:
+        nodes = _NodeColumns(buf, starts, ends)
+    except MalformedMessage as e:
+        raise TraceError(f"{e.problem} (node message #{e.message_index})", offset=e.offset, hint=e.hint) from None
+    return nodes.graph(version, metadata, warnings, path)
+
+
+def _decode_metadata(buf: np.ndarray, start: int, end: int) -> tuple[str, dict[str, Any]]:
+    problem = "the first message is not a GlobalMetadata"
+    try:
+        for r in scan_fields(buf, np.array([start]), np.array([end]), "GlobalMetadata"):
+            if not ((r.field == 1) | (r.field == 2)).all() or not (r.wire == 2).all():
+                problem += " (it looks like a Node): the file lacks its metadata header"
+                raise DecodeError(problem)
+        meta = schema.GlobalMetadata.FromString(buf[start:end].tobytes())
+    except (DecodeError, MalformedMessage):
+        raise TraceError(problem, offset=start,
+                         hint="Chakra ET files start with a GlobalMetadata message; "
+                              "is this a Chakra ET file, and is it complete?") from None
+    attrs = {}
+    for a in meta.attr:
+        kind = a.WhichOneof("value")
+        value = getattr(a, kind) if kind else None
+        attrs[a.name] = list(value.values) if kind and kind.endswith("_list") else value
+    return meta.version, attrs
+
+
+class _Pieces:
+    """Occurrences of one repeated field collected round by round: (message, seq, value, offset, length)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, ...]] = []
+
+    def add(self, r: Round, where: np.ndarray) -> None:
+        if where.size:
+            self.parts.append((r.message[where], np.full(where.size, r.seq, dtype=np.int32), r.value[where],
+                               r.offset[where], r.length[where]))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if not self.parts:
+            return (np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, _U64), np.zeros(0, np.int64),
+                    np.zeros(0, np.int64))
+        m, q, v, o, n = (np.concatenate(c) for c in zip(*self.parts, strict=True))
+        return m, q, v, o, n
+
+
+class _NodeColumns:
+    """Per-node columns filled from the rounds of a lock-step scan (a later occurrence overwrites)."""
+
+    def __init__(self, buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+        n = len(starts)
+        self.buf = buf
+        self.n = n
+        self.ids = np.zeros(n, dtype=_U64)
+        self.raw_type = np.zeros(n, dtype=_U64)
+        self.start_time = np.zeros(n, dtype=_U64)
+        self.duration = np.zeros(n, dtype=_U64)
+        self.name_offset = np.zeros(n, dtype=np.int64)
+        self.name_length = np.zeros(n, dtype=np.int64)
+        self.packed = {4: _Pieces(), 5: _Pieces()}  # ctrl_deps, data_deps as packed lists
+        self.single = {4: _Pieces(), 5: _Pieces()}  # ... and as single values (unpacked encoding)
+        self.io = {8: _Pieces(), 9: _Pieces()}  # inputs, outputs
+        self.attrs = _Pieces()
+        scalars = ((1, self.ids), (3, self.raw_type), (6, self.start_time), (7, self.duration))
+        for r in scan_fields(buf, starts, ends, "node"):
+            for number, column in scalars:
+                w = r.where(number, 0)
+                column[r.message[w]] = r.value[w]
+            w = r.where(2, 2)
+            self.name_offset[r.message[w]] = r.offset[w]
+            self.name_length[r.message[w]] = r.length[w]
+            for number in (4, 5):
+                self.packed[number].add(r, r.where(number, 2))
+                self.single[number].add(r, r.where(number, 0))
+            for number in (8, 9):
+                self.io[number].add(r, r.where(number, 2))
+            self.attrs.add(r, r.where(10, 2))
+
+    def graph(self, version: str, metadata: dict[str, Any], warnings: list[str], path: str) -> TraceGraph:
+        n = self.n
+        types = (self.raw_type & _U64(0xFFFFFFFF)).astype(np.int64)
+        types = np.where(types >= 1 << 31, types - (1 << 32), types).astype(np.int32)  # proto3 enums are int32
+        # nodes are kept in ascending id order; ``new`` maps a record position to its index
+        order = np.argsort(self.ids, kind="stable")
+        new = np.empty(n, dtype=np.int64)
+        new[order] = np.arange(n)
+        data_ptr, data_deps = self._dependency_lists(5, new)
+        ctrl_ptr, ctrl_deps = self._dependency_lists(4, new)
+        (in_msg, in_seq, _, in_off, in_len), (out_msg, out_seq, _, out_off, out_len) = \
+            self.io[8].arrays(), self.io[9].arrays()
+        io_node = new[np.concatenate((in_msg, out_msg))]
+        io_seq = np.concatenate((in_seq, out_seq))
+        io_field = np.concatenate((np.full(len(in_msg), 8, np.int8), np.full(len(out_msg), 9, np.int8)))
+        io_sort = np.lexsort((io_seq, io_node))
+        ids = self.ids[order]
+        return TraceGraph(
+            path=path, version=version, metadata=metadata, ids=ids, record=order,
+            types=types[order], start_time_micros=self.start_time[order], duration_micros=self.duration[order],
+            buf=self.buf, name_offset=self.name_offset[order], name_length=self.name_length[order],
+            data_ptr=data_ptr, data_deps=data_deps, ctrl_ptr=ctrl_ptr, ctrl_deps=ctrl_deps,
+            io_node=io_node[io_sort], io_field=io_field[io_sort],
+            io_offset=np.concatenate((in_off, out_off))[io_sort],
+            io_length=np.concatenate((in_len, out_len))[io_sort],
+            attrs=self._attribute_table(new, ids), warnings=warnings,
+        )
+
+    def _dependency_lists(self, number: int, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (pointers, node ids) of a repeated uint64 field, accepting packed and unpacked encodings."""
+        p_msg, p_seq, _, p_off, p_len = self.packed[number].arrays()
+        s_msg, s_seq, s_val, _, _ = self.single[number].arrays()
+        values, seg = expand_packed_varints(self.buf, p_off, p_len)
+        node = new[np.concatenate((p_msg[seg], s_msg))]
+        seq = np.concatenate((p_seq[seg], s_seq))
+        values = np.concatenate((values, s_val))
+        order = np.lexsort((seq, node))  # stable: a packed list keeps its order
+        ptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(node, minlength=self.n), out=ptr[1:])
+        return ptr, values[order]
+
+    def _attribute_table(self, new: np.ndarray, ids: np.ndarray) -> AttributeTable:
+        msg, seq, _, offset, length = self.attrs.arrays()
+        node = new[msg]
+        order = np.lexsort((seq, node))
+        node, starts = node[order], offset[order]
+        ends = starts + length[order]
+        del msg, seq, offset, length, order
+        count = len(node)
+        buf = self.buf
+        name_offset = np.zeros(count, dtype=np.int64)
+        name_length = np.zeros(count, dtype=np.int64)
+        field = np.zeros(count, dtype=np.int16)
+        raw = np.zeros(count, dtype=_U64)
+        value_offset = np.zeros(count, dtype=np.int64)
+        value_length = np.zeros(count, dtype=np.int64)
+        values_seen = np.zeros(count, dtype=np.int8)
+        expected = np.full(64, -1, dtype=np.int8)
+        for number in range(3, 33):
+            expected[number] = expected_wire_type(number)
+        try:
+            for r in scan_fields(buf, starts, ends, "attribute"):
+                w = r.where(1, 2)
+                name_offset[r.message[w]] = r.offset[w]
+                name_length[r.message[w]] = r.length[w]
+                in_range = (r.field >= 3) & (r.field <= 32)
+                w = np.flatnonzero(in_range & (expected[np.where(in_range, r.field, 0)] == r.wire))
+                m = r.message[w]
+                field[m] = r.field[w]
+                raw[m] = r.value[w]
+                value_offset[m] = r.offset[w]
+                value_length[m] = r.length[w]
+                values_seen[m] = np.minimum(values_seen[m] + 1, 2)
+        except MalformedMessage as e:
+            raise TraceError(f"{e.problem} (attribute of node {int(ids[node[e.message_index]])})",
+                             offset=e.offset, hint=e.hint) from None
+        names, name_id = intern_strings(buf, name_offset, name_length)
+        table = AttributeTable(buf=buf, ids=ids, names=names, node=node, name_id=name_id, field=field, raw=raw,
+                               offset=value_offset, length=value_length)
+        # An attribute written with more than one value field (never done by Chakra's writers) follows
+        # protobuf's oneof and merge rules exactly: decode those few with the protobuf runtime.
+        for k in np.flatnonzero(values_seen > 1).tolist():
+            msg = schema.AttributeProto.FromString(buf[starts[k] : ends[k]].tobytes())
+            kind = msg.WhichOneof("value")
+            value = getattr(msg, kind)
+            table.override[k] = list(value.values) if kind.endswith("_list") else value
+        return table

@@ -1,0 +1,196 @@
+"""The ``astrasim-py trace ...`` subcommands: inspect, jsonize, generate, visualize."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+
+from workload.errors import InputError
+from workload.graph import TraceGraph
+from workload.tools import generate as gen
+from workload.tools import inspect_trace, jsonize, visualize
+from workload.traceset import TraceLoader, resolve_workload
+from workload.validate import validate
+
+Warn = Callable[[str], None]
+
+
+def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Tools for Chakra execution traces.")
+    sub = parser.add_subparsers(dest="tool", required=True, metavar="TOOL")
+
+    p = sub.add_parser("inspect", help="ranks, node counts, collectives, bytes, compute time, dependency depth")
+    _workload_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--per-rank", action="store_true", help="add a line per rank to the text output")
+
+    p = sub.add_parser("jsonize", help="the trace as one valid JSON document (or JSON Lines)")
+    _workload_args(p)
+    p.add_argument("--output", "-o", help="output file (default: standard output)")
+    p.add_argument("--jsonl", action="store_true", help="JSON Lines: one record per line")
+    p.add_argument("--rank", type=int, action="append", help="only this rank (repeatable)")
+
+    p = sub.add_parser("visualize", help="the dependency graph as GraphML or Graphviz DOT text")
+    _workload_args(p)
+    p.add_argument("--output", "-o", required=True, help="FILE.graphml or FILE.dot")
+    p.add_argument("--format", choices=("graphml", "dot"), help="default: from the output file's extension")
+    p.add_argument("--rank", type=int, default=0, help="which rank's trace (default 0)")
+
+    p = sub.add_parser("generate", help="microbenchmark traces, one <name>.<rank>.et file per rank")
+    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    k = kinds.add_parser("collective", help="one collective per rank, for each type x size x NPU count; "
+                                            "writes OUT/<type>/<npus>npus_<size>/<type>.<rank>.et")
+    k.add_argument("--type", required=True, help=f"comma-separated: {', '.join(gen.COLLECTIVE_NAMES)}")
+    k.add_argument("--size", required=True, help="comma-separated sizes, e.g. 1MiB,64MiB")
+    k.add_argument("--npus", required=True, help="comma-separated NPU counts, e.g. 8,16")
+    k.add_argument("--repeat", type=int, default=1, help="collectives per rank, issued one after another")
+    k.add_argument("--pg-name", help="communicator group of the collectives (pg_name attribute)")
+    k.add_argument("--output", "-o", required=True, help="output folder")
+    k = kinds.add_parser("compute", help="compute-only nodes; writes OUT/<name>.<rank>.et")
+    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--count", type=int, default=1, help="compute nodes per rank")
+    k.add_argument("--duration-us", type=int, default=0, help="recorded duration of each node (µs)")
+    k.add_argument("--num-ops", type=int, default=0, help="operations per node (for the roofline model)")
+    k.add_argument("--tensor-size", default="0", help="bytes touched per node (for the roofline model)")
+    k.add_argument("--independent", action="store_true", help="no dependencies between the nodes")
+    _output_args(k, "compute")
+    k = kinds.add_parser("sendrecv", help="a send/recv ring: rank r sends to r+1, receives from r-1")
+    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--size", required=True, help="message size, e.g. 1MiB")
+    k.add_argument("--iterations", type=int, default=1)
+    _output_args(k, "sendrecv")
+    k = kinds.add_parser("memory", help="remote-memory loads or stores")
+    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--tensor-size", required=True, help="bytes per access, e.g. 1MiB")
+    k.add_argument("--access", choices=("load", "store"), default="load")
+    k.add_argument("--count", type=int, default=1, help="accesses per rank, one after another")
+    _output_args(k, "memory")
+    return parser
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("workload", help="trace prefix (dir/trace for dir/trace.<r>.et), folder, or single file")
+    p.add_argument("--drop-dangling-deps", action="store_true",
+                   help="ignore dependencies that can never be met (on nodes absent from the file, or of a node "
+                        "on itself) with a warning that counts them, instead of failing")
+
+
+def _output_args(p: argparse.ArgumentParser, name: str) -> None:
+    p.add_argument("--output", "-o", required=True, help="output folder")
+    p.add_argument("--name", default=name, help=f"file name stem (default {name})")
+
+
+def _load(args: argparse.Namespace, warn: Warn, ranks: list[int] | None = None
+          ) -> tuple[list[tuple[int, str, TraceGraph]], bool]:
+    traces = resolve_workload(args.workload)
+    loader = TraceLoader(drop_dangling=args.drop_dangling_deps, warn=warn)
+    count = traces.num_ranks or 1
+    wanted = ranks if ranks is not None else list(range(count))
+    if traces.shared:
+        wanted = [0]  # every rank runs the same file
+    for r in wanted:
+        if not 0 <= r < count:
+            raise InputError(f"rank {r} is out of range: {traces.describe()}")
+    return [(r, traces.file_for(r), loader.load(traces.file_for(r), r)) for r in wanted], traces.shared
+
+
+def _inspect(args: argparse.Namespace, warn: Warn) -> None:
+    ranks, shared = _load(args, warn)
+    summaries = [inspect_trace.summarize_rank(r, path, g, validate(g, drop_dangling=args.drop_dangling_deps))
+                 for r, path, g in ranks]
+    if args.json:
+        json.dump(inspect_trace.as_json(summaries, shared), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(inspect_trace.format_text(summaries, shared, args.per_rank))
+
+
+def _jsonize(args: argparse.Namespace, warn: Warn) -> None:
+    ranks, _ = _load(args, warn, args.rank)
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout  # noqa: SIM115
+    try:
+        if args.jsonl:
+            jsonize.write_jsonl(ranks, out)
+        else:
+            jsonize.write_document(ranks, out)
+    finally:
+        if args.output:
+            out.close()
+
+
+def _visualize(args: argparse.Namespace, warn: Warn) -> None:
+    ((_, path, graph),), _ = _load(args, warn, [args.rank])
+    fmt = args.format or ("dot" if args.output.endswith((".dot", ".gv")) else "graphml")
+    if graph.num_nodes > 100_000:
+        warn(f"{path}: {graph.num_nodes} nodes; graph viewers struggle with graphs this large")
+    if fmt == "graphml":
+        visualize.write_graphml(graph, args.output)
+    else:
+        with open(args.output, "w", encoding="utf-8") as out:
+            visualize.write_dot(graph, out, title=os.path.basename(path))
+    print(args.output)
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        return [gen.parse_size(s) for s in text.split(",")]
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        values = [int(s) for s in text.split(",")]
+    except ValueError:
+        raise InputError(f"not a list of NPU counts: {text!r}") from None
+    if any(v < 1 for v in values):
+        raise InputError(f"NPU counts must be positive: {text!r}")
+    return values
+
+
+def _generate(args: argparse.Namespace, warn: Warn) -> None:
+    prefixes: list[str] = []
+    if args.kind == "collective":
+        types = [t.strip() for t in args.type.split(",")]
+        for t in types:
+            if t not in gen.COLLECTIVE_NAMES:
+                raise InputError(f"unknown collective type {t!r}; valid: {', '.join(gen.COLLECTIVE_NAMES)}")
+        for t in types:
+            for size in _sizes(args.size):
+                for npus in _counts(args.npus):
+                    prefix = os.path.join(args.output, t, f"{npus}npus_{gen.size_label(size)}", t)
+                    gen.write_rank_traces(prefix, gen.collective(npus, gen.COLLECTIVE_NAMES[t], size,
+                                                                 repeat=args.repeat, pg_name=args.pg_name))
+                    prefixes.append(prefix)
+    else:
+        (npus,) = _counts(str(args.npus))
+        if args.kind == "compute":
+            (tensor,) = _sizes(args.tensor_size)
+            traces = gen.compute(npus, args.count, duration_micros=args.duration_us, num_ops=args.num_ops,
+                                 tensor_size=tensor, independent=args.independent)
+        elif args.kind == "sendrecv":
+            (size,) = _sizes(args.size)
+            try:
+                traces = gen.sendrecv_ring(npus, size, iterations=args.iterations)
+            except ValueError as e:
+                raise InputError(str(e)) from None
+        else:
+            (tensor,) = _sizes(args.tensor_size)
+            traces = gen.memory(npus, tensor, kind=args.access, count=args.count)
+        prefix = os.path.join(args.output, args.name)
+        gen.write_rank_traces(prefix, traces)
+        prefixes.append(prefix)
+    for prefix in prefixes:
+        print(prefix)
+
+
+COMMANDS = {"inspect": _inspect, "jsonize": _jsonize, "visualize": _visualize, "generate": _generate}
+
+
+def run(argv: list[str], warn: Warn) -> int:
+    args = build_parser().parse_args(argv)
+    COMMANDS[args.tool](args, warn)
+    return 0

@@ -1,0 +1,155 @@
+"""``astrasim-py trace inspect``: what a trace set holds, per rank and in total."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from workload.graph import TraceGraph
+from workload.schema import CollectiveType, NodeType
+from workload.validate import Dependencies
+
+
+@dataclass(slots=True)
+class RankSummary:
+    rank: int
+    file: str
+    nodes: int
+    nodes_by_type: dict[str, int]
+    collectives: dict[str, dict[int, int]]  # collective type -> {comm_size bytes: count}
+    collective_bytes: int
+    send_bytes: int
+    recv_bytes: int
+    memory_bytes: int
+    compute_micros: int  # sum of COMP_NODE duration_micros
+    compute_ops: int  # sum of COMP_NODE num_ops
+    depth: int  # nodes on the longest dependency chain
+    roots: int
+    edges: int
+    dropped_dangling: int
+    version: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def dependency_depth(deps: Dependencies) -> int:
+    """The number of nodes on the longest dependency chain."""
+    n = len(deps.parent_ptr) - 1
+    if n == 0:
+        return 0
+    owner = np.repeat(np.arange(n), np.diff(deps.parent_ptr))
+    if np.all(deps.parents < owner):  # index order is already topological
+        order: list[int] | range = range(n)
+    else:
+        order = _kahn_order(deps)
+    ptr = deps.parent_ptr.tolist()
+    parents = deps.parents.tolist()
+    depth = [0] * n
+    for i in order:
+        lo, hi = ptr[i], ptr[i + 1]
+        depth[i] = 1 + (max(depth[p] for p in parents[lo:hi]) if hi > lo else 0)
+    return max(depth)
+
+
+def _kahn_order(deps: Dependencies) -> list[int]:
+    remaining = deps.num_parents.tolist()
+    child_ptr = deps.child_ptr.tolist()
+    children = deps.children.tolist()
+    order = [i for i, r in enumerate(remaining) if r == 0]
+    for i in order:  # the list grows while it is walked
+        for c in children[child_ptr[i] : child_ptr[i + 1]]:
+            remaining[c] -= 1
+            if remaining[c] == 0:
+                order.append(c)
+    return order
+
+
+def summarize_rank(rank: int, path: str, graph: TraceGraph, deps: Dependencies) -> RankSummary:
+    n = graph.num_nodes
+    types = graph.types
+    by_type = Counter(int(t) for t in types.tolist()) if n < 10_000 else dict(
+        zip(*np.unique(types, return_counts=True), strict=True))
+    nodes_by_type = {NodeType(int(t)).name: int(c) for t, c in sorted(by_type.items())}
+    size, _ = graph.attrs.integers("comm_size", n)
+    ctype, _ = graph.attrs.integers("comm_type", n)
+    tensor, _ = graph.attrs.integers("tensor_size", n)
+    ops, _ = graph.attrs.integers("num_ops", n)
+    coll = types == NodeType.COMM_COLL_NODE
+    collectives: dict[str, dict[int, int]] = {}
+    if coll.any():
+        pairs, counts = np.unique(np.stack((ctype[coll], size[coll])), axis=1, return_counts=True)
+        for (t, s), c in zip(pairs.T.tolist(), counts.tolist(), strict=True):
+            collectives.setdefault(CollectiveType(t).name, {})[s] = c
+    comp = types == NodeType.COMP_NODE
+    memory = (types == NodeType.MEM_LOAD_NODE) | (types == NodeType.MEM_STORE_NODE)
+    return RankSummary(
+        rank=rank, file=path, nodes=n, nodes_by_type=nodes_by_type, collectives=collectives,
+        collective_bytes=int(size[coll].sum()),
+        send_bytes=int(size[types == NodeType.COMM_SEND_NODE].sum()),
+        recv_bytes=int(size[types == NodeType.COMM_RECV_NODE].sum()),
+        memory_bytes=int(tensor[memory].sum()),
+        compute_micros=int(graph.duration_micros[comp].sum()),
+        compute_ops=int(ops[comp].sum()),
+        depth=dependency_depth(deps), roots=int(np.count_nonzero(deps.num_parents == 0)),
+        edges=len(deps.parents), dropped_dangling=deps.dropped_dangling, version=graph.version,
+        warnings=list(graph.warnings),
+    )
+
+
+def total(summaries: list[RankSummary]) -> dict[str, Any]:
+    """Totals over ranks (collective counts are summed per type and size)."""
+    out: dict[str, Any] = {"ranks": len(summaries)}
+    for key in ("nodes", "collective_bytes", "send_bytes", "recv_bytes", "memory_bytes", "compute_micros",
+                "compute_ops", "edges", "dropped_dangling"):
+        out[key] = sum(getattr(s, key) for s in summaries)
+    by_type: Counter[str] = Counter()
+    colls: dict[str, Counter[int]] = {}
+    for s in summaries:
+        by_type.update(s.nodes_by_type)
+        for t, sizes in s.collectives.items():
+            colls.setdefault(t, Counter()).update(sizes)
+    out["nodes_by_type"] = dict(sorted(by_type.items()))
+    out["collectives"] = {t: dict(sorted(c.items())) for t, c in sorted(colls.items())}
+    out["max_depth"] = max((s.depth for s in summaries), default=0)
+    return out
+
+
+def as_json(summaries: list[RankSummary], shared: bool) -> dict[str, Any]:
+    return {"shared_file": shared, "total": total(summaries), "ranks": [asdict(s) for s in summaries]}
+
+
+def _bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def format_text(summaries: list[RankSummary], shared: bool, per_rank: bool) -> str:
+    t = total(summaries)
+    lines = []
+    if shared:
+        lines.append(f"one trace file, run by every rank: {summaries[0].file}")
+    lines.append(f"ranks: {t['ranks']}   nodes: {t['nodes']}   dependency edges: {t['edges']}   "
+                 f"longest dependency chain: {t['max_depth']} nodes")
+    lines.append("nodes by type: " + ", ".join(f"{k} {v}" for k, v in t["nodes_by_type"].items()))
+    if t["collectives"]:
+        lines.append("collectives (type: size x count, over all ranks):")
+        for ctype, sizes in t["collectives"].items():
+            lines.append(f"  {ctype}: " + ", ".join(f"{_bytes(s)} x {c}" for s, c in sizes.items()))
+    lines.append(f"bytes: collectives {_bytes(t['collective_bytes'])}, sends {_bytes(t['send_bytes'])}, "
+                 f"receives {_bytes(t['recv_bytes'])}, remote memory {_bytes(t['memory_bytes'])}")
+    lines.append(f"compute: {t['compute_micros']} µs recorded duration, {t['compute_ops']:.3e} ops")
+    if t["dropped_dangling"]:
+        lines.append(f"dropped dangling dependencies: {t['dropped_dangling']}")
+    if per_rank and len(summaries) > 1:
+        lines.append("")
+        lines.append(f"{'rank':>5} {'nodes':>9} {'depth':>7} {'coll bytes':>12} {'compute µs':>12}  file")
+        for s in summaries:
+            lines.append(f"{s.rank:>5} {s.nodes:>9} {s.depth:>7} {_bytes(s.collective_bytes):>12} "
+                         f"{s.compute_micros:>12}  {s.file}")
+    return "\n".join(lines)

@@ -1,0 +1,151 @@
+"""Find and load the per-rank traces a ``--workload`` argument names.
+
+Accepted forms: an ASTRA-sim prefix (``dir/trace`` -> ``dir/trace.<r>.et``), the same written as
+``dir/trace.et`` when per-rank siblings exist, a folder holding ``<name>.<r>.et`` files, or one single
+file that every rank runs. Files may be gzip-compressed and may also be named ``.et.gz``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workload.errors import InputError, TraceError
+from workload.graph import TraceGraph
+from workload.protoscan import PADDING
+from workload.reader import decode_trace
+from workload.validate import validate
+from workload.wire import read_trace_buffer
+
+_RANK_FILE = re.compile(r"^(?P<name>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSet:
+    """The trace files of a workload: one per rank, or a single file shared by every rank."""
+
+    source: str
+    files: tuple[str, ...]
+    shared: bool
+
+    @property
+    def num_ranks(self) -> int | None:
+        """How many ranks the files define (None for a shared single file, which fits any count)."""
+        return None if self.shared else len(self.files)
+
+    def file_for(self, rank: int) -> str:
+        return self.files[0] if self.shared else self.files[rank]
+
+    def describe(self) -> str:
+        if self.shared:
+            return f"{self.files[0]} (one file, run by every rank)"
+        if len(self.files) == 1:
+            return f"{self.files[0]} (1 rank)"
+        return f"{self.files[0]} ... {self.files[-1]} ({len(self.files)} ranks)"
+
+    def check_ranks(self, num_npus: int) -> None:
+        """Raise InputError unless there is one trace per NPU (a shared file fits any count)."""
+        if not self.shared and len(self.files) != num_npus:
+            raise InputError(
+                f"workload {self.source} has {len(self.files)} per-rank traces but the network has "
+                f"{num_npus} NPUs: they must match (one trace per NPU)")
+
+
+def _rank_files(directory: str, name: str | None) -> dict[str, dict[int, str]]:
+    """{trace name: {rank: path}} for the ``<name>.<rank>.et[.gz]`` files of a directory."""
+    found: dict[str, dict[int, str]] = {}
+    try:
+        entries = sorted(os.listdir(directory or "."))
+    except OSError:
+        return found
+    for entry in entries:
+        m = _RANK_FILE.match(entry)
+        if m is None or (name is not None and m["name"] != name):
+            continue
+        ranks = found.setdefault(m["name"], {})
+        rank = int(m["rank"])
+        path = os.path.join(directory, entry)
+        if rank in ranks and not m["gz"]:
+            ranks[rank] = path  # prefer the plain .et file when both forms exist
+        ranks.setdefault(rank, path)
+    return found
+
+
+def _per_rank(source: str, prefix_name: str, ranks: dict[int, str]) -> TraceSet:
+    count = max(ranks) + 1
+    missing = [r for r in range(count) if r not in ranks]
+    if missing:
+        shown = ", ".join(str(r) for r in missing[:10]) + (" ..." if len(missing) > 10 else "")
+        raise InputError(f"workload {source}: trace files for rank(s) {shown} are missing "
+                         f"(found {len(ranks)} of {prefix_name}.0.et ... {prefix_name}.{count - 1}.et)")
+    return TraceSet(source, tuple(ranks[r] for r in range(count)), shared=False)
+
+
+def resolve_workload(workload: str) -> TraceSet:
+    """Turn a ``--workload`` argument into its trace files. Raises InputError when nothing matches."""
+    source = workload
+    if os.path.isdir(workload):
+        groups = _rank_files(workload, None)
+        if not groups:
+            raise InputError(f"workload folder {workload} holds no per-rank trace files (<name>.<rank>.et)")
+        if len(groups) > 1:
+            names = ", ".join(sorted(groups))
+            raise InputError(f"workload folder {workload} holds several traces ({names}): "
+                             f"name one as {os.path.join(workload, '<name>')}")
+        (name, ranks), = groups.items()
+        return _per_rank(source, os.path.join(workload, name), ranks)
+
+    candidates = [workload]
+    for suffix in (".et", ".et.gz"):
+        if workload.endswith(suffix):
+            candidates.append(workload[: -len(suffix)])
+    for prefix in candidates:
+        directory, name = os.path.split(prefix)
+        ranks = _rank_files(directory, name).get(name)
+        if ranks:
+            return _per_rank(source, prefix, ranks)
+    if os.path.isfile(workload):
+        return TraceSet(source, (workload,), shared=True)
+    raise InputError(f"workload {workload}: no such file, and no per-rank traces {workload}.0.et, "
+                     f"{workload}.1.et, ...")
+
+
+class TraceLoader:
+    """Loads and validates traces, decoding each distinct file content only once.
+
+    Identical per-rank files (common for microbenchmarks) share one immutable TraceGraph.
+    """
+
+    def __init__(self, *, drop_dangling: bool = False, warn: Callable[[str], None] | None = None) -> None:
+        self.drop_dangling = drop_dangling
+        self._warn = warn or (lambda message: None)
+        self._by_content: dict[bytes, TraceGraph] = {}
+
+    def load(self, path: str, rank: int | None = None) -> TraceGraph:
+        data = read_trace_buffer(path, PADDING)
+        key = hashlib.blake2b(memoryview(data), digest_size=20).digest()
+        graph = self._by_content.get(key)
+        if graph is not None:
+            return graph
+        try:
+            graph = decode_trace(data, path)
+            deps = validate(graph, drop_dangling=self.drop_dangling)
+        except TraceError as e:
+            raise e.located(path=path, rank=rank) from None
+        for w in graph.warnings:
+            self._warn(f"{path}: {w}")
+        if deps.dropped_dangling:
+            self._warn(f"{path}: dropped {deps.dropped_dangling} dependencies on {deps.dangling_parents} "
+                       "node(s) absent from the file")
+        if deps.dropped_self:
+            self._warn(f"{path}: dropped {deps.dropped_self} dependencies of nodes on themselves")
+        self._by_content[key] = graph
+        return graph
+
+    def load_set(self, traces: TraceSet, num_ranks: int) -> list[TraceGraph]:
+        """One validated graph per rank (the same object for ranks with identical files)."""
+        traces.check_ranks(num_ranks)
+        return [self.load(traces.file_for(r), r) for r in range(num_ranks)]
