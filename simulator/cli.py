@@ -1,27 +1,120 @@
-"""The ``astrasim-py`` command: ``astrasim-py trace ...`` for the trace tools."""
+"""The ``astrasim-py`` command.
+
+    astrasim-py --workload W --network N.yml [--system S.json] [--memory M.json] [--comm-groups C.json]
+                [--backend analytical-unaware|analytical-aware] [--json FILE] [--format text|astra-sim]
+    astrasim-py trace {inspect,jsonize,generate,visualize} ...
+
+ASTRA-sim's own flags (``--workload-configuration=`` ...) are accepted as aliases, so existing run
+scripts work unchanged.
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
+from network.config import load_network
+from simulator.config import (
+    DEFAULT_SYSTEM,
+    MemoryConfig,
+    load_comm_groups,
+    load_memory,
+    load_system,
+    system_from_dict,
+)
+from simulator.results import format_astra_sim, format_text
+from simulator.simulation import SEMANTICS, RunOptions, Simulation
 from workload.errors import InputError
 from workload.tools import cli as trace_cli
+from workload.traceset import resolve_workload
 
 PROG = "astrasim-py"
+SUBCOMMANDS = {"trace": trace_cli.run}
 
 
 def _warn(message: str) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Simulate distributed training from Chakra traces with ASTRA-sim 2.x semantics. "
+                    f"Subcommands: {PROG} trace {{inspect,jsonize,generate,visualize}} ...",
+    )
+    p.add_argument("--workload", "--workload-configuration", dest="workload", required=True,
+                   help="trace prefix (dir/trace for dir/trace.<r>.et), folder, or one file for every rank")
+    p.add_argument("--network", "--network-configuration", dest="network", required=True,
+                   help="analytical network YAML")
+    p.add_argument("--system", "--system-configuration", dest="system",
+                   help="system JSON (default: a built-in LIFO, 4-split, ring configuration)")
+    p.add_argument("--memory", "--remote-memory-configuration", dest="memory",
+                   help="remote-memory JSON (default: no memory expansion)")
+    p.add_argument("--comm-groups", "--comm-group-configuration", dest="comm_groups",
+                   help="communicator groups JSON (a value containing 'empty' means none)")
+    p.add_argument("--backend", default="analytical-unaware", choices=("analytical-unaware", "analytical-aware"),
+                   help="network model (default: analytical-unaware, ASTRA-sim's congestion-unaware binary)")
+    p.add_argument("--num-queues-per-dim", type=int, default=1, help="queues per network dimension (default 1)")
+    p.add_argument("--injection-scale", type=float, default=1.0, help="multiplies the system's endpoint-delay")
+    p.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
+                   help="precede every send with an 8 KiB handshake from the receiver")
+    p.add_argument("--device", help="device preset for the roofline model (A100, H100, H200, B200, MI300X, TPUv4, "
+                                    "TPUv5p) instead of the system's peak-perf / local-mem-bw")
+    p.add_argument("--semantics", choices=SEMANTICS, default="astra-sim",
+                   help="astra-sim (default): reproduce ASTRA-sim 2.x exactly; corrected: children of zero-time "
+                        "nodes are issued at once instead of at the rank's next event")
+    p.add_argument("--drop-dangling-deps", action="store_true",
+                   help="ignore dependencies on nodes absent from a trace (with a warning) instead of failing")
+    p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
+    p.add_argument("--format", choices=("text", "astra-sim"), default="text",
+                   help="text: a short summary in s/ms/µs (default); astra-sim: ASTRA-sim's per-rank lines")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    for flag in ("--logging-folder", "--logging-configuration", "--compute-scale", "--comm-scale"):
+        p.add_argument(flag, help=argparse.SUPPRESS)  # accepted for ASTRA-sim scripts; no effect
+    return p
+
+
+def run_simulation(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    network = load_network(args.network, _warn)
+    if args.system:
+        system = load_system(args.system, _warn)
+        if system.defaults_used:
+            _warn(f"{args.system}: not set, using {', '.join(system.defaults_used)}")
+    else:
+        system = system_from_dict(DEFAULT_SYSTEM, "<built-in default system>")
+    memory = load_memory(args.memory, _warn) if args.memory else MemoryConfig()
+    groups = {}
+    if args.comm_groups and "empty" not in args.comm_groups:
+        groups = load_comm_groups(args.comm_groups, network.num_npus)
+    options = RunOptions(backend=args.backend, queues_per_dim=args.num_queues_per_dim,
+                         injection_scale=args.injection_scale, rendezvous=args.rendezvous_protocol,
+                         semantics=args.semantics, drop_dangling=args.drop_dangling_deps, device=args.device,
+                         progress=not args.quiet)
+    sim = Simulation(resolve_workload(args.workload), network, system, memory, groups, options, _warn)
+    result = sim.run()
+    if args.json_path:
+        result.write_json(args.json_path)
+    print(format_astra_sim(result) if args.format == "astra-sim" else format_text(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit status (1 for bad input, reported on one line)."""
+    """Entry point; returns the process exit status (1 for bad input, reported without a traceback)."""
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv[:1] == ["trace"]:
-            return trace_cli.run(argv[1:], _warn)
-        print(f"usage: {PROG} trace {{inspect,jsonize,generate,visualize}} ...", file=sys.stderr)
-        return 2
+        if argv[:1] and argv[0] in SUBCOMMANDS:
+            return SUBCOMMANDS[argv[0]](argv[1:], _warn)
+        return run_simulation(argv)
     except InputError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1

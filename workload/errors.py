@@ -7,6 +7,10 @@ class InputError(Exception):
     """A problem with the user's input (trace, config, command line); the CLI prints it as one line."""
 
 
+class ConfigError(InputError):
+    """A bad configuration file or value; the message names the file and the key."""
+
+
 class TraceError(InputError):
     """A problem in a Chakra trace file, located by file, rank, node id and/or byte offset."""
 

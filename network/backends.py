@@ -1,0 +1,230 @@
+"""Analytical network backends behind one small interface: deliver ``size_bytes`` from ``src`` to ``dst``
+and call back on arrival.
+
+``analytical-unaware`` is ASTRA-sim's congestion-unaware model: a message takes
+floor(hops * latency + bytes / bandwidth) on the lowest dimension where source and destination differ,
+and any number of messages overlap at full bandwidth.
+
+``analytical-aware`` is ASTRA-sim's congestion-aware model: every directed link is a FIFO server that
+holds a message for bytes / bandwidth and delivers it to the next device latency + bytes / bandwidth after
+it started (store-and-forward per hop, whole message). On one dimension it is exactly ASTRA-sim's. On
+several dimensions (which ASTRA-sim 2.x refuses) messages use dimension-order routing: they travel along
+dimension 0 to the destination's coordinate, then along dimension 1, and so on; within a dimension a Ring
+takes the shorter direction (clockwise on ties), a FullyConnected dimension has a direct link per ordered
+pair, and a Switch dimension has one switch per line of NPUs with one link each way per NPU.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from network.config import NetworkConfig
+
+Callback = Callable[[Any], None]
+HOPS = {"FullyConnected": 1, "Switch": 2}
+
+
+class Clock(Protocol):
+    """The event engine as a backend sees it (the simulator's Engine provides it)."""
+
+    @property
+    def now(self) -> int: ...
+
+    def call_later(self, delay: int, fn: Callback, arg: Any = None) -> None: ...
+
+
+class NetworkBackend(Protocol):
+    """What the system layer needs from a network: timed point-to-point delivery."""
+
+    name: str
+
+    def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
+        """Deliver ``size_bytes`` from NPU ``src`` to NPU ``dst``; call ``on_delivered(arg)`` on arrival."""
+        ...
+
+
+class CongestionUnaware:
+    """ASTRA-sim's congestion-unaware analytical network."""
+
+    name = "analytical-unaware"
+
+    def __init__(self, config: NetworkConfig, engine: Clock) -> None:
+        self.config = config
+        self.engine = engine
+        self._dims = [(t, n, config.latency_ns[d], config.bytes_per_ns(d))
+                      for d, (t, n) in enumerate(zip(config.topology, config.npus_count, strict=True))]
+        self._cache: dict[tuple[int, int, int], int] = {}
+        self.messages = 0
+        self.bytes = 0
+
+    def hops(self, src: int, dst: int) -> tuple[int, int]:
+        """(dimension, hops) of the lowest dimension where the two NPUs differ."""
+        for d, (kind, n, _, _) in enumerate(self._dims):
+            s, t = src % n, dst % n
+            if s != t:
+                if kind == "Ring":
+                    cw = (t - s) % n
+                    return d, min(cw, n - cw)
+                return d, HOPS[kind]
+            src //= n
+            dst //= n
+        raise ValueError("a message from an NPU to itself")
+
+    def delay_ns(self, src: int, dst: int, size_bytes: int) -> int:
+        dim, hops = self.hops(src, dst)
+        key = (dim, hops, size_bytes)
+        delay = self._cache.get(key)
+        if delay is None:
+            _, _, latency, bpns = self._dims[dim]
+            delay = self._cache[key] = int(hops * latency + size_bytes / bpns)
+        return delay
+
+    def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
+        self.messages += 1
+        self.bytes += size_bytes
+        self.engine.call_later(self.delay_ns(src, dst, size_bytes), on_delivered, arg)
+
+
+class Link:
+    """A directed link: a FIFO server with a bandwidth and a latency, and its usage counters."""
+
+    __slots__ = ("busy", "busy_ns", "bytes", "dst", "latency_ns", "max_queue", "messages", "pending", "per_ns",
+                 "src")
+
+    def __init__(self, src: int, dst: int, bytes_per_ns: float, latency_ns: float) -> None:
+        self.src = src
+        self.dst = dst
+        self.per_ns = bytes_per_ns
+        self.latency_ns = latency_ns
+        self.busy = False
+        self.pending: deque[_Message] = deque()
+        self.bytes = 0
+        self.busy_ns = 0
+        self.messages = 0
+        self.max_queue = 0
+
+
+class _Message:
+    __slots__ = ("arg", "callback", "hop", "route", "size")
+
+    def __init__(self, size: int, route: list[Link], callback: Callback, arg: Any) -> None:
+        self.size = size
+        self.route = route
+        self.hop = 0
+        self.callback = callback
+        self.arg = arg
+
+
+class CongestionAware:
+    """Per-link FIFO store-and-forward network (ASTRA-sim's congestion-aware model, extended to N-D)."""
+
+    name = "analytical-aware"
+
+    def __init__(self, config: NetworkConfig, engine: Clock) -> None:
+        self.config = config
+        self.engine = engine
+        self.links: dict[tuple[int, int], Link] = {}
+        self._routes: dict[tuple[int, int], list[Link]] = {}
+        self._strides = []
+        stride = 1
+        for n in config.npus_count:
+            self._strides.append(stride)
+            stride *= n
+        self._switch_base = config.num_npus
+        self._switch_ids: dict[tuple[int, int], int] = {}  # (dim, line) -> device id
+
+    # --- topology ---------------------------------------------------------------------------------
+    def _link(self, a: int, b: int, dim: int) -> Link:
+        link = self.links.get((a, b))
+        if link is None:
+            link = self.links[(a, b)] = Link(a, b, self.config.bytes_per_ns(dim), self.config.latency_ns[dim])
+        return link
+
+    def _switch(self, dim: int, npu: int) -> int:
+        line = npu - (npu // self._strides[dim]) % self.config.npus_count[dim] * self._strides[dim]
+        key = (dim, line)
+        sid = self._switch_ids.get(key)
+        if sid is None:
+            sid = self._switch_ids[key] = self._switch_base + len(self._switch_ids)
+        return sid
+
+    def route(self, src: int, dst: int) -> list[Link]:
+        """The links a message from ``src`` to ``dst`` takes (dimension-order routing)."""
+        cached = self._routes.get((src, dst))
+        if cached is not None:
+            return cached
+        hops: list[Link] = []
+        cur = src
+        for dim, (kind, n) in enumerate(zip(self.config.topology, self.config.npus_count, strict=True)):
+            stride = self._strides[dim]
+            a, b = (cur // stride) % n, (dst // stride) % n
+            if a == b:
+                continue
+            if kind == "Ring":
+                cw = (b - a) % n
+                step = -1 if n - cw < cw else 1
+                pos = a
+                while pos != b:
+                    nxt = (pos + step) % n
+                    hops.append(self._link(cur + (pos - a) * stride, cur + (nxt - a) * stride, dim))
+                    pos = nxt
+            elif kind == "FullyConnected":
+                hops.append(self._link(cur, cur + (b - a) * stride, dim))
+            else:
+                sw = self._switch(dim, cur)
+                hops.append(self._link(cur, sw, dim))
+                hops.append(self._link(sw, cur + (b - a) * stride, dim))
+            cur += (b - a) * stride
+        self._routes[(src, dst)] = hops
+        return hops
+
+    # --- transmission -----------------------------------------------------------------------------
+    def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
+        msg = _Message(size_bytes, self.route(src, dst), on_delivered, arg)
+        self._enter(msg.route[0], msg)
+
+    def _enter(self, link: Link, msg: _Message) -> None:
+        if link.busy:
+            link.pending.append(msg)
+            if len(link.pending) > link.max_queue:
+                link.max_queue = len(link.pending)
+        else:
+            self._start(link, msg)
+
+    def _start(self, link: Link, msg: _Message) -> None:
+        link.busy = True
+        size = msg.size
+        serialization = size / link.per_ns
+        link.bytes += size
+        link.messages += 1
+        busy = int(serialization)
+        link.busy_ns += busy
+        self.engine.call_later(int(link.latency_ns + serialization), self._arrived, msg)
+        self.engine.call_later(busy, self._free, link)
+
+    def _free(self, link: Link) -> None:
+        link.busy = False
+        if link.pending:
+            self._start(link, link.pending.popleft())
+
+    def _arrived(self, msg: _Message) -> None:
+        msg.hop += 1
+        if msg.hop == len(msg.route):
+            msg.callback(msg.arg)
+        else:
+            self._enter(msg.route[msg.hop], msg)
+
+
+BACKENDS = {"analytical-unaware": CongestionUnaware, "analytical-aware": CongestionAware}
+
+
+def make_backend(name: str, config: NetworkConfig, engine: Clock) -> NetworkBackend:
+    """The backend registered under ``name``; an unknown name is an error listing the valid ones."""
+    from workload.errors import InputError
+
+    cls = BACKENDS.get(name)
+    if cls is None:
+        raise InputError(f"unknown network backend {name!r}; valid: {', '.join(BACKENDS)}")
+    return cls(config, engine)  # type: ignore[no-any-return]

@@ -1,0 +1,116 @@
+"""The analytical network configuration (ASTRA-sim's network YAML), loaded into a typed object.
+
+    topology: [ Ring, Switch ]     # one building block per dimension: Ring, FullyConnected, Switch
+    npus_count: [ 8, 4 ]           # NPUs per dimension (each > 1); dimension 0 is innermost
+    bandwidth: [ 50.0, 25.0 ]      # GB/s per link, with 1 GB = 2**30 bytes
+    latency: [ 500.0, 1000.0 ]     # ns per hop
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from workload.errors import ConfigError
+
+BUILDING_BLOCKS = ("Ring", "FullyConnected", "Switch")
+NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    topology: tuple[str, ...]
+    npus_count: tuple[int, ...]
+    bandwidth_gbps: tuple[float, ...]  # GB/s, 1 GB = 2**30 bytes
+    latency_ns: tuple[float, ...]
+    path: str = "<memory>"
+
+    @property
+    def num_dims(self) -> int:
+        return len(self.topology)
+
+    @property
+    def num_npus(self) -> int:
+        return math.prod(self.npus_count)
+
+    def bytes_per_ns(self, dim: int) -> float:
+        """Link bandwidth of a dimension in bytes per ns, computed as ASTRA-sim does."""
+        return self.bandwidth_gbps[dim] * (1 << 30) / 1_000_000_000
+
+    def coordinates(self, npu: int) -> tuple[int, ...]:
+        """The NPU's coordinate in every dimension (dimension 0 varies fastest)."""
+        out = []
+        for count in self.npus_count:
+            out.append(npu % count)
+            npu //= count
+        return tuple(out)
+
+    def describe(self) -> str:
+        dims = " x ".join(f"{t}({n})" for t, n in zip(self.topology, self.npus_count, strict=True))
+        return f"{dims} = {self.num_npus} NPUs"
+
+
+def _as_list(data: dict[str, Any], key: str, path: str) -> list[Any]:
+    if key not in data:
+        raise ConfigError(f"{path}: missing key '{key}' (a network file needs {', '.join(NETWORK_KEYS)})")
+    value = data[key]
+    if not isinstance(value, list):
+        value = [value]
+    if not value:
+        raise ConfigError(f"{path}: '{key}' is empty")
+    return value
+
+
+def network_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Any = None) -> NetworkConfig:
+    """Build a NetworkConfig from parsed YAML, checking it as ASTRA-sim does (with clearer errors)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping with keys {', '.join(NETWORK_KEYS)}")
+    unknown = sorted(set(data) - set(NETWORK_KEYS))
+    if unknown and warn is not None:
+        warn(f"{path}: ignoring unknown network key(s) {', '.join(unknown)}")
+    topology = _as_list(data, "topology", path)
+    npus = _as_list(data, "npus_count", path)
+    bandwidth = _as_list(data, "bandwidth", path)
+    latency = _as_list(data, "latency", path)
+    for name, values in (("npus_count", npus), ("bandwidth", bandwidth), ("latency", latency)):
+        if len(values) != len(topology):
+            raise ConfigError(f"{path}: '{name}' has {len(values)} entries but 'topology' has {len(topology)} "
+                              "(one entry per dimension)")
+    for t in topology:
+        if t not in BUILDING_BLOCKS:
+            raise ConfigError(f"{path}: topology '{t}' is not supported; valid: {', '.join(BUILDING_BLOCKS)}")
+    try:
+        npus_i = tuple(int(n) for n in npus)
+        bw = tuple(float(b) for b in bandwidth)
+        lat = tuple(float(x) for x in latency)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: npus_count, bandwidth and latency must be numbers ({e})") from None
+    if any(n != float(v) for n, v in zip(npus_i, npus, strict=True)):
+        raise ConfigError(f"{path}: 'npus_count' entries must be whole numbers")
+    if any(n <= 1 for n in npus_i):
+        raise ConfigError(f"{path}: every 'npus_count' entry must be larger than 1 (got {list(npus_i)})")
+    if any(not b > 0 or math.isinf(b) for b in bw):
+        raise ConfigError(f"{path}: every 'bandwidth' entry must be a positive number of GB/s (got {list(bw)})")
+    if any(not x >= 0 or math.isinf(x) for x in lat):
+        raise ConfigError(f"{path}: every 'latency' entry must be a non-negative number of ns (got {list(lat)})")
+    return NetworkConfig(tuple(topology), npus_i, bw, lat, path)
+
+
+def load_network(path: str | os.PathLike[str], warn: Any = None) -> NetworkConfig:
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: network configuration file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    return network_from_dict(data, path, warn)

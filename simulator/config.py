@@ -1,0 +1,280 @@
+"""ASTRA-sim's system, remote-memory and communicator-group files, loaded unchanged into typed objects.
+
+Hyphenated keys map explicitly to fields with units in their names. Where ASTRA-sim 2.x crashes or
+misbehaves on a missing key, a documented default is used or loading refuses with a ConfigError naming
+file and key; keys ASTRA-sim does not read are accepted with a warning that they have no effect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workload.errors import ConfigError
+
+Warn = Callable[[str], None]
+
+SCHEDULING_POLICIES = ("LIFO", "FIFO", "EXPLICIT")
+COLLECTIVE_OPTIMIZATIONS = ("baseline", "localBWAware")
+IMPLEMENTATION_KEYS = {
+    "all-reduce-implementation": "all_reduce",
+    "all-gather-implementation": "all_gather",
+    "reduce-scatter-implementation": "reduce_scatter",
+    "all-to-all-implementation": "all_to_all",
+}
+ALGORITHM_NAMES = ("ring", "direct", "directN", "halvingDoubling", "doubleBinaryTree", "oneRing", "oneDirect",
+                   "oneDirectN", "oneHalvingDoubling")
+_ALGORITHM = re.compile(r"^(ring|oneRing|doubleBinaryTree|halvingDoubling|oneHalvingDoubling|"
+                        r"direct(\d{1,5})?|oneDirect(\d{1,5})?)$")
+# Keys 2.x reads but that only matter for things astrasim-py does not model (logs, memory traces, the
+# LogGP shared-bus model), and keys present in many configs that 2.x does not read at all.
+_NO_TIMING_EFFECT = ("trace-enabled", "track-local-mem", "local-mem-trace-filename", "L", "o", "g", "G",
+                     "local-reduction-delay")
+_NOT_READ_BY_ASTRA_SIM = ("boost-mode", "intra-dimension-scheduling", "inter-dimension-scheduling")
+_CUSTOM_KEYS = ("all-reduce-implementation-custom", "all-gather-implementation-custom",
+                "reduce-scatter-implementation-custom", "all-to-all-implementation-custom",
+                "per-node-custom-implementation")
+
+
+# Used when no --system is given; the same as configs/system/default.json.
+DEFAULT_SYSTEM: dict[str, Any] = {
+    "scheduling-policy": "LIFO",
+    "endpoint-delay": 10,
+    "active-chunks-per-dimension": 1,
+    "preferred-dataset-splits": 4,
+    "all-reduce-implementation": ["ring"],
+    "all-gather-implementation": ["ring"],
+    "reduce-scatter-implementation": ["ring"],
+    "all-to-all-implementation": ["ring"],
+    "collective-optimization": "localBWAware",
+    "local-mem-bw": 1600,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SystemConfig:
+    """The system JSON. Defaults are ASTRA-sim's own where it has one (see ``defaults_used``)."""
+
+    scheduling_policy: str = "LIFO"
+    collective_optimization: str = "localBWAware"
+    endpoint_delay_ns: float | None = None  # None: the key is absent (ASTRA-sim then uses 10, unscaled)
+    active_chunks_per_dimension: int = 1
+    preferred_dataset_splits: int = 1
+    local_mem_bw_gbps: float | None = None  # GB/s with 1 GB = 1e9 bytes
+    peak_perf_tflops: float | None = None
+    roofline_enabled: bool = False
+    replay_only: bool = False
+    implementations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # collective -> one per dim
+    device: str | None = None  # astrasim-py extension: a compute/devices.py preset name
+    path: str = "<memory>"
+    defaults_used: tuple[str, ...] = ()
+
+    def endpoint_delay(self, injection_scale: float = 1.0) -> int:
+        """ns charged per injected collective message: int(endpoint-delay * scale), or 10 when absent."""
+        if self.endpoint_delay_ns is None:
+            return 10  # ASTRA-sim's built-in value, which --injection-scale does not scale
+        return int(int(self.endpoint_delay_ns) * injection_scale)
+
+    def implementation(self, collective: str) -> tuple[str, ...]:
+        return self.implementations.get(collective, ())
+
+
+def _number(data: dict[str, Any], key: str, path: str, kind: type = float) -> Any:
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{path}: '{key}' must be a number (got {value!r})")
+    if kind is int and value != int(value):
+        raise ConfigError(f"{path}: '{key}' must be a whole number (got {value!r})")
+    return kind(value)
+
+
+def _flag(data: dict[str, Any], key: str, path: str) -> bool:
+    value = data[key]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value != 0
+    raise ConfigError(f"{path}: '{key}' must be 0 or 1 (got {value!r})")
+
+
+def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | None = None) -> SystemConfig:
+    warn = warn or (lambda message: None)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    kw: dict[str, Any] = {"path": path}
+    defaults: list[str] = []
+
+    def choice(key: str, field_name: str, options: tuple[str, ...], default: str) -> None:
+        if key in data:
+            if data[key] not in options:
+                raise ConfigError(f"{path}: '{key}' is {data[key]!r}; valid: {', '.join(options)}")
+            kw[field_name] = data[key]
+        else:
+            defaults.append(f"{key}={default}")
+
+    choice("scheduling-policy", "scheduling_policy", SCHEDULING_POLICIES, "LIFO")
+    choice("collective-optimization", "collective_optimization", COLLECTIVE_OPTIMIZATIONS, "localBWAware")
+    if "endpoint-delay" in data:
+        kw["endpoint_delay_ns"] = _number(data, "endpoint-delay", path)
+        if kw["endpoint_delay_ns"] < 0:
+            raise ConfigError(f"{path}: 'endpoint-delay' must not be negative")
+    if "active-chunks-per-dimension" in data:
+        kw["active_chunks_per_dimension"] = _number(data, "active-chunks-per-dimension", path, int)
+        if kw["active_chunks_per_dimension"] < 1:
+            raise ConfigError(f"{path}: 'active-chunks-per-dimension' must be at least 1")
+    if "preferred-dataset-splits" in data:
+        kw["preferred_dataset_splits"] = _number(data, "preferred-dataset-splits", path, int)
+        if kw["preferred_dataset_splits"] < 1:
+            raise ConfigError(f"{path}: 'preferred-dataset-splits' must be at least 1")
+    else:
+        defaults.append("preferred-dataset-splits=1")  # ASTRA-sim divides by zero without it
+    if "local-mem-bw" in data:
+        kw["local_mem_bw_gbps"] = _number(data, "local-mem-bw", path)
+        if kw["local_mem_bw_gbps"] <= 0:
+            raise ConfigError(f"{path}: 'local-mem-bw' must be a positive number of GB/s")
+    if "peak-perf" in data:
+        kw["peak_perf_tflops"] = _number(data, "peak-perf", path)
+        if kw["peak_perf_tflops"] <= 0:
+            raise ConfigError(f"{path}: 'peak-perf' must be a positive number of TFLOP/s")
+    for key, name in (("roofline-enabled", "roofline_enabled"), ("replay-only", "replay_only")):
+        if key in data:
+            kw[name] = _flag(data, key, path)
+    if "device" in data:
+        if not isinstance(data["device"], str):
+            raise ConfigError(f"{path}: 'device' must be a device preset name")
+        kw["device"] = data["device"]
+    impls: dict[str, tuple[str, ...]] = {}
+    for key, collective in IMPLEMENTATION_KEYS.items():
+        if key not in data:
+            continue
+        names = data[key]
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"{path}: '{key}' must be a list of algorithm names, one per dimension")
+        for n in names:
+            if not _ALGORITHM.match(n):
+                raise ConfigError(f"{path}: '{key}': unknown algorithm {n!r}; valid: {', '.join(ALGORITHM_NAMES)} "
+                                  "(directN / oneDirectN with a window N, e.g. direct4)")
+        impls[collective] = tuple(names)
+    kw["implementations"] = impls
+
+    for key in _CUSTOM_KEYS:
+        if key in data:
+            raise ConfigError(f"{path}: '{key}': custom (Chakra-defined) collective algorithms are not supported; "
+                              f"use the native algorithms ({', '.join(ALGORITHM_NAMES)})")
+    if "model-shared-bus" in data and _flag(data, "model-shared-bus", path):
+        warn(f"{path}: 'model-shared-bus' = 1 (ASTRA-sim's LogGP memory-bus model) is not modelled; "
+             "collective timings will differ from ASTRA-sim")
+    for key in _NOT_READ_BY_ASTRA_SIM:
+        if key in data:
+            warn(f"{path}: '{key}' is not read by ASTRA-sim 2.x and has no effect")
+    known = {"scheduling-policy", "collective-optimization", "endpoint-delay", "active-chunks-per-dimension",
+             "preferred-dataset-splits", "local-mem-bw", "peak-perf", "roofline-enabled", "replay-only", "device",
+             "model-shared-bus", *IMPLEMENTATION_KEYS, *_NO_TIMING_EFFECT, *_NOT_READ_BY_ASTRA_SIM}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        warn(f"{path}: unknown key(s) {', '.join(unknown)} (ignored)")
+    kw["defaults_used"] = tuple(defaults)
+    return SystemConfig(**kw)
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} file not found") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+
+
+def load_system(path: str | os.PathLike[str], warn: Warn | None = None) -> SystemConfig:
+    path = os.fspath(path)
+    return system_from_dict(_read_json(path, "system configuration"), path, warn)
+
+
+MEMORY_TYPES = ("NO_MEMORY_EXPANSION", "PER_NPU_MEMORY_EXPANSION", "PER_NODE_MEMORY_EXPANSION", "MEMORY_POOL")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryConfig:
+    """The remote-memory JSON."""
+
+    memory_type: str = "NO_MEMORY_EXPANSION"
+    latency_ns: int = 0
+    bandwidth_bytes_per_ns: int = 0
+    num_nodes: int = 0
+    npus_per_node: int = 0
+    path: str = "<memory>"
+
+    def access_time_ns(self, tensor_size: int) -> int:
+        """remote-mem-latency + floor(tensor_size / remote-mem-bw)."""
+        return self.latency_ns + int(float(tensor_size) / self.bandwidth_bytes_per_ns)
+
+
+def memory_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | None = None) -> MemoryConfig:
+    warn = warn or (lambda message: None)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    kw: dict[str, Any] = {"path": path}
+    if "memory-type" in data:
+        if data["memory-type"] not in MEMORY_TYPES:
+            raise ConfigError(f"{path}: 'memory-type' is {data['memory-type']!r}; valid: {', '.join(MEMORY_TYPES)}")
+        kw["memory_type"] = data["memory-type"]
+    for key, name in (("remote-mem-latency", "latency_ns"), ("remote-mem-bw", "bandwidth_bytes_per_ns"),
+                      ("num-nodes", "num_nodes"), ("num-npus-per-node", "npus_per_node")):
+        if key in data:
+            kw[name] = _number(data, key, path, int)
+            if kw[name] < 0:
+                raise ConfigError(f"{path}: '{key}' must not be negative")
+    mtype = kw.get("memory_type", "NO_MEMORY_EXPANSION")
+    if mtype != "NO_MEMORY_EXPANSION" and kw.get("bandwidth_bytes_per_ns", 0) <= 0:
+        raise ConfigError(f"{path}: {mtype} needs a positive 'remote-mem-bw' (bytes per ns)")
+    if mtype == "PER_NODE_MEMORY_EXPANSION" and (kw.get("num_nodes", 0) < 1 or kw.get("npus_per_node", 0) < 1):
+        raise ConfigError(f"{path}: PER_NODE_MEMORY_EXPANSION needs positive 'num-nodes' and 'num-npus-per-node'")
+    unknown = sorted(set(data) - {"memory-type", "remote-mem-latency", "remote-mem-bw", "num-nodes",
+                                  "num-npus-per-node"})
+    if unknown:
+        warn(f"{path}: unknown key(s) {', '.join(unknown)} (ignored)")
+    return MemoryConfig(**kw)
+
+
+def load_memory(path: str | os.PathLike[str], warn: Warn | None = None) -> MemoryConfig:
+    path = os.fspath(path)
+    return memory_from_dict(_read_json(path, "remote-memory configuration"), path, warn)
+
+
+def comm_groups_from_dict(data: Any, num_npus: int, path: str = "<memory>") -> dict[int, tuple[int, ...]]:
+    """{group id (> 0): ranks in the listed order}."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object mapping group ids to lists of ranks")
+    groups: dict[int, tuple[int, ...]] = {}
+    for key, ranks in data.items():
+        try:
+            gid = int(key)
+        except ValueError:
+            raise ConfigError(f"{path}: group id {key!r} is not a number") from None
+        if gid <= 0:
+            raise ConfigError(f"{path}: group id {gid} must be positive (0 means all NPUs)")
+        if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and not isinstance(r, bool)
+                                                               for r in ranks):
+            raise ConfigError(f"{path}: group {gid} must be a non-empty list of ranks")
+        bad = [r for r in ranks if not 0 <= r < num_npus]
+        if bad:
+            raise ConfigError(f"{path}: group {gid} names rank(s) {bad} outside the {num_npus} NPUs of the network")
+        if len(set(ranks)) != len(ranks):
+            raise ConfigError(f"{path}: group {gid} lists a rank more than once")
+        groups[gid] = tuple(ranks)
+    return groups
+
+
+def load_comm_groups(path: str | os.PathLike[str], num_npus: int) -> dict[int, tuple[int, ...]]:
+    path = os.fspath(path)
+    return comm_groups_from_dict(_read_json(path, "communicator group"), num_npus, path)

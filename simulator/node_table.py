@@ -1,0 +1,103 @@
+"""Per-node facts the simulator needs, pulled out of a TraceGraph once into plain lists.
+
+Lanes are ASTRA-sim's hardware slots: one CPU op, one GPU compute op and one GPU communication op may be
+in flight per rank; receives take no slot.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from workload.graph import TraceGraph
+from workload.schema import CollectiveType, NodeType
+
+CPU_LANE, COMPUTE_LANE, COMM_LANE, RECV_LANE = 0, 1, 2, 3
+NUM_LANES = 4
+NO_VALUE = -1
+
+COLLECTIVE_KINDS = {
+    CollectiveType.ALL_REDUCE: "all_reduce",
+    CollectiveType.ALL_GATHER: "all_gather",
+    CollectiveType.REDUCE_SCATTER: "reduce_scatter",
+    CollectiveType.ALL_TO_ALL: "all_to_all",
+}
+
+
+@dataclass(slots=True, eq=False)
+class NodeTable:
+    types: list[int]
+    is_cpu: list[bool]
+    lanes: list[int]
+    replay_ns: list[int]  # duration_micros * 1000, and 1 ns for a zero duration
+    comm_type: list[int]
+    comm_size: list[int]
+    comm_src: list[int]  # NO_VALUE when absent
+    comm_dst: list[int]
+    comm_tag: list[int]
+    comm_priority: list[int]
+    tensor_size: list[int]
+    num_ops: list[int]
+    has_num_ops: list[bool]
+    has_tensor_size: list[bool]
+    pg_name: dict[int, str]
+    involved_dim: dict[int, list[bool]]
+
+
+def node_table(graph: TraceGraph) -> NodeTable:
+    """The graph's NodeTable, built once and cached on the graph (ranks sharing a graph share it)."""
+    table = graph.cache.get("node_table")
+    if table is not None:
+        return table  # type: ignore[no-any-return]
+    n = graph.num_nodes
+    attrs = graph.attrs
+    types = graph.types.astype(np.int64)
+    is_cpu = attrs.integers("is_cpu_op", n)[0] != 0
+    lanes = np.where(types == NodeType.COMP_NODE, COMPUTE_LANE, COMM_LANE)
+    lanes = np.where(types == NodeType.COMM_RECV_NODE, RECV_LANE, lanes)
+    lanes = np.where(is_cpu, CPU_LANE, lanes)
+    duration = graph.duration_micros.astype(np.int64) * 1000
+    replay = np.where(duration == 0, 1, duration)
+
+    def column(name: str) -> tuple[list[int], np.ndarray]:
+        values, present = attrs.integers(name, n, NO_VALUE)
+        return values.tolist(), present
+
+    num_ops, has_ops = column("num_ops")
+    tensor, has_tensor = column("tensor_size")
+    table = NodeTable(
+        types=types.tolist(), is_cpu=is_cpu.tolist(), lanes=lanes.tolist(), replay_ns=replay.tolist(),
+        comm_type=column("comm_type")[0], comm_size=column("comm_size")[0], comm_src=column("comm_src")[0],
+        comm_dst=column("comm_dst")[0], comm_tag=column("comm_tag")[0],
+        comm_priority=[0 if v == NO_VALUE else v for v in column("comm_priority")[0]],
+        tensor_size=tensor, num_ops=num_ops, has_num_ops=has_ops.tolist(), has_tensor_size=has_tensor.tolist(),
+        pg_name=attrs.strings("pg_name"), involved_dim=attrs.bool_lists("involved_dim"),
+    )
+    graph.cache["node_table"] = table
+    return table
+
+
+def metadata_groups(graph: TraceGraph, index: int) -> list[tuple[str, list[int]]] | None:
+    """Process groups a METADATA node declares in ``inputs.values`` (PyTorch converter format), or None.
+
+    The value is the Python text of a one-element list holding a JSON list of {"pg_name", "ranks"}; as
+    ASTRA-sim does, two characters are cut from each end before parsing.
+    """
+    io = graph.io_info(index, "inputs")
+    if not io or not io["values"]:
+        return None
+    text = io["values"][2:-2]
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            items = json.loads(text.encode().decode("unicode_escape"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+    out = []
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict) and "pg_name" in item and "ranks" in item:
+            out.append((str(item["pg_name"]), [int(r) for r in item["ranks"]]))
+    return out

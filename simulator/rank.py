@@ -1,0 +1,295 @@
+"""One rank's workload execution (ASTRA-sim's ``Workload`` and ``HardwareResource``).
+
+Issuing follows ASTRA-sim: whenever a node finishes, the rank walks the then-issuable nodes in ascending
+id and issues each whose hardware slot is free. Nodes that finish at once while that walk runs (INVALID,
+METADATA, a roofline node with no tensor) release their children only for the *next* walk, as in
+ASTRA-sim; with ``corrected`` semantics a zero-time node releases its children immediately.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from compute.roofline import Roofline
+from simulator.memory import RemoteMemory
+from simulator.node_table import (
+    COLLECTIVE_KINDS,
+    NO_VALUE,
+    NUM_LANES,
+    RECV_LANE,
+    metadata_groups,
+    node_table,
+)
+from simulator.system import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, CommGroup, DataSet, RankSystem
+from workload.errors import InputError
+from workload.feeder import Feeder
+from workload.graph import TraceGraph
+from workload.schema import CollectiveType, NodeType
+from workload.validate import Dependencies
+
+if TYPE_CHECKING:
+    from simulator.results import RankStats
+
+COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
+
+
+@dataclass(slots=True)
+class Intervals:
+    """Busy intervals of one rank by category (ASTRA-sim's operator statistics)."""
+
+    gpu: list[tuple[int, int]] = field(default_factory=list)
+    cpu: list[tuple[int, int]] = field(default_factory=list)
+    comm: list[tuple[int, int]] = field(default_factory=list)
+    memory: list[tuple[int, int]] = field(default_factory=list)
+    other: list[tuple[int, int]] = field(default_factory=list)
+
+
+class RankWorkload:
+    """Issues one rank's trace onto its system layer and records what ran when."""
+
+    def __init__(self, rank: int, path: str, graph: TraceGraph, deps: Dependencies, system: RankSystem,
+                 *, memory: RemoteMemory, roofline: Roofline | None, replay_only: bool, corrected: bool,
+                 comm_groups: dict[int, tuple[int, ...]], warn: Callable[[str], None]) -> None:
+        self.rank = rank
+        self.path = path
+        self.graph = graph
+        self.system = system
+        self.engine = system.engine
+        self.memory = memory
+        self.roofline = roofline
+        self.replay_only = replay_only
+        self.corrected = corrected
+        self.warn = warn
+        self.table = node_table(graph)
+        self.feeder = Feeder(graph, deps, lanes=self.table.lanes, num_lanes=NUM_LANES)
+        self.slot_busy = [False] * NUM_LANES  # the receive lane never gets busy
+        self.groups: dict[int, CommGroup] = {gid: CommGroup(gid, members) for gid, members in comm_groups.items()}
+        self.start_ns: dict[int, int] = {}
+        self.intervals = Intervals()
+        self.gpu_compute_ns = 0  # ASTRA-sim's tics_gpu_ops: what "exposed communication" subtracts
+        self.cpu_compute_ns = 0
+        self.comm_busy_ns = 0  # sum of collective execution times (tics_gpu_comms)
+        self.finish_ns: int | None = None
+        self.stalled = False
+        self.collectives: dict[int, DataSet] = {}
+        self.waiting_recv: dict[int, tuple[int, int, int]] = {}  # node -> (src, size, tag) while pending
+
+    # --- the issue loop ------------------------------------------------------------------------------
+    def wake(self, _: Any = None) -> None:
+        """ASTRA-sim's Workload::fire: issue what can be issued, then check for the end."""
+        self._issue_ready()
+        self._check_finished()
+
+    def _issue_ready(self) -> None:
+        feeder, busy = self.feeder, self.slot_busy
+        closed = [busy[0], busy[1], busy[2], False]
+        deferred = False
+        while True:
+            best = best_lane = -1
+            for lane, head in enumerate(feeder.lane_heads()):
+                if head is not None and not closed[lane] and (best < 0 or head < best):
+                    best, best_lane = head, lane
+            if best < 0:
+                break
+            feeder.take(best_lane)
+            if self._issue(best):
+                deferred = True
+            if busy[best_lane]:
+                closed[best_lane] = True
+        if deferred:
+            feeder.release_deferred()
+            if self.corrected:
+                self.system.register(0, self.wake)
+
+    def _issue(self, i: int) -> bool:
+        """Issue node i; True when it finished at once (its children then wait for the next walk)."""
+        t = self.table
+        lane = t.lanes[i]
+        if lane != RECV_LANE:
+            self.slot_busy[lane] = True
+        self.start_ns[i] = self.engine.now
+        ntype = t.types[i]
+        if self.replay_only:
+            self._replay(i)
+        elif ntype == NodeType.MEM_LOAD_NODE or ntype == NodeType.MEM_STORE_NODE:
+            self.memory.access(self.rank, self.system.events, t.tensor_size[i], self._node_done, i)
+        elif ntype == NodeType.COMP_NODE:
+            if self.roofline is None or t.is_cpu[i]:
+                self._replay(i)
+            else:
+                if t.tensor_size[i] <= 0:
+                    return self._finish_at_once(i)
+                runtime = self.roofline.time_ns(t.num_ops[i], t.tensor_size[i])
+                self.gpu_compute_ns += runtime
+                self.system.register(runtime, self._node_done, i)
+        elif ntype in COMM_TYPES:
+            if t.is_cpu[i]:
+                self._replay(i)  # a host-side record of a collective (ASTRA-sim stops with an error)
+            elif ntype == NodeType.COMM_COLL_NODE:
+                self._issue_collective(i)
+            elif ntype == NodeType.COMM_SEND_NODE:
+                self._issue_send(i)
+            else:
+                self._issue_recv(i)
+        else:
+            if ntype == NodeType.METADATA_NODE:
+                self._read_process_groups(i)
+            return self._finish_at_once(i)
+        return False
+
+    def _replay(self, i: int) -> None:
+        runtime = self.table.replay_ns[i]
+        if self.table.is_cpu[i]:
+            self.cpu_compute_ns += runtime
+        else:
+            self.gpu_compute_ns += runtime
+        self.system.register(runtime, self._node_done, i)
+
+    def _finish_at_once(self, i: int) -> bool:
+        self.feeder.finish(i, defer=True)
+        self._release(i)
+        return True
+
+    # --- node kinds ----------------------------------------------------------------------------------
+    def _issue_collective(self, i: int) -> None:
+        t = self.table
+        ctype = t.comm_type[i]
+        if ctype == CollectiveType.BROADCAST:  # ASTRA-sim replays broadcasts by their recorded duration
+            dataset = DataSet(1, self.engine.now)
+            dataset.on_done = lambda ns, i=i: self._collective_done(i, ns)
+            self.system.register(t.replay_ns[i], lambda _: dataset.stream_finished(self.engine.now))
+            return
+        kind = COLLECTIVE_KINDS.get(CollectiveType(ctype))
+        if kind is None:
+            raise self._error(i, f"collective {CollectiveType(ctype).name} is not supported by ASTRA-sim 2.x "
+                                 "(all-reduce, all-gather, reduce-scatter, all-to-all and broadcast are)")
+        involved = t.involved_dim.get(i)
+        dims = len(self.system.setup.npus_per_dim)
+        if involved is None:
+            involved = [True] * max(4, dims)
+        elif len(involved) < dims:
+            involved = involved + [True] * (dims - len(involved))
+        group = self._group(i)
+        try:
+            dataset = self.system.generate_collective(kind, t.comm_size[i], involved, group, t.comm_priority[i])
+        except InputError as e:
+            raise self._error(i, str(e)) from None
+        dataset.on_done = lambda ns, i=i: self._collective_done(i, ns)
+        self.collectives[i] = dataset
+        if dataset.total == 0:  # nothing to communicate (ASTRA-sim would never finish it)
+            self.system.register(0, lambda _: dataset.stream_finished(self.engine.now))
+
+    def _group(self, i: int) -> CommGroup | None:
+        name = self.table.pg_name.get(i, "")
+        if name in ("", "0"):
+            return None
+        try:
+            gid = int(name)
+        except ValueError:
+            raise self._error(i, f"pg_name {name!r} is not a communicator group number") from None
+        group = self.groups.get(gid)
+        if group is None:
+            raise self._error(i, f"communicator group {gid} is not defined",
+                              "give it in --comm-groups, or in a METADATA node of the trace")
+        if self.rank not in group.members:
+            raise self._error(i, f"rank {self.rank} issues a collective on communicator group {gid}, "
+                                 f"which does not include it (members {list(group.members)})")
+        return group
+
+    def _read_process_groups(self, i: int) -> None:
+        groups = metadata_groups(self.graph, i)
+        if groups is None:
+            return
+        total = self.system.total_npus
+        for name, ranks in groups:
+            try:
+                pg = int(name)
+            except ValueError:
+                continue
+            members = tuple(ranks) if ranks else tuple(range(total))
+            self.groups[pg] = CommGroup(pg + 1, members)  # ASTRA-sim numbers them pg_name + 1
+
+    def _issue_send(self, i: int) -> None:
+        t = self.table
+        src = t.comm_src[i] if t.comm_src[i] != NO_VALUE else self.rank
+        if src != self.rank:
+            raise self._error(i, f"a send with comm_src {src} is in rank {self.rank}'s trace",
+                              "a rank may only send its own data")
+        dst = t.comm_dst[i]
+        self._check_peer(i, dst, "comm_dst")
+        tag = t.comm_tag[i] % COLLECTIVE_TAG_BASE + NATIVE_TAG_BASE
+        self.system.send(dst, t.comm_size[i], tag, self._node_done, i)
+
+    def _issue_recv(self, i: int) -> None:
+        t = self.table
+        dst = t.comm_dst[i] if t.comm_dst[i] != NO_VALUE else self.rank
+        if dst != self.rank:
+            raise self._error(i, f"a receive with comm_dst {dst} is in rank {self.rank}'s trace",
+                              "a rank may only receive its own data")
+        src = t.comm_src[i]
+        self._check_peer(i, src, "comm_src")
+        tag = t.comm_tag[i] % COLLECTIVE_TAG_BASE + NATIVE_TAG_BASE
+        self.waiting_recv[i] = (src, t.comm_size[i], t.comm_tag[i])
+        self.system.recv(src, t.comm_size[i], tag, self._node_done, i)
+
+    def _check_peer(self, i: int, peer: int, attr: str) -> None:
+        if not 0 <= peer < self.system.total_npus:
+            raise self._error(i, f"{attr} {peer} is not a rank of the {self.system.total_npus}-NPU network")
+        if peer == self.rank:
+            raise self._error(i, f"{attr} {peer} is the rank itself", "a rank cannot send to itself")
+
+    # --- completion ----------------------------------------------------------------------------------
+    def _release(self, i: int) -> None:
+        lane = self.table.lanes[i]
+        if lane != RECV_LANE:
+            self.slot_busy[lane] = False
+        self._record(i)
+
+    def _record(self, i: int) -> None:
+        ntype = self.table.types[i]
+        iv = self.intervals
+        span = (self.start_ns.pop(i), self.engine.now)
+        if ntype == NodeType.COMP_NODE:
+            (iv.cpu if self.table.is_cpu[i] else iv.gpu).append(span)
+        elif ntype in COMM_TYPES:
+            iv.comm.append(span)
+        elif ntype in (NodeType.MEM_LOAD_NODE, NodeType.MEM_STORE_NODE):
+            iv.memory.append(span)
+        else:
+            iv.other.append(span)
+
+    def _node_done(self, i: int) -> None:
+        if self.finish_ns is not None:
+            return
+        self.waiting_recv.pop(i, None)
+        self._release(i)
+        self.feeder.finish(i)
+        self.wake()
+
+    def _collective_done(self, i: int, execution_ns: int) -> None:
+        if self.finish_ns is not None:
+            return
+        self.comm_busy_ns += execution_ns
+        self.collectives.pop(i, None)
+        self._node_done(i)
+
+    def _check_finished(self) -> None:
+        f = self.feeder
+        if f.issuable_count == 0 and f.taken == f.finished and not any(self.slot_busy):
+            if f.finished < f.num_nodes:
+                return  # nodes still wait for parents that can never finish (reported as a deadlock)
+            self.finish_ns = self.engine.now
+        elif f.issuable_count and f.taken == f.finished:
+            self.stalled = True  # only zero-time nodes ran: nothing will wake this rank again
+
+    # --- errors and reports --------------------------------------------------------------------------
+    def _error(self, i: int, problem: str, hint: str | None = None) -> InputError:
+        text = f"{self.path}: rank {self.rank}: node {self.graph.node_id(i)} ({self.graph.name(i)!r}): {problem}"
+        return InputError(text + (f" ({hint})" if hint else ""))
+
+    def stats(self) -> RankStats:
+        from simulator.results import rank_stats
+
+        return rank_stats(self)

@@ -1,0 +1,213 @@
+"""Put a simulation together from its inputs, run it, and report results or a deadlock."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from compute.devices import device
+from compute.roofline import Roofline
+from network.backends import make_backend
+from network.config import NetworkConfig
+from network.messaging import Messaging
+from simulator.config import MemoryConfig, SystemConfig
+from simulator.engine import Engine
+from simulator.memory import RemoteMemory
+from simulator.node_table import node_table
+from simulator.rank import RankWorkload
+from simulator.results import SimulationResult
+from simulator.system import COLLECTIVE_TAG_BASE, RankSystem, SystemSetup
+from workload.errors import InputError
+from workload.schema import NodeType
+from workload.traceset import TraceLoader, TraceSet
+from workload.validate import validate
+
+VERSION = "0.1.0"
+SEMANTICS = ("astra-sim", "corrected")
+Warn = Callable[[str], None]
+
+
+class DeadlockError(InputError):
+    """The simulation ran out of events with nodes unfinished."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    backend: str = "analytical-unaware"
+    queues_per_dim: int = 1
+    injection_scale: float = 1.0
+    rendezvous: bool = False
+    semantics: str = "astra-sim"
+    drop_dangling: bool = False
+    device: str | None = None
+    progress: bool = True
+
+
+def roofline_for(system: SystemConfig, device_name: str | None) -> Roofline | None:
+    """The roofline model the system config (or a device preset) asks for, or None."""
+    if not system.roofline_enabled or system.replay_only:
+        return None
+    peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
+    name = device_name or system.device
+    if name:
+        preset = device(name)
+        peak, bw = preset.peak_tflops, preset.memory_bw_gbps
+    if not peak or not bw:
+        raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s), "
+                         "or a device preset (--device or \"device\")")
+    return Roofline(peak * 1e12, bw * 1e9)
+
+
+class Simulation:
+    """One run: traces + network + system (+ memory, communicator groups) -> per-rank results."""
+
+    def __init__(self, traces: TraceSet, network: NetworkConfig, system: SystemConfig, memory: MemoryConfig,
+                 comm_groups: dict[int, tuple[int, ...]] | None = None, options: RunOptions | None = None,
+                 warn: Warn | None = None) -> None:
+        self.traces = traces
+        self.network = network
+        self.system = system
+        self.memory = memory
+        self.comm_groups = comm_groups or {}
+        self.options = options or RunOptions()
+        self.warn = warn or (lambda message: None)
+        if self.options.semantics not in SEMANTICS:
+            raise InputError(f"unknown semantics {self.options.semantics!r}; valid: {', '.join(SEMANTICS)}")
+        if self.options.queues_per_dim < 1:
+            raise InputError("--num-queues-per-dim must be at least 1")
+
+    def run(self) -> SimulationResult:
+        started = time.perf_counter()
+        opts, npus = self.options, self.network.num_npus
+        loader = TraceLoader(drop_dangling=opts.drop_dangling, warn=self.warn)
+        graphs = loader.load_set(self.traces, npus)
+        if self.traces.shared:
+            self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
+        roofline = roofline_for(self.system, opts.device)
+        self._check_workload(graphs, roofline is not None)
+
+        engine = Engine()
+        backend = make_backend(opts.backend, self.network, engine)
+        messaging = Messaging(engine, backend)
+        setup = SystemSetup(engine=engine, messaging=messaging, config=self.system,
+                            npus_per_dim=self.network.npus_count, queues_per_dim=opts.queues_per_dim,
+                            injection_scale=opts.injection_scale, rendezvous=opts.rendezvous)
+        memory = RemoteMemory(self.memory)
+        ranks = []
+        for r in range(npus):
+            graph = graphs[r]
+            ranks.append(RankWorkload(
+                r, self.traces.file_for(r), graph, validate(graph, drop_dangling=opts.drop_dangling),
+                RankSystem(r, setup), memory=memory, roofline=roofline, replay_only=self.system.replay_only,
+                corrected=opts.semantics == "corrected", comm_groups=self.comm_groups, warn=self.warn))
+        for w in ranks:
+            w.wake()
+        self._run_events(engine, ranks, started)
+
+        unfinished = [w for w in ranks if w.finish_ns is None]
+        if unfinished:
+            raise DeadlockError(deadlock_report(unfinished, messaging))
+        stats = [w.stats() for w in ranks]
+        return SimulationResult(
+            finish_ns=max(s.finish_ns for s in stats), ranks=stats, backend=opts.backend,
+            config=self.config_summary(), version=VERSION, wall_time_s=time.perf_counter() - started,
+            events=engine.events_processed, messages=messaging.messages)
+
+    def _run_events(self, engine: Engine, ranks: list[RankWorkload], started: float) -> None:
+        env = engine.env
+        step = env.step
+        peek = env.peek
+        report_at = started + 5.0
+        count = 0
+        while True:
+            while peek() != float("inf"):
+                step()
+                count += 1
+                if not count & 0x3FFF and self.options.progress:
+                    now = time.perf_counter()
+                    if now >= report_at:
+                        done = sum(w.finish_ns is not None for w in ranks)
+                        print(f"astrasim-py: simulated {env.now / 1e6:.3f} ms, {done}/{len(ranks)} ranks done, "
+                              f"{count / (now - started):,.0f} events/s", file=sys.stderr, flush=True)
+                        report_at = now + 10.0
+            stalled = [w for w in ranks if w.finish_ns is None and w.stalled]
+            if not stalled:
+                break
+            # ASTRA-sim would stop here without finishing these ranks: zero-time nodes released children that
+            # it only issues at the rank's next event, and there is none.
+            self.warn(f"rank(s) {', '.join(str(w.rank) for w in stalled[:8])} would stall in ASTRA-sim 2.x "
+                      "(children of zero-time nodes wait for an event that never comes); issuing them at "
+                      f"{env.now} ns (use --semantics corrected to issue them at once)")
+            for w in stalled:
+                w.wake()
+        engine.events_processed = count
+
+    def _check_workload(self, graphs: list[Any], roofline: bool) -> None:
+        """Refuse before simulating what would fail part-way: missing algorithms, roofline attributes."""
+        seen: set[int] = set()
+        needs: set[int] = set()
+        for r, graph in enumerate(graphs):
+            if id(graph) in seen:
+                continue
+            seen.add(id(graph))
+            t = node_table(graph)
+            for i, ntype in enumerate(t.types):
+                if ntype == NodeType.COMM_COLL_NODE and not t.is_cpu[i]:
+                    needs.add(t.comm_type[i])
+                elif roofline and ntype == NodeType.COMP_NODE and not t.is_cpu[i] and not (
+                        t.has_num_ops[i] and t.has_tensor_size[i]):
+                    raise InputError(f"{self.traces.file_for(r)}: rank {r}: node {graph.node_id(i)} "
+                                     f"({graph.name(i)!r}): the roofline model needs 'num_ops' and 'tensor_size' "
+                                     "on GPU compute nodes (or turn roofline-enabled off to replay durations)")
+        if self.system.replay_only:
+            return
+        names = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
+        for ctype in sorted(needs):
+            kind = names.get(ctype)
+            if kind and not self.system.implementation(kind):
+                raise InputError(f"{self.system.path}: the workload has {kind.replace('_', '-')} collectives but "
+                                 f"there is no '{kind.replace('_', '-')}-implementation'")
+        if needs & {0, 7} and not self.system.local_mem_bw_gbps:
+            raise InputError(f"{self.system.path}: 'local-mem-bw' (GB/s) is needed to charge the reductions of "
+                             "all-reduce and reduce-scatter collectives")
+
+    def config_summary(self) -> dict[str, Any]:
+        return {
+            "workload": self.traces.source, "network": asdict(self.network), "system": asdict(self.system),
+            "memory": asdict(self.memory), "comm_groups": {str(k): list(v) for k, v in self.comm_groups.items()},
+            "options": asdict(self.options),
+        }
+
+
+def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, per_rank: int = 4) -> str:
+    """Which ranks are stuck, on which nodes, waiting for what."""
+    pending_from: dict[int, list[str]] = {}
+    for tag, src, dst, size, _, state in messaging.unmatched():
+        kind = "collective" if tag >= COLLECTIVE_TAG_BASE else f"tag {tag}"
+        pending_from.setdefault(dst, []).append(f"{kind} message of {size} B from rank {src} ({state})")
+    lines = [f"deadlock: the simulation ran out of events with {len(unfinished)} rank(s) unfinished"]
+    for w in unfinished[:16]:
+        g = w.graph
+        ongoing = sorted(set(w.start_ns))
+        parts = []
+        for i in ongoing[:per_rank]:
+            what = f"node {g.node_id(i)} ({g.name(i)!r}, {NodeType(w.table.types[i]).name})"
+            if i in w.waiting_recv:
+                src, size, tag = w.waiting_recv[i]
+                what += f" waits for a send from rank {src} with tag {tag} and {size} bytes"
+            elif i in w.collectives:
+                waits = [m for m in pending_from.get(w.rank, []) if m.startswith("collective")]
+                what += " waits for " + (waits[0] if waits else "other ranks to join the collective")
+            parts.append(what)
+        blocked = w.feeder.num_nodes - w.feeder.finished - len(ongoing)
+        extra = f"; {blocked} more node(s) wait for these" if blocked > 0 else ""
+        more = f" (+{len(ongoing) - per_rank} more running)" if len(ongoing) > per_rank else ""
+        lines.append(f"  rank {w.rank} ({w.path}): " + "; ".join(parts) + more + extra)
+    if len(unfinished) > 16:
+        lines.append(f"  ... and {len(unfinished) - 16} more rank(s)")
+    lines.append("check that every rank issues the same collectives in the same order, and that every receive "
+                 "has a send with the same tag and size")
+    return "\n".join(lines)

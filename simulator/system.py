@@ -1,0 +1,380 @@
+"""The per-NPU system layer (ASTRA-sim's ``Sys``): collectives become chunk-streams of per-dimension
+phases that wait in per-dimension queues; messages go through the endpoint and the network.
+
+A collective of ``size`` bytes is cut into chunks (``preferred-dataset-splits``); each chunk is a stream
+whose phases run one algorithm on one dimension each. A stream's phase waits on its queue until fewer
+than ``active-chunks-per-dimension`` streams run there; waiting streams are ordered by priority (LIFO:
+newer first, FIFO: older first, EXPLICIT: the node's ``comm_priority``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from network.messaging import Messaging
+from simulator.collectives.algorithms import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    REDUCE_SCATTER,
+    Algorithm,
+    Direct,
+    DoubleBinaryTreeAllReduce,
+    HalvingDoubling,
+    Ring,
+)
+from simulator.collectives.topology import BinaryTree, CollectiveTopology, LogicalRing, build_topology
+from simulator.config import SystemConfig
+from simulator.engine import Engine, RankEvents
+from workload.errors import InputError
+
+NATIVE_TAG_BASE, COLLECTIVE_TAG_BASE, RENDEZVOUS_TAG_OFFSET = 0, 500_000_000, 1_000_000_000
+RENDEZVOUS_BYTES = 8192
+LOCAL_INJECTION_NS = 10  # a communicator-group ring's per-message delay, whatever the endpoint delay
+
+
+@dataclass(frozen=True, slots=True)
+class SystemSetup:
+    """What every rank's system layer shares."""
+
+    engine: Engine
+    messaging: Messaging
+    config: SystemConfig
+    npus_per_dim: tuple[int, ...]
+    queues_per_dim: int = 1
+    injection_scale: float = 1.0
+    rendezvous: bool = False
+
+    @property
+    def total_npus(self) -> int:
+        return math.prod(self.npus_per_dim)
+
+
+class DataSet:
+    """A collective's streams; reports the collective done when the last stream finishes."""
+
+    __slots__ = ("created_ns", "finished", "on_done", "total")
+
+    def __init__(self, total: int, created_ns: int) -> None:
+        self.total = total
+        self.finished = 0
+        self.created_ns = created_ns
+        self.on_done: Callable[[int], None] | None = None
+
+    def stream_finished(self, now: int) -> None:
+        self.finished += 1
+        if self.finished == self.total and self.on_done is not None:
+            self.on_done(now - self.created_ns)
+
+
+class Phase:
+    __slots__ = ("algorithm", "queue")
+
+    def __init__(self, queue: int, algorithm: Algorithm) -> None:
+        self.queue = queue
+        self.algorithm = algorithm
+
+
+class Stream:
+    """One chunk of a collective, moving through its phases; the algorithms' port to the system."""
+
+    __slots__ = ("dataset", "id", "initialized", "phase", "phases", "priority", "queue", "rank", "system")
+
+    def __init__(self, system: RankSystem, stream_id: int, dataset: DataSet, phases: list[Phase], priority: int):
+        self.system = system
+        self.rank = system.rank
+        self.id = stream_id
+        self.dataset = dataset
+        self.phases = deque(phases)
+        self.phase: Phase | None = None
+        self.queue = -1
+        self.priority = priority
+        self.initialized = False
+        for p in phases:
+            p.algorithm.port = self
+
+    # the algorithm's port
+    def send(self, dst: int, size: int) -> None:
+        self.system.send(dst, size, self.id % COLLECTIVE_TAG_BASE + COLLECTIVE_TAG_BASE, None, None)
+
+    def recv(self, src: int, size: int) -> None:
+        self.system.recv(src, size, self.id % COLLECTIVE_TAG_BASE + COLLECTIVE_TAG_BASE, _stream_received, self)
+
+    def bundle(self, processed: bool, size: int, local: bool) -> None:
+        self.system.bundle(self, processed, size, local)
+
+    def exit(self) -> None:
+        self.system.proceed(self)
+
+
+def _stream_received(stream: Stream) -> None:
+    stream.phase.algorithm.on_received()  # type: ignore[union-attr]
+
+
+class _QueueLevel:
+    """The queues of one dimension and ASTRA-sim's round-robin allocators over them."""
+
+    __slots__ = ("first_allocator", "last_allocator", "next_allocator", "queues")
+
+    def __init__(self, queues: list[int]) -> None:
+        self.queues = queues
+        self.next_allocator = 0
+        self.first_allocator = 0
+        self.last_allocator = len(queues) // 2
+
+    def next(self) -> tuple[int, bool]:
+        half = len(self.queues) // 2
+        clockwise = not (len(self.queues) > 1 and self.next_allocator >= half)
+        q = self.queues[self.next_allocator]
+        self.next_allocator = (self.next_allocator + 1) % len(self.queues)
+        return q, clockwise
+
+    def first(self) -> tuple[int, bool]:
+        q = self.queues[self.first_allocator]
+        self.first_allocator += 1
+        if self.first_allocator >= len(self.queues) // 2:
+            self.first_allocator = 0
+        return q, True
+
+    def last(self) -> tuple[int, bool]:
+        q = self.queues[self.last_allocator]
+        self.last_allocator += 1
+        if self.last_allocator >= len(self.queues):
+            self.last_allocator = len(self.queues) // 2
+        return q, False
+
+
+@dataclass(slots=True)
+class CommGroup:
+    """A communicator group as one rank sees it, with its stream-id counter."""
+
+    gid: int
+    members: tuple[int, ...]
+    next_stream: int = 0
+
+    def __post_init__(self) -> None:
+        self.next_stream = self.gid * 1_000_000
+
+
+class RankSystem:
+    """The system layer of one NPU."""
+
+    def __init__(self, rank: int, setup: SystemSetup) -> None:
+        cfg = setup.config
+        self.rank = rank
+        self.setup = setup
+        self.engine = setup.engine
+        self.events = RankEvents(setup.engine)
+        self.messaging = setup.messaging
+        self.endpoint_delay = cfg.endpoint_delay(setup.injection_scale)
+        self.local_mem_Bps = cfg.local_mem_bw_gbps * 1e9 if cfg.local_mem_bw_gbps else 0.0
+        self.splits = cfg.preferred_dataset_splits
+        self.total_npus = setup.total_npus
+        q = setup.queues_per_dim
+        self.levels = [_QueueLevel(list(range(d * q, (d + 1) * q))) for d in range(len(setup.npus_per_dim))]
+        self.active: list[list[Stream]] = [[] for _ in range(q * len(setup.npus_per_dim))]
+        self.running = [0] * len(self.active)
+        self.threshold = math.ceil(cfg.active_chunks_per_dimension / q)
+        self.priority_counter = 0
+        self.stream_counter = 0
+        self._topologies: dict[str, CollectiveTopology] = {}
+        self.groups: dict[int, CommGroup] = {}
+        self.rendezvous = setup.rendezvous
+
+    # --- events and messages -----------------------------------------------------------------------
+    def register(self, delay: int, fn: Callable[[Any], None], arg: Any = None) -> None:
+        self.events.register(delay, fn, arg)
+
+    def send(self, dst: int, size: int, tag: int, on_sent: Callable[[Any], None] | None, arg: Any) -> None:
+        if self.rendezvous:  # wait for the receiver's 8 KiB handshake first
+            self.messaging.recv(self.rank, dst, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_OFFSET, self._rendezvous_send,
+                                (dst, size, tag, on_sent, arg))
+        else:
+            self.messaging.send(self.rank, dst, size, tag, on_sent, arg)
+
+    def _rendezvous_send(self, request: tuple[int, int, int, Any, Any]) -> None:
+        dst, size, tag, on_sent, arg = request
+        self.messaging.send(self.rank, dst, size, tag, on_sent, arg)
+
+    def recv(self, src: int, size: int, tag: int, on_received: Callable[[Any], None], arg: Any) -> None:
+        if self.rendezvous:  # tell the sender we are ready, then post the receive
+            self.messaging.send(self.rank, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_OFFSET, self._rendezvous_recv,
+                                (src, size, tag, on_received, arg))
+        else:
+            self.messaging.recv(self.rank, src, size, tag, on_received, arg)
+
+    def _rendezvous_recv(self, request: tuple[int, int, int, Any, Any]) -> None:
+        src, size, tag, on_received, arg = request
+        self.messaging.recv(self.rank, src, size, tag, on_received, arg)
+
+    def reduction_ns(self, size: int) -> int:
+        """Three passes over the data at local-mem-bw (write, read, read), each truncated."""
+        if not self.local_mem_Bps:
+            raise InputError(f"{self.setup.config.path}: 'local-mem-bw' is needed to charge collective reductions")
+        return 3 * int(size / self.local_mem_Bps * 1e9)
+
+    def bundle(self, stream: Stream, processed: bool, size: int, local: bool) -> None:
+        """A packet through the endpoint (and a reduction when ``processed``), then back to the algorithm."""
+        delay = LOCAL_INJECTION_NS if local else self.endpoint_delay
+        self.events.register(delay, self._bundle_injected if processed else _bundle_done, (stream, size))
+
+    def _bundle_injected(self, arg: tuple[Stream, int]) -> None:
+        self.events.register(self.reduction_ns(arg[1]), _bundle_done, arg)
+
+    # --- collectives ---------------------------------------------------------------------------------
+    def topology(self, kind: str) -> tuple[CollectiveTopology, tuple[str, ...]]:
+        impls = self.setup.config.implementation(kind)
+        if not impls:
+            raise InputError(f"{self.setup.config.path}: no '{kind.replace('_', '-')}-implementation' is given, "
+                             "but the workload has such collectives")
+        topo = self._topologies.get(kind)
+        if topo is None:
+            topo = self._topologies[kind] = build_topology(self.rank, self.setup.npus_per_dim, impls)
+        return topo, impls
+
+    def group_plan(self, group: CommGroup, kind: str) -> tuple[CollectiveTopology, tuple[str, ...], Sequence[bool]]:
+        """ASTRA-sim's plan for a communicator group: all NPUs -> the usual topology; fewer -> one ring over
+        the members in listed order (running the configured algorithm if it has one dimension, else ring)."""
+        if len(group.members) == self.total_npus:
+            topo, impls = self.topology(kind)
+            return topo, impls, [True] * 10
+        impls = self.setup.config.implementation(kind)
+        if not impls:
+            self.topology(kind)  # raises the missing-implementation error
+        if len(impls) > 1:
+            impls = ("ring",)
+        key = f"group{group.gid}:{kind}"
+        topo = self._topologies.get(key)
+        if topo is None:
+            topo = self._topologies[key] = CollectiveTopology([LogicalRing(group.members, local=True)])
+        return topo, impls, [True]
+
+    def generate_collective(self, kind: str, size: int, involved: Sequence[bool], group: CommGroup | None,
+                            explicit_priority: int) -> DataSet:
+        """Chunk a collective into streams, each with its phases, and queue them."""
+        if group is None:
+            topo, impls = self.topology(kind)
+        else:
+            topo, impls, involved = self.group_plan(group, kind)
+        chunk = size // self.splits
+        if kind != ALL_GATHER and self.total_npus > chunk:  # ASTRA-sim's minimum chunk: one byte per NPU
+            chunk = self.total_npus
+            size = self.splits * chunk
+        chunk = max(chunk, 1)
+        dataset = DataSet(math.ceil(size / chunk), self.engine.now)
+        priority = self.priority(explicit_priority)
+        dims = list(range(topo.num_dims))
+        if kind == ALL_GATHER:
+            dims.reverse()
+        active = [d for d in dims if topo.nodes_in_dim(d) > 1 and involved[d]]
+        count = 0
+        while size > 0:
+            count += 1
+            size = 0 if chunk > size else size - chunk
+            remain = chunk
+            phases: list[Phase] = []
+            if kind != ALL_REDUCE or self.setup.config.collective_optimization == "baseline":
+                for d in active:
+                    queue, clockwise = self.levels[d].next()
+                    phase = self.phase(kind, topo, d, impls[d], remain, queue, clockwise)
+                    phases.append(phase)
+                    remain = phase.algorithm.final_data_size
+            elif active:
+                *inner, last = active
+                for d in inner:
+                    queue, clockwise = self.levels[d].first()
+                    phase = self.phase(REDUCE_SCATTER, topo, d, impls[d], remain, queue, clockwise)
+                    phases.append(phase)
+                    remain = phase.algorithm.final_data_size
+                queue, clockwise = self.levels[last].first()
+                phase = self.phase(ALL_REDUCE, topo, last, impls[last], remain, queue, clockwise)
+                phases.append(phase)
+                remain = phase.algorithm.final_data_size
+                for d in reversed(inner):
+                    queue, clockwise = self.levels[d].last()
+                    phase = self.phase(ALL_GATHER, topo, d, impls[d], remain, queue, clockwise)
+                    phases.append(phase)
+                    remain = phase.algorithm.final_data_size
+            if not phases:
+                dataset.total = 0  # nothing to do on any dimension (see Simulation: completes at once)
+                return dataset
+            if group is None:
+                stream_id = self.stream_counter
+                self.stream_counter += 1
+            else:
+                stream_id = group.next_stream
+                group.next_stream += 1
+            self.proceed(Stream(self, stream_id, dataset, phases, priority))  # the ready list runs at once
+        dataset.total = count
+        return dataset
+
+    def phase(self, kind: str, topo: CollectiveTopology, dim: int, name: str, size: int, queue: int,
+              clockwise: bool) -> Phase:
+        basic = topo.basic(dim)
+        if name == "doubleBinaryTree":
+            if not isinstance(basic, BinaryTree):
+                raise InputError("doubleBinaryTree cannot run on a communicator group smaller than all NPUs")
+            return Phase(queue, DoubleBinaryTreeAllReduce(self.rank, basic, size))
+        assert isinstance(basic, LogicalRing)
+        if name in ("ring", "oneRing"):
+            return Phase(queue, Ring(kind, self.rank, basic, size, clockwise))
+        if name.startswith(("direct", "oneDirect")):
+            digits = name[len("oneDirect"):] if name.startswith("oneDirect") else name[len("direct"):]
+            return Phase(queue, Direct(kind, self.rank, basic, size, clockwise, int(digits) if digits else -1))
+        if kind == ALL_TO_ALL:
+            raise InputError(f"{name} does not implement all-to-all; use ring or direct")
+        return Phase(queue, HalvingDoubling(kind, self.rank, basic, size))
+
+    def priority(self, explicit: int) -> int:
+        policy = self.setup.config.scheduling_policy
+        if policy == "EXPLICIT":
+            return explicit
+        value = self.priority_counter
+        self.priority_counter += 1 if policy == "LIFO" else -1
+        return value
+
+    # --- stream scheduling ---------------------------------------------------------------------------
+    def proceed(self, stream: Stream) -> None:
+        """Move a stream to its next phase's queue, or retire it (ASTRA-sim's proceed_to_next_vnet)."""
+        previous = stream.queue
+        if not stream.phases:
+            stream.dataset.stream_finished(self.engine.now)  # may issue new collectives right now
+            if previous >= 0:
+                self.active[previous].remove(stream)
+                self._queue_freed(previous)
+            return
+        if previous >= 0:
+            self.active[previous].remove(stream)
+        phase = stream.phases.popleft()
+        stream.phase = phase
+        stream.queue = phase.queue
+        stream.initialized = False
+        waiting = self.active[phase.queue]
+        i = 0
+        while i < len(waiting) and (waiting[i].initialized or waiting[i].priority >= stream.priority):
+            i += 1
+        waiting.insert(i, stream)
+        if previous >= 0:
+            self._queue_freed(previous)
+        self._start_waiting(phase.queue)
+
+    def _queue_freed(self, queue: int) -> None:
+        self.running[queue] -= 1
+        self._start_waiting(queue)
+
+    def _start_waiting(self, queue: int) -> None:
+        streams = self.active[queue]
+        running = self.running
+        while running[queue] < len(streams) and running[queue] < self.threshold:
+            stream = streams[running[queue]]
+            running[queue] += 1
+            stream.initialized = True
+            stream.phase.algorithm.start()  # type: ignore[union-attr]
+
+
+def _bundle_done(arg: tuple[Stream, int]) -> None:
+    arg[0].phase.algorithm.on_general()  # type: ignore[union-attr]
