@@ -122,10 +122,11 @@ class CongestionAware:
 
     name = "analytical-aware"
 
-    def __init__(self, config: NetworkConfig, engine: Clock) -> None:
+    def __init__(self, config: NetworkConfig, engine: Clock, symmetric: bool = False) -> None:
         self.config = config
         self.engine = engine
-        self.links: dict[tuple[int, int], Link] = {}
+        self.symmetric = symmetric  # one link per class of links equal under translation (representative runs)
+        self.links: dict[tuple[Any, Any], Link] = {}
         self._routes: dict[tuple[int, int], list[Link]] = {}
         self._strides = []
         stride = 1
@@ -137,10 +138,26 @@ class CongestionAware:
 
     # --- topology ---------------------------------------------------------------------------------
     def _link(self, a: int, b: int, dim: int) -> Link:
-        link = self.links.get((a, b))
+        key: tuple[Any, Any] = (a, b)
+        if self.symmetric:
+            n = self.config.num_npus
+            if b >= n:
+                key = ("npu", ("switch", dim))
+            elif a >= n:
+                key = (("switch", dim), "npu")
+            else:
+                key = (0, self._difference(b, a))
+        link = self.links.get(key)
         if link is None:
-            link = self.links[(a, b)] = Link(a, b, self.config.bytes_per_ns(dim), self.config.latency_ns[dim])
+            link = self.links[key] = Link(a, b, self.config.bytes_per_ns(dim), self.config.latency_ns[dim])
         return link
+
+    def _difference(self, b: int, a: int) -> int:
+        """b - a in the group of coordinates (per dimension, modulo its size)."""
+        out = 0
+        for n, stride in zip(self.config.npus_count, self._strides, strict=True):
+            out += (((b // stride) % n - (a // stride) % n) % n) * stride
+        return out
 
     def _switch(self, dim: int, npu: int) -> int:
         line = npu - (npu // self._strides[dim]) % self.config.npus_count[dim] * self._strides[dim]
@@ -220,11 +237,15 @@ class CongestionAware:
 BACKENDS = {"analytical-unaware": CongestionUnaware, "analytical-aware": CongestionAware}
 
 
-def make_backend(name: str, config: NetworkConfig, engine: Clock) -> NetworkBackend:
-    """The backend registered under ``name``; an unknown name is an error listing the valid ones."""
+def make_backend(name: str, config: NetworkConfig, engine: Clock, symmetric: bool = False) -> NetworkBackend:
+    """The backend registered under ``name``; an unknown name is an error listing the valid ones.
+
+    ``symmetric`` builds it for a single representative rank (see MirroredMessaging).
+    """
     from workload.errors import InputError
 
-    cls = BACKENDS.get(name)
-    if cls is None:
-        raise InputError(f"unknown network backend {name!r}; valid: {', '.join(BACKENDS)}")
-    return cls(config, engine)  # type: ignore[no-any-return]
+    if name == "analytical-aware":
+        return CongestionAware(config, engine, symmetric)
+    if name == "analytical-unaware":
+        return CongestionUnaware(config, engine)
+    raise InputError(f"unknown network backend {name!r}; valid: {', '.join(BACKENDS)}")

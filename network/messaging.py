@@ -86,3 +86,46 @@ class Messaging:
                 "in flight" if e.sent else "receive posted, nothing sent")
             out.append((tag, src, dst, size, seq, state))
         return out
+
+
+class MirroredMessaging(Messaging):
+    """Messaging for a single representative rank of a translation-symmetric run.
+
+    When every rank does the same thing relative to its position, the message rank X sends to me is the
+    image of the message I send to R, with X = me - (R - me) in every dimension: it arrives when mine
+    would arrive at R. So each of my sends is delivered back to me, as coming from X.
+    """
+
+    __slots__ = ("_dims", "_mirror")
+
+    def __init__(self, clock: Clock, backend: NetworkBackend, npus_per_dim: tuple[int, ...]) -> None:
+        super().__init__(clock, backend)
+        self._mirror: dict[tuple[int, int], int] = {}
+        self._dims = npus_per_dim
+
+    def mirror(self, me: int, dst: int) -> int:
+        key = (me, dst)
+        src = self._mirror.get(key)
+        if src is None:
+            src, stride = 0, 1
+            for n in self._dims:
+                a, b = (me // stride) % n, (dst // stride) % n
+                src += ((2 * a - b) % n) * stride
+                stride *= n
+            self._mirror[key] = src
+        return src
+
+    def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
+        origin = self.mirror(src, dst)
+        key = (tag, origin, src, size_bytes)
+        seq = self._send_seq.get(key, 0) + 1
+        self._send_seq[key] = seq
+        full = (tag, origin, src, size_bytes, seq)
+        entry = self._entries.get(full)
+        if entry is None:
+            entry = self._entries[full] = _Match()
+        entry.on_sent = on_sent  # my own send's completion, which happens at the same time
+        entry.send_arg = arg
+        entry.sent = True
+        self.messages += 1
+        self.backend.transmit(src, dst, size_bytes, self._arrived, full)

@@ -23,7 +23,7 @@ from simulator.config import (
     system_from_dict,
 )
 from simulator.results import format_astra_sim, format_text
-from simulator.simulation import SEMANTICS, RunOptions, Simulation
+from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation
 from workload.errors import InputError
 from workload.tools import cli as trace_cli
 from workload.traceset import resolve_workload
@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--semantics", choices=SEMANTICS, default="astra-sim",
                    help="astra-sim (default): reproduce ASTRA-sim 2.x exactly; corrected: children of zero-time "
                         "nodes are issued at once instead of at the rank's next event")
+    p.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="auto (default): simulate one representative rank when all ranks are symmetric, else every "
+                        "message; message: always every message; symmetric: insist on the representative rank")
     p.add_argument("--drop-dangling-deps", action="store_true",
                    help="ignore dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
@@ -99,7 +102,7 @@ def run_simulation(argv: list[str]) -> int:
     options = RunOptions(backend=args.backend, queues_per_dim=args.num_queues_per_dim,
                          injection_scale=args.injection_scale, rendezvous=args.rendezvous_protocol,
                          semantics=args.semantics, drop_dangling=args.drop_dangling_deps, device=args.device,
-                         progress=not args.quiet)
+                         engine=args.engine, progress=not args.quiet)
     sim = Simulation(resolve_workload(args.workload), network, system, memory, groups, options, _warn)
     result = sim.run()
     if args.json_path:

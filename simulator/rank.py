@@ -179,7 +179,7 @@ class RankWorkload:
         dataset.on_done = lambda ns, i=i: self._collective_done(i, ns)
         self.collectives[i] = dataset
         if dataset.total == 0:  # nothing to communicate (ASTRA-sim would never finish it)
-            self.system.register(0, lambda _: dataset.stream_finished(self.engine.now))
+            self.system.register(0, lambda _, i=i: self._collective_done(i, 0))
 
     def _group(self, i: int) -> CommGroup | None:
         name = self.table.pg_name.get(i, "")

@@ -74,6 +74,7 @@ class SimulationResult:
     config: dict[str, Any]
     version: str
     wall_time_s: float = 0.0
+    engine: str = "message"
     events: int = 0
     messages: int = 0
     notes: list[str] = field(default_factory=list)
@@ -81,7 +82,7 @@ class SimulationResult:
     def to_json(self) -> dict[str, Any]:
         return {"finish_ns": self.finish_ns, "ranks": [asdict(r) for r in self.ranks], "backend": self.backend,
                 "config": self.config, "version": self.version,
-                "run": {"wall_time_s": round(self.wall_time_s, 3), "events": self.events,
+                "run": {"wall_time_s": round(self.wall_time_s, 3), "engine": self.engine, "events": self.events,
                         "messages": self.messages, "notes": self.notes}}
 
     def write_json(self, path: str) -> None:

@@ -5,20 +5,21 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from compute.devices import device
 from compute.roofline import Roofline
 from network.backends import make_backend
 from network.config import NetworkConfig
-from network.messaging import Messaging
+from network.messaging import Messaging, MirroredMessaging
 from simulator.config import MemoryConfig, SystemConfig
 from simulator.engine import Engine
 from simulator.memory import RemoteMemory
 from simulator.node_table import node_table
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
+from simulator.symmetry import symmetry_blockers
 from simulator.system import COLLECTIVE_TAG_BASE, RankSystem, SystemSetup
 from workload.errors import InputError
 from workload.schema import NodeType
@@ -27,6 +28,7 @@ from workload.validate import validate
 
 VERSION = "0.1.0"
 SEMANTICS = ("astra-sim", "corrected")
+ENGINES = ("auto", "message", "symmetric")
 Warn = Callable[[str], None]
 
 
@@ -43,6 +45,7 @@ class RunOptions:
     semantics: str = "astra-sim"
     drop_dangling: bool = False
     device: str | None = None
+    engine: str = "auto"  # auto | message | symmetric
     progress: bool = True
 
 
@@ -76,6 +79,8 @@ class Simulation:
         self.warn = warn or (lambda message: None)
         if self.options.semantics not in SEMANTICS:
             raise InputError(f"unknown semantics {self.options.semantics!r}; valid: {', '.join(SEMANTICS)}")
+        if self.options.engine not in ENGINES:
+            raise InputError(f"unknown engine {self.options.engine!r}; valid: {', '.join(ENGINES)}")
         if self.options.queues_per_dim < 1:
             raise InputError("--num-queues-per-dim must be at least 1")
 
@@ -89,15 +94,23 @@ class Simulation:
         roofline = roofline_for(self.system, opts.device)
         self._check_workload(graphs, roofline is not None)
 
+        blockers = symmetry_blockers(graphs, self.system, self.memory, npus, self.comm_groups)
+        if opts.engine == "symmetric" and blockers:
+            raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
+                             + "; ".join(blockers) + " (use --engine message)")
+        symmetric = opts.engine != "message" and not blockers
+        self.engine_used = "symmetric" if symmetric else "message"
+
         engine = Engine()
-        backend = make_backend(opts.backend, self.network, engine)
-        messaging = Messaging(engine, backend)
+        backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
+        messaging = (MirroredMessaging(engine, backend, self.network.npus_count) if symmetric
+                     else Messaging(engine, backend))
         setup = SystemSetup(engine=engine, messaging=messaging, config=self.system,
                             npus_per_dim=self.network.npus_count, queues_per_dim=opts.queues_per_dim,
                             injection_scale=opts.injection_scale, rendezvous=opts.rendezvous)
         memory = RemoteMemory(self.memory)
         ranks = []
-        for r in range(npus):
+        for r in range(1 if symmetric else npus):
             graph = graphs[r]
             ranks.append(RankWorkload(
                 r, self.traces.file_for(r), graph, validate(graph, drop_dangling=opts.drop_dangling),
@@ -111,10 +124,13 @@ class Simulation:
         if unfinished:
             raise DeadlockError(deadlock_report(unfinished, messaging))
         stats = [w.stats() for w in ranks]
+        if symmetric:
+            stats = [replace(stats[0], rank=r) for r in range(npus)]
         return SimulationResult(
             finish_ns=max(s.finish_ns for s in stats), ranks=stats, backend=opts.backend,
             config=self.config_summary(), version=VERSION, wall_time_s=time.perf_counter() - started,
-            events=engine.events_processed, messages=messaging.messages)
+            events=engine.events_processed, messages=messaging.messages * (npus if symmetric else 1),
+            engine=self.engine_used)
 
     def _run_events(self, engine: Engine, ranks: list[RankWorkload], started: float) -> None:
         env = engine.env

@@ -26,8 +26,7 @@ for _i, (_name, _, _) in enumerate(schema.ATTRIBUTE_VALUE_TYPES):
 
 INTEGER_TYPES = {"int32", "int64", "uint32", "uint64", "sint32", "sint64",
                  "fixed32", "fixed64", "sfixed32", "sfixed64", "bool"}
-_LIST_CLASSES = {number: schema.list_class(tname) for number, (kind, tname) in FIELD_TYPES.items()
-                 if kind == "list"}
+
 
 
 def expected_wire_type(field_number: int) -> int | None:
@@ -153,7 +152,7 @@ class AttributeTable:
         kind, tname = FIELD_TYPES[number]
         if kind == "list":
             payload = self.buf[self.offset[occ] : self.offset[occ] + self.length[occ]].tobytes()
-            return list(_LIST_CLASSES[number].FromString(payload).values)
+            return list(schema.list_class(tname).FromString(payload).values)
         raw = self.raw[occ : occ + 1]
         if tname in ("string", "bytes"):
             payload = self.buf[self.offset[occ] : self.offset[occ] + self.length[occ]].tobytes()

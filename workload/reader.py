@@ -6,7 +6,6 @@ import os
 from typing import Any
 
 import numpy as np
-from google.protobuf.message import DecodeError
 
 from workload import schema
 from workload.attributes import AttributeTable, expected_wire_type
@@ -61,16 +60,29 @@ def decode_trace(data: bytes | np.ndarray, path: str = "<memory>") -> TraceGraph
 
 def _decode_metadata(buf: np.ndarray, start: int, end: int) -> tuple[str, dict[str, Any]]:
     problem = "the first message is not a GlobalMetadata"
+    hint = "Chakra ET files start with a GlobalMetadata message; is this a Chakra ET file, and is it complete?"
+    version = ""
+    attributes = False
     try:
         for r in scan_fields(buf, np.array([start]), np.array([end]), "GlobalMetadata"):
             if not ((r.field == 1) | (r.field == 2)).all() or not (r.wire == 2).all():
-                problem += " (it looks like a Node): the file lacks its metadata header"
-                raise DecodeError(problem)
+                raise TraceError(problem + " (it looks like a Node): the file lacks its metadata header",
+                                 offset=start, hint=hint)
+            if r.field[0] == 1:
+                off, n = int(r.offset[0]), int(r.length[0])
+                version = buf[off : off + n].tobytes().decode("utf-8", "replace")
+            else:
+                attributes = True
+    except MalformedMessage:
+        raise TraceError(problem, offset=start, hint=hint) from None
+    if not attributes:
+        return version, {}
+    from google.protobuf.message import DecodeError  # attributes are rare here: decode them the plain way
+
+    try:
         meta = schema.GlobalMetadata.FromString(buf[start:end].tobytes())
-    except (DecodeError, MalformedMessage):
-        raise TraceError(problem, offset=start,
-                         hint="Chakra ET files start with a GlobalMetadata message; "
-                              "is this a Chakra ET file, and is it complete?") from None
+    except DecodeError:
+        raise TraceError(problem, offset=start, hint=hint) from None
     attrs = {}
     for a in meta.attr:
         kind = a.WhichOneof("value")

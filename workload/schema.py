@@ -2,16 +2,18 @@
 
 Field numbers and types are the wire contract; names follow Chakra so that JSON dumps read the same.
 The message classes live in a private descriptor pool, so they never clash with an installed copy of
-the official ``chakra`` package in the same process.
+the official ``chakra`` package in the same process. They are built on first use (``schema.Node`` ...):
+reading and simulating traces does not need the protobuf runtime at all.
 """
 
 from __future__ import annotations
 
 import enum
-
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+import functools
+from typing import Any
 
 PACKAGE = "ChakraProtoMsg"
+MESSAGES = ("Node", "GlobalMetadata", "AttributeProto", "IOInfo", "Tensor")
 
 
 class NodeType(enum.IntEnum):
@@ -38,26 +40,24 @@ class CollectiveType(enum.IntEnum):
     BARRIER = 9
 
 
-_F = descriptor_pb2.FieldDescriptorProto
-
 # The AttributeProto value oneof: (scalar type, list element type) pairs numbered 3.., in this order.
-# Each entry: (type name used in field names, protobuf scalar type, wire type of one scalar).
+# Each entry: (type name used in field names, protobuf FieldDescriptorProto type, wire type of one scalar).
 ATTRIBUTE_VALUE_TYPES: tuple[tuple[str, int, int], ...] = (
-    ("double", _F.TYPE_DOUBLE, 1),
-    ("float", _F.TYPE_FLOAT, 5),
-    ("int32", _F.TYPE_INT32, 0),
-    ("int64", _F.TYPE_INT64, 0),
-    ("uint32", _F.TYPE_UINT32, 0),
-    ("uint64", _F.TYPE_UINT64, 0),
-    ("sint32", _F.TYPE_SINT32, 0),
-    ("sint64", _F.TYPE_SINT64, 0),
-    ("fixed32", _F.TYPE_FIXED32, 5),
-    ("fixed64", _F.TYPE_FIXED64, 1),
-    ("sfixed32", _F.TYPE_SFIXED32, 5),
-    ("sfixed64", _F.TYPE_SFIXED64, 1),
-    ("bool", _F.TYPE_BOOL, 0),
-    ("string", _F.TYPE_STRING, 2),
-    ("bytes", _F.TYPE_BYTES, 2),
+    ("double", 1, 1),
+    ("float", 2, 5),
+    ("int32", 5, 0),
+    ("int64", 3, 0),
+    ("uint32", 13, 0),
+    ("uint64", 4, 0),
+    ("sint32", 17, 0),
+    ("sint64", 18, 0),
+    ("fixed32", 7, 5),
+    ("fixed64", 6, 1),
+    ("sfixed32", 15, 5),
+    ("sfixed64", 16, 1),
+    ("bool", 8, 0),
+    ("string", 9, 2),
+    ("bytes", 12, 2),
 )
 
 
@@ -73,7 +73,10 @@ def _list_message_name(type_name: str) -> str:
     return type_name[0].upper() + type_name[1:] + "List"
 
 
-def _build_file() -> descriptor_pb2.FileDescriptorProto:
+def _build_file() -> Any:
+    from google.protobuf import descriptor_pb2
+
+    _F = descriptor_pb2.FieldDescriptorProto
     f = descriptor_pb2.FileDescriptorProto(name="astrasim_et_def.proto", package=PACKAGE, syntax="proto3")
 
     def message(name: str, fields: list[tuple[str, int, int, bool, str]]) -> None:
@@ -136,13 +139,21 @@ def _build_file() -> descriptor_pb2.FileDescriptorProto:
     return f
 
 
-_pool = descriptor_pool.DescriptorPool()
-_pool.Add(_build_file())
+@functools.cache
+def _pool() -> Any:
+    from google.protobuf import descriptor_pool
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(_build_file())
+    return pool
 
 
+@functools.cache
 def message_class(name: str) -> type:
     """The generated message class for a message name of the schema (e.g. "Node", "BoolList")."""
-    return message_factory.GetMessageClass(_pool.FindMessageTypeByName(f"{PACKAGE}.{name}"))
+    from google.protobuf import message_factory
+
+    return message_factory.GetMessageClass(_pool().FindMessageTypeByName(f"{PACKAGE}.{name}"))
 
 
 def list_class(type_name: str) -> type:
@@ -150,8 +161,7 @@ def list_class(type_name: str) -> type:
     return message_class(_list_message_name(type_name))
 
 
-Node = message_class("Node")
-GlobalMetadata = message_class("GlobalMetadata")
-AttributeProto = message_class("AttributeProto")
-IOInfo = message_class("IOInfo")
-Tensor = message_class("Tensor")
+def __getattr__(name: str) -> type:
+    if name in MESSAGES:
+        return message_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

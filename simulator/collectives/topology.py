@@ -173,8 +173,9 @@ def build_topology(rank: int, npus_per_dim: Sequence[int], algorithms: Sequence[
             dims.append(LogicalRing(range(total)))
             break
         if name == "doubleBinaryTree":
-            last = dim == len(algorithms) - 1
-            start = rank % offset if last else rank - rank % (offset * size) + rank % offset
+            # ASTRA-sim uses rank % offset on the last listed dimension, which is the same number when that is
+            # the network's last dimension and crashes otherwise; this form is right for every dimension.
+            start = rank - rank % (offset * size) + rank % offset
             dims.append(DoubleBinaryTree(size, start, offset))
         else:
             base = rank - (rank % (offset * size)) // offset * offset

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from workload.errors import InputError
 from workload.graph import TraceGraph
 from workload.tools import generate as gen
-from workload.tools import inspect_trace, jsonize, visualize
+from workload.tools import inspect_trace, jsonize
 from workload.traceset import TraceLoader, resolve_workload
 from workload.validate import validate
 
@@ -123,6 +123,8 @@ def _jsonize(args: argparse.Namespace, warn: Warn) -> None:
 
 def _visualize(args: argparse.Namespace, warn: Warn) -> None:
     ((_, path, graph),), _ = _load(args, warn, [args.rank])
+    from workload.tools import visualize  # networkx is only needed here
+
     fmt = args.format or ("dot" if args.output.endswith((".dot", ".gv")) else "graphml")
     if graph.num_nodes > 100_000:
         warn(f"{path}: {graph.num_nodes} nodes; graph viewers struggle with graphs this large")

@@ -1,0 +1,51 @@
+"""When a run is symmetric enough to simulate one representative rank instead of all of them.
+
+If every rank runs the same trace, collectives use translation-symmetric algorithms (ring, direct and
+their one* forms) over all NPUs, and nothing breaks the symmetry (point-to-point messages, communicator
+groups, shared memory channels), then every rank behaves like rank 0 shifted in space: one rank is
+simulated and its sends are mirrored back as its receives (network/messaging.py: MirroredMessaging).
+The result equals the message-level simulation's; tests check that on many configurations.
+"""
+
+from __future__ import annotations
+
+from simulator.config import MemoryConfig, SystemConfig
+from simulator.node_table import node_table
+from workload.graph import TraceGraph
+from workload.schema import NodeType
+
+SYMMETRIC_ALGORITHMS = ("ring", "oneRing", "direct", "oneDirect")
+_KINDS = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
+
+
+def symmetry_blockers(graphs: list[TraceGraph], system: SystemConfig, memory: MemoryConfig, total_npus: int,
+                      comm_groups: dict[int, tuple[int, ...]]) -> list[str]:
+    """Why the representative-rank engine cannot run this workload (empty: it can)."""
+    if any(g is not graphs[0] for g in graphs):
+        return ["ranks run different traces"]
+    if system.replay_only:
+        return []
+    t = node_table(graphs[0])
+    reasons = []
+    types = set(t.types)
+    if {NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE} & types:
+        reasons.append("point-to-point sends/receives")
+    if NodeType.METADATA_NODE in types:
+        reasons.append("METADATA nodes (process groups)")
+    if (NodeType.MEM_LOAD_NODE in types or NodeType.MEM_STORE_NODE in types) and memory.memory_type in (
+            "PER_NODE_MEMORY_EXPANSION", "MEMORY_POOL"):
+        reasons.append("remote memory channels shared between NPUs")
+    for name in t.pg_name.values():
+        if name in ("", "0"):
+            continue
+        members = comm_groups.get(int(name)) if name.isdigit() else None
+        if members is None or len(members) != total_npus:
+            reasons.append("collectives on communicator groups")
+            break
+    kinds = {_KINDS.get(t.comm_type[i]) for i, ty in enumerate(t.types)
+             if ty == NodeType.COMM_COLL_NODE and not t.is_cpu[i]}
+    for kind in sorted(k for k in kinds if k):
+        for name in system.implementation(kind):
+            if not name.startswith(SYMMETRIC_ALGORITHMS):
+                reasons.append(f"the {name} algorithm ({kind})")
+    return reasons
