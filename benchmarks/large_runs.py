@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,10 @@ RUNS = [
     ("all-to-all 1 MiB, 256 NPUs, Switch, ring algorithm, aware", "all_to_all", 1 << 20,
      [(*SWITCH_1D[:1], 256, *SWITCH_1D[1:])], "analytical-aware", 136_826_920, 72.8, 37),
 ]
+# runs the command in the child and reports the child's own peak RSS (KiB) on its last stderr line
+_CHILD = ("import resource, sys; from simulator.cli import main; status = main(sys.argv[1:]); "
+          "print('peak RSS KiB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
+          "sys.exit(status)")
 KINDS = {"all_reduce": CollectiveType.ALL_REDUCE, "all_to_all": CollectiveType.ALL_TO_ALL}
 
 
@@ -80,18 +83,17 @@ def prepare(tmp: str, name: str, kind: str, size: int, dims: list[tuple[str, int
 
 def run_one(prefix: str, network: str, system: str, backend: str, engine: str) -> dict[str, object]:
     out = os.path.join(os.path.dirname(prefix), "result.json")
-    cmd = [sys.executable, "-m", "simulator", "--workload", prefix, "--network", network, "--system", system,
+    cmd = [sys.executable, "-c", _CHILD, "--workload", prefix, "--network", network, "--system", system,
            "--backend", backend, "--engine", engine, "--json", out, "--quiet"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     wall = time.perf_counter() - t
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     if p.returncode != 0:
         return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+    rss = int(p.stderr.strip().splitlines()[-1].split()[-1])
     with open(out) as f:
         result = json.load(f)
-    return {"finish_ns": result["finish_ns"], "wall_s": wall, "rss_mb": max(rss, before) / 1024,
+    return {"finish_ns": result["finish_ns"], "wall_s": wall, "rss_mb": rss / 1024,
             "engine": result["run"]["engine"], "same_on_all_ranks": len({r["finish_ns"] for r in result["ranks"]}) == 1}
 
 

@@ -27,10 +27,11 @@ class _Match:
 class Messaging:
     """Sends and receives between NPUs; counts what crosses the network."""
 
-    __slots__ = ("_entries", "_recv_seq", "_send_seq", "backend", "clock", "messages")
+    __slots__ = ("_entries", "_own", "_recv_seq", "_send_seq", "backend", "clock", "messages")
 
     def __init__(self, clock: Clock, backend: NetworkBackend) -> None:
         self.clock = clock
+        self._own: dict[str, int] = {"offset": 0} if hasattr(clock, "insert_offset") else {}
         self.backend = backend
         self._send_seq: dict[tuple[int, int, int, int], int] = {}
         self._recv_seq: dict[tuple[int, int, int, int], int] = {}
@@ -63,7 +64,7 @@ class Messaging:
             entry = self._entries[full] = _Match()
         elif entry.arrived:
             del self._entries[full]
-            self.clock.call_later(0, on_received, arg)
+            self.clock.call_later(0, on_received, arg, **self._own)
             return
         entry.on_received = on_received
         entry.recv_arg = arg
@@ -128,4 +129,11 @@ class MirroredMessaging(Messaging):
         entry.send_arg = arg
         entry.sent = True
         self.messages += 1
-        self.backend.transmit(src, dst, size_bytes, self._arrived, full)
+        clock = self.clock
+        own = getattr(clock, "insert_offset", None)
+        if own is not None:  # what the backend schedules now stands for the sender's events
+            clock.insert_offset = dst - src or -1  # type: ignore[attr-defined]
+            self.backend.transmit(src, dst, size_bytes, self._arrived, full)
+            clock.insert_offset = own  # type: ignore[attr-defined]
+        else:
+            self.backend.transmit(src, dst, size_bytes, self._arrived, full)

@@ -93,8 +93,9 @@ def run_simulation(argv: list[str]) -> int:
         system = load_system(args.system, _warn)
         if system.defaults_used:
             _warn(f"{args.system}: not set, using {', '.join(system.defaults_used)}")
-    else:
-        system = system_from_dict(DEFAULT_SYSTEM, "<built-in default system>")
+    else:  # the built-in default, with one algorithm per dimension of this network
+        defaults = {k: v * network.num_dims if k.endswith("-implementation") else v for k, v in DEFAULT_SYSTEM.items()}
+        system = system_from_dict(defaults, "<built-in default system>")
     memory = load_memory(args.memory, _warn) if args.memory else MemoryConfig()
     groups = {}
     if args.comm_groups and "empty" not in args.comm_groups:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from workload.errors import ConfigError
+from simulator.collectives.registry import NAMES, parse_algorithm
+from workload.errors import ConfigError, InputError
 
 Warn = Callable[[str], None]
 
@@ -26,10 +26,6 @@ IMPLEMENTATION_KEYS = {
     "reduce-scatter-implementation": "reduce_scatter",
     "all-to-all-implementation": "all_to_all",
 }
-ALGORITHM_NAMES = ("ring", "direct", "directN", "halvingDoubling", "doubleBinaryTree", "oneRing", "oneDirect",
-                   "oneDirectN", "oneHalvingDoubling")
-_ALGORITHM = re.compile(r"^(ring|oneRing|doubleBinaryTree|halvingDoubling|oneHalvingDoubling|"
-                        r"direct(\d{1,5})?|oneDirect(\d{1,5})?)$")
 # Keys 2.x reads but that only matter for things astrasim-py does not model (logs, memory traces, the
 # LogGP shared-bus model), and keys present in many configs that 2.x does not read at all.
 _NO_TIMING_EFFECT = ("trace-enabled", "track-local-mem", "local-mem-trace-filename", "L", "o", "g", "G",
@@ -157,16 +153,17 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
             raise ConfigError(f"{path}: '{key}' must be a list of algorithm names, one per dimension")
         for n in names:
-            if not _ALGORITHM.match(n):
-                raise ConfigError(f"{path}: '{key}': unknown algorithm {n!r}; valid: {', '.join(ALGORITHM_NAMES)} "
-                                  "(directN / oneDirectN with a window N, e.g. direct4)")
+            try:
+                parse_algorithm(n)
+            except InputError as e:
+                raise ConfigError(f"{path}: '{key}': {e}") from None
         impls[collective] = tuple(names)
     kw["implementations"] = impls
 
     for key in _CUSTOM_KEYS:
         if key in data:
             raise ConfigError(f"{path}: '{key}': custom (Chakra-defined) collective algorithms are not supported; "
-                              f"use the native algorithms ({', '.join(ALGORITHM_NAMES)})")
+                              f"use the native algorithms ({', '.join(NAMES)})")
     if "model-shared-bus" in data and _flag(data, "model-shared-bus", path):
         warn(f"{path}: 'model-shared-bus' = 1 (ASTRA-sim's LogGP memory-bus model) is not modelled; "
              "collective timings will differ from ASTRA-sim")

@@ -50,18 +50,19 @@ class Engine:
 class RankEvents:
     """ASTRA-sim's per-system event lists: events a rank registers for the same tick run as one batch."""
 
-    __slots__ = ("_lists", "engine")
+    __slots__ = ("_lists", "_own", "engine")
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._lists: dict[int, list[tuple[Callback, Any]]] = {}
+        self._own = {"offset": 0} if isinstance(engine, CheckedEngine) else {}  # the rank's own events
 
     def register(self, delay: int, fn: Callback, arg: Any = None) -> None:
         tick = self.engine.now + delay
         batch = self._lists.get(tick)
         if batch is None:
             self._lists[tick] = [(fn, arg)]
-            self.engine.call_later(delay, self._run_tick, tick)
+            self.engine.call_later(delay, self._run_tick, tick, **self._own)
         else:
             batch.append((fn, arg))
 
@@ -73,3 +74,45 @@ class RankEvents:
             fn(arg)
             i += 1
         del self._lists[tick]
+
+
+class CheckedEngine(Engine):
+    """An Engine for representative-rank runs that notices when same-time ordering becomes ambiguous.
+
+    A representative rank stands for every rank at once, and the messages it receives stand for other
+    ranks' sends ("mirrored", tagged with the sender's offset). Two events due at the same time are ordered
+    the same way on every real rank when they were scheduled at different times, or by the same event for
+    the same rank. Otherwise their order depends on how the real ranks interleave, which may differ from
+    rank to rank; the engine then sets ``ambiguous`` and the caller falls back to simulating every rank.
+    """
+
+    __slots__ = ("_current", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ambiguous = False
+        self.insert_offset = 0  # whose behalf new events are scheduled on (0: the representative's own)
+        self._current = 0
+        self._next_id = 0
+        self._seen: dict[int, tuple[int, int]] = {}
+        self._seen_tick = -1
+
+    def call_later(self, delay: int, fn: Callback, arg: Any = None, offset: int | None = None) -> None:
+        self._next_id += 1
+        off = self.insert_offset if offset is None else offset
+        payload = (fn, arg, self.env.now, self._current, off, self._next_id)
+        self._timeout(delay, payload).callbacks.append(self._checked_dispatch)
+
+    def _checked_dispatch(self, event: simpy.Event) -> None:
+        fn, arg, inserted, parent, offset, eid = event._value
+        now = self.env.now
+        if now != self._seen_tick:
+            self._seen_tick = now
+            self._seen = {}
+        origin = (parent, offset)
+        previous = self._seen.setdefault(inserted, origin)
+        if previous != origin:
+            self.ambiguous = True
+        self._current = eid
+        self.insert_offset = offset  # what this event schedules is on the same behalf, unless said otherwise
+        fn(arg)

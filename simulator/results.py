@@ -36,7 +36,9 @@ def intersection_ns(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
 class RankStats:
     """One rank's times in ns.
 
-    ``exposed_comm_ns`` is ASTRA-sim's: finish - GPU compute time (idle time counts as exposed).
+    ``exposed_comm_ns`` is ASTRA-sim's: finish - GPU compute time (idle time counts as exposed), as the
+    unsigned 64-bit number it prints: when GPU work overlaps itself (replay-only mode replays communication
+    nodes as GPU work) the difference is negative and wraps around, exactly as in ASTRA-sim's output.
     ``compute_ns`` is the summed GPU compute time ASTRA-sim charges; ``gpu_time_ns``, ``comm_ns``,
     ``cpu_ns``, ``memory_ns`` are unions of busy intervals; ``overlap_ns`` is the time compute and
     communication were both busy; ``idle_ns`` the time nothing was.
@@ -54,13 +56,19 @@ class RankStats:
     idle_ns: int
     collective_time_ns: int  # sum of collective execution times (ASTRA-sim's tics_gpu_comms)
 
+    @property
+    def exposed_signed_ns(self) -> int:
+        """finish - GPU compute time, without ASTRA-sim's unsigned wrap-around."""
+        return self.finish_ns - self.compute_ns
+
 
 def rank_stats(w: RankWorkload) -> RankStats:
     iv = w.intervals
     finish = w.finish_ns if w.finish_ns is not None else 0
     busy = iv.gpu + iv.cpu + iv.comm + iv.memory
     return RankStats(
-        rank=w.rank, finish_ns=finish, exposed_comm_ns=finish - w.gpu_compute_ns, compute_ns=w.gpu_compute_ns,
+        rank=w.rank, finish_ns=finish, exposed_comm_ns=(finish - w.gpu_compute_ns) % (1 << 64),
+        compute_ns=w.gpu_compute_ns,
         gpu_time_ns=union_ns(iv.gpu), comm_ns=union_ns(iv.comm), overlap_ns=intersection_ns(iv.gpu, iv.comm),
         cpu_ns=union_ns(iv.cpu), memory_ns=union_ns(iv.memory), idle_ns=finish - union_ns(busy),
         collective_time_ns=w.comm_busy_ns)
@@ -110,7 +118,7 @@ def format_astra_sim(result: SimulationResult) -> str:
     return "\n".join(lines)
 
 
-_SUMMARY_FIELDS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("comm busy", "comm_ns"),
+_SUMMARY_FIELDS = (("compute", "compute_ns"), ("exposed comm", "exposed_signed_ns"), ("comm busy", "comm_ns"),
                    ("overlap", "overlap_ns"), ("idle", "idle_ns"))
 
 

@@ -13,8 +13,9 @@ from compute.roofline import Roofline
 from network.backends import make_backend
 from network.config import NetworkConfig
 from network.messaging import Messaging, MirroredMessaging
+from simulator.collectives.registry import check_supported, parse_algorithm
 from simulator.config import MemoryConfig, SystemConfig
-from simulator.engine import Engine
+from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
 from simulator.node_table import node_table
 from simulator.rank import RankWorkload
@@ -94,14 +95,27 @@ class Simulation:
         roofline = roofline_for(self.system, opts.device)
         self._check_workload(graphs, roofline is not None)
 
-        blockers = symmetry_blockers(graphs, self.system, self.memory, npus, self.comm_groups)
+        blockers = symmetry_blockers(graphs, self.system, self.memory, self.network.npus_count, self.comm_groups)
         if opts.engine == "symmetric" and blockers:
             raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
                              + "; ".join(blockers) + " (use --engine message)")
-        symmetric = opts.engine != "message" and not blockers
-        self.engine_used = "symmetric" if symmetric else "message"
+        result = None
+        if opts.engine != "message" and not blockers:
+            result = self._simulate(graphs, roofline, started, symmetric=True)
+            if result is None:
+                if opts.engine == "symmetric":
+                    raise InputError("same-time events make this run asymmetric between ranks, so one "
+                                     "representative rank cannot give exact results (use --engine message)")
+                self.warn("same-time events make ranks diverge; simulating every rank instead")
+        if result is None:
+            result = self._simulate(graphs, roofline, started, symmetric=False)
+        return result
 
-        engine = Engine()
+    def _simulate(self, graphs: list[Any], roofline: Roofline | None, started: float, symmetric: bool
+                  ) -> SimulationResult | None:
+        """One run with every rank, or with one representative rank (None if that turns out ambiguous)."""
+        opts, npus = self.options, self.network.num_npus
+        engine = CheckedEngine() if symmetric else Engine()
         backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
         messaging = (MirroredMessaging(engine, backend, self.network.npus_count) if symmetric
                      else Messaging(engine, backend))
@@ -119,18 +133,25 @@ class Simulation:
         for w in ranks:
             w.wake()
         self._run_events(engine, ranks, started)
+        if symmetric and engine.ambiguous:  # type: ignore[attr-defined]
+            return None
 
         unfinished = [w for w in ranks if w.finish_ns is None]
         if unfinished:
             raise DeadlockError(deadlock_report(unfinished, messaging))
         stats = [w.stats() for w in ranks]
+        negative = [s.rank for s in stats if s.exposed_signed_ns < 0]
+        if negative:
+            self.warn(f"rank(s) {', '.join(map(str, negative[:8]))}: GPU work overlapped itself (in replay-only mode "
+                      "communication is replayed as GPU work), so exposed communication is negative; like ASTRA-sim, "
+                      "exposed_comm_ns reports it as an unsigned 64-bit number")
         if symmetric:
             stats = [replace(stats[0], rank=r) for r in range(npus)]
         return SimulationResult(
             finish_ns=max(s.finish_ns for s in stats), ranks=stats, backend=opts.backend,
             config=self.config_summary(), version=VERSION, wall_time_s=time.perf_counter() - started,
             events=engine.events_processed, messages=messaging.messages * (npus if symmetric else 1),
-            engine=self.engine_used)
+            engine="symmetric" if symmetric else "message")
 
     def _run_events(self, engine: Engine, ranks: list[RankWorkload], started: float) -> None:
         env = engine.env
@@ -183,9 +204,20 @@ class Simulation:
         names = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
         for ctype in sorted(needs):
             kind = names.get(ctype)
-            if kind and not self.system.implementation(kind):
+            if not kind:
+                continue
+            key = f"'{kind.replace('_', '-')}-implementation'"
+            algorithms = self.system.implementation(kind)
+            if not algorithms:
                 raise InputError(f"{self.system.path}: the workload has {kind.replace('_', '-')} collectives but "
-                                 f"there is no '{kind.replace('_', '-')}-implementation'")
+                                 f"there is no {key}")
+            for name in algorithms:
+                check_supported(parse_algorithm(name), kind, f"{self.system.path}: {key}")
+            dims = self.network.num_dims
+            if len(algorithms) < dims and not any(parse_algorithm(a).whole_network for a in algorithms):
+                self.warn(f"{self.system.path}: {key} lists {len(algorithms)} algorithm(s) for a {dims}-dimensional "
+                          f"network: as in ASTRA-sim, these collectives then use only dimension(s) "
+                          f"0..{len(algorithms) - 1}")
         if needs & {0, 7} and not self.system.local_mem_bw_gbps:
             raise InputError(f"{self.system.path}: 'local-mem-bw' (GB/s) is needed to charge the reductions of "
                              "all-reduce and reduce-scatter collectives")

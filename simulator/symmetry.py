@@ -1,10 +1,11 @@
 """When a run is symmetric enough to simulate one representative rank instead of all of them.
 
-If every rank runs the same trace, collectives use translation-symmetric algorithms (ring, direct and
-their one* forms) over all NPUs, and nothing breaks the symmetry (point-to-point messages, communicator
-groups, shared memory channels), then every rank behaves like rank 0 shifted in space: one rank is
-simulated and its sends are mirrored back as its receives (network/messaging.py: MirroredMessaging).
-The result equals the message-level simulation's; tests check that on many configurations.
+If every rank runs the same trace, collectives use translation-symmetric algorithms (ring and direct per
+dimension; their one* forms on one-dimensional networks) over all NPUs, and nothing breaks the symmetry
+(point-to-point messages, communicator groups, shared memory channels), then every rank behaves like
+rank 0 shifted in space: one rank is simulated and its sends are mirrored back as its receives
+(network/messaging.py: MirroredMessaging). Same-time ties between ranks can still break the symmetry;
+the engine detects them (simulator/engine.py: CheckedEngine) and the run falls back to every rank.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ SYMMETRIC_ALGORITHMS = ("ring", "oneRing", "direct", "oneDirect")
 _KINDS = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
 
 
-def symmetry_blockers(graphs: list[TraceGraph], system: SystemConfig, memory: MemoryConfig, total_npus: int,
-                      comm_groups: dict[int, tuple[int, ...]]) -> list[str]:
+def symmetry_blockers(graphs: list[TraceGraph], system: SystemConfig, memory: MemoryConfig,
+                      npus_per_dim: tuple[int, ...], comm_groups: dict[int, tuple[int, ...]]) -> list[str]:
     """Why the representative-rank engine cannot run this workload (empty: it can)."""
     if any(g is not graphs[0] for g in graphs):
         return ["ranks run different traces"]
     if system.replay_only:
         return []
     t = node_table(graphs[0])
+    total_npus = 1
+    for n in npus_per_dim:
+        total_npus *= n
     reasons = []
     types = set(t.types)
     if {NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE} & types:
@@ -48,4 +52,7 @@ def symmetry_blockers(graphs: list[TraceGraph], system: SystemConfig, memory: Me
         for name in system.implementation(kind):
             if not name.startswith(SYMMETRIC_ALGORITHMS):
                 reasons.append(f"the {name} algorithm ({kind})")
+            elif name.startswith("one") and len(npus_per_dim) > 1:
+                # one ring over all NPUs in index order is not a symmetry of a multi-dimensional network
+                reasons.append(f"the {name} algorithm on a multi-dimensional network")
     return reasons

@@ -16,18 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from network.messaging import Messaging
-from simulator.collectives.algorithms import (
-    ALL_GATHER,
-    ALL_REDUCE,
-    ALL_TO_ALL,
-    REDUCE_SCATTER,
-    Algorithm,
-    Direct,
-    DoubleBinaryTreeAllReduce,
-    HalvingDoubling,
-    Ring,
-)
-from simulator.collectives.topology import BinaryTree, CollectiveTopology, LogicalRing, build_topology
+from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Algorithm
+from simulator.collectives.registry import make_algorithm, parse_algorithm
+from simulator.collectives.topology import CollectiveTopology, LogicalRing, build_topology
 from simulator.config import SystemConfig
 from simulator.engine import Engine, RankEvents
 from workload.errors import InputError
@@ -314,20 +305,8 @@ class RankSystem:
 
     def phase(self, kind: str, topo: CollectiveTopology, dim: int, name: str, size: int, queue: int,
               clockwise: bool) -> Phase:
-        basic = topo.basic(dim)
-        if name == "doubleBinaryTree":
-            if not isinstance(basic, BinaryTree):
-                raise InputError("doubleBinaryTree cannot run on a communicator group smaller than all NPUs")
-            return Phase(queue, DoubleBinaryTreeAllReduce(self.rank, basic, size))
-        assert isinstance(basic, LogicalRing)
-        if name in ("ring", "oneRing"):
-            return Phase(queue, Ring(kind, self.rank, basic, size, clockwise))
-        if name.startswith(("direct", "oneDirect")):
-            digits = name[len("oneDirect"):] if name.startswith("oneDirect") else name[len("direct"):]
-            return Phase(queue, Direct(kind, self.rank, basic, size, clockwise, int(digits) if digits else -1))
-        if kind == ALL_TO_ALL:
-            raise InputError(f"{name} does not implement all-to-all; use ring or direct")
-        return Phase(queue, HalvingDoubling(kind, self.rank, basic, size))
+        algorithm = make_algorithm(parse_algorithm(name), kind, self.rank, topo.basic(dim), size, clockwise)
+        return Phase(queue, algorithm)
 
     def priority(self, explicit: int) -> int:
         policy = self.setup.config.scheduling_policy

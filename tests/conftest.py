@@ -41,3 +41,29 @@ def reference() -> Path:
     if not REFERENCE.is_dir():
         pytest.skip("../shared/reference is not beside this checkout")
     return REFERENCE
+
+
+def simulate(tmp_path: Path, traces: Sequence[Sequence[Any]], network: dict[str, Any] | None = None,
+             system: dict[str, Any] | None = None, memory: dict[str, Any] | None = None,
+             groups: dict[int, tuple[int, ...]] | None = None, warn: Any = None, **options: Any) -> Any:
+    """Write per-rank traces and run them through the Python API; returns the SimulationResult."""
+    from network.config import network_from_dict
+    from simulator.config import DEFAULT_SYSTEM, memory_from_dict, system_from_dict
+    from simulator.simulation import RunOptions, Simulation
+    from workload.traceset import resolve_workload
+
+    folder = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
+    folder.mkdir()
+    for rank, nodes in enumerate(traces):
+        write_trace_file(folder / f"trace.{rank}.et", list(nodes))
+    net = network_from_dict(network or {"topology": ["Ring"], "npus_count": [len(traces)], "bandwidth": [50.0],
+                                        "latency": [500.0]})
+    sys_cfg = system_from_dict({**DEFAULT_SYSTEM, **(system or {})})
+    mem = memory_from_dict(memory or {"memory-type": "NO_MEMORY_EXPANSION"})
+    sim = Simulation(resolve_workload(str(folder / "trace")), net, sys_cfg, mem, groups or {},
+                     RunOptions(progress=False, **options), warn=warn)
+    return sim.run()
+
+
+def finish_times(result: Any) -> list[int]:
+    return [r.finish_ns for r in result.ranks]

@@ -166,13 +166,16 @@ def build_topology(rank: int, npus_per_dim: Sequence[int], algorithms: Sequence[
                          f"{len(npus_per_dim)} dimension(s): give one per dimension")
     dims: list[Dimension] = []
     offset = 1
+    from simulator.collectives.registry import parse_algorithm
+
     for dim, name in enumerate(algorithms):
         size = npus_per_dim[dim]
-        if name.startswith("one"):
+        spec = parse_algorithm(name)
+        if spec.whole_network:
             total = math.prod(npus_per_dim)
             dims.append(LogicalRing(range(total)))
             break
-        if name == "doubleBinaryTree":
+        if spec.family == "doubleBinaryTree":
             # ASTRA-sim uses rank % offset on the last listed dimension, which is the same number when that is
             # the network's last dimension and crashes otherwise; this form is right for every dimension.
             start = rank - rank % (offset * size) + rank % offset
