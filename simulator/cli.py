@@ -14,14 +14,7 @@ import argparse
 import sys
 
 from network.config import load_network
-from simulator.config import (
-    DEFAULT_SYSTEM,
-    MemoryConfig,
-    load_comm_groups,
-    load_memory,
-    load_system,
-    system_from_dict,
-)
+from simulator.config import MemoryConfig, default_system, load_comm_groups, load_memory, load_system
 from simulator.results import format_astra_sim, format_text
 from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation
 from workload.errors import InputError
@@ -93,9 +86,8 @@ def run_simulation(argv: list[str]) -> int:
         system = load_system(args.system, _warn)
         if system.defaults_used:
             _warn(f"{args.system}: not set, using {', '.join(system.defaults_used)}")
-    else:  # the built-in default, with one algorithm per dimension of this network
-        defaults = {k: v * network.num_dims if k.endswith("-implementation") else v for k, v in DEFAULT_SYSTEM.items()}
-        system = system_from_dict(defaults, "<built-in default system>")
+    else:
+        system = default_system(network.num_dims)
     memory = load_memory(args.memory, _warn) if args.memory else MemoryConfig()
     groups = {}
     if args.comm_groups and "empty" not in args.comm_groups:

@@ -51,6 +51,12 @@ DEFAULT_SYSTEM: dict[str, Any] = {
 }
 
 
+def default_system(num_dims: int) -> SystemConfig:
+    """The built-in system used when none is given, with one algorithm per network dimension."""
+    data = {k: v * num_dims if k.endswith("-implementation") else v for k, v in DEFAULT_SYSTEM.items()}
+    return system_from_dict(data, "<built-in default system>")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemConfig:
     """The system JSON. Defaults are ASTRA-sim's own where it has one (see ``defaults_used``)."""

@@ -50,3 +50,13 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     assert "8 per-rank traces but the network has 32 NPUs" in result.stderr.strip().splitlines()[-1]
     missing = run_cli("--workload", WORKLOAD, "--network", str(tmp_path / "nope.yml"))
     assert missing.returncode == 1 and "network configuration file not found" in missing.stderr
+
+
+def test_python_api_returns_what_the_cli_writes(tmp_path: Path) -> None:
+    from simulator.api import simulate
+
+    result = simulate(WORKLOAD, RING)
+    out = tmp_path / "r.json"
+    run_cli("--workload", WORKLOAD, "--network", RING, "--json", str(out))
+    doc = json.loads(out.read_text())
+    assert result.to_json()["ranks"] == doc["ranks"] and result.finish_ns == doc["finish_ns"]

@@ -1,0 +1,43 @@
+"""The Python API: run a simulation from file paths (or already loaded configs)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from network.config import NetworkConfig, load_network
+from simulator.config import (
+    MemoryConfig,
+    SystemConfig,
+    default_system,
+    load_comm_groups,
+    load_memory,
+    load_system,
+)
+from simulator.results import SimulationResult
+from simulator.simulation import RunOptions, Simulation
+from workload.traceset import resolve_workload
+
+PathLike = str | os.PathLike[str]
+
+
+def simulate(workload: PathLike, network: PathLike | NetworkConfig, system: PathLike | SystemConfig | None = None,
+             memory: PathLike | MemoryConfig | None = None, comm_groups: PathLike | dict[int, tuple[int, ...]] | None
+             = None, warn: Callable[[str], None] | None = None, **options: Any) -> SimulationResult:
+    """Simulate ``workload`` (an ASTRA-sim prefix, folder or file) on ``network``.
+
+    Options are RunOptions fields (``backend``, ``queues_per_dim``, ``injection_scale``, ``rendezvous``,
+    ``semantics``, ``engine``, ``device``, ...). Returns the SimulationResult the CLI prints and writes.
+    """
+    net = network if isinstance(network, NetworkConfig) else load_network(network, warn)
+    if system is None:
+        sys_cfg = default_system(net.num_dims)
+    else:
+        sys_cfg = system if isinstance(system, SystemConfig) else load_system(system, warn)
+    mem = memory if isinstance(memory, MemoryConfig) else (load_memory(memory, warn) if memory else MemoryConfig())
+    groups = comm_groups if isinstance(comm_groups, dict) else (
+        load_comm_groups(comm_groups, net.num_npus) if comm_groups else {})
+    options.setdefault("progress", False)
+    return Simulation(resolve_workload(os.fspath(workload)), net, sys_cfg, mem, groups, RunOptions(**options),
+                      warn).run()
