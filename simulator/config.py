@@ -176,6 +176,10 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
     for key in _NOT_READ_BY_ASTRA_SIM:
         if key in data:
             warn(f"{path}: '{key}' is not read by ASTRA-sim 2.x and has no effect")
+    quiet = [key for key in _NO_TIMING_EFFECT if key in data and data[key] not in (0, False, "")]
+    if quiet:
+        warn(f"{path}: {', '.join(quiet)}: accepted, but they only control ASTRA-sim's logs, memory traces or "
+             "shared-bus model, which do not change simulated time here")
     known = {"scheduling-policy", "collective-optimization", "endpoint-delay", "active-chunks-per-dimension",
              "preferred-dataset-splits", "local-mem-bw", "peak-perf", "roofline-enabled", "replay-only", "device",
              "model-shared-bus", *IMPLEMENTATION_KEYS, *_NO_TIMING_EFFECT, *_NOT_READ_BY_ASTRA_SIM}

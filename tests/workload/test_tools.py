@@ -97,3 +97,20 @@ def test_visualize_graphml_and_dot(tmp_path: Path) -> None:
     dot = (tmp_path / "g.dot").read_text()
     assert dot.startswith("digraph") and "n1 -> n2;" in dot and "n2 -> n3 [style=dashed];" in dot
     assert r'say \"hi\"' in dot
+
+
+def test_generated_microbenchmarks_run_in_the_simulator(tmp_path: Path) -> None:
+    from simulator.api import simulate
+
+    ring4 = tmp_path / "ring4.yml"
+    ring4.write_text("topology: [ Ring ]\nnpus_count: [ 4 ]\nbandwidth: [ 50.0 ]\nlatency: [ 500.0 ]\n")
+    memory = tmp_path / "mem.json"
+    memory.write_text('{"memory-type": "PER_NPU_MEMORY_EXPANSION", "remote-mem-latency": 10, "remote-mem-bw": 5}')
+    run_cli("trace", "generate", "sendrecv", "--npus", "4", "--size", "1MiB", "--iterations", "3", "-o", str(tmp_path))
+    run_cli("trace", "generate", "memory", "--npus", "4", "--tensor-size", "64KiB", "--count", "2",
+            "-o", str(tmp_path))
+    run_cli("trace", "generate", "compute", "--npus", "4", "--count", "3", "--duration-us", "7", "-o", str(tmp_path))
+    link = int(500 + (1 << 20) / (50 * (1 << 30) / 1e9))
+    assert simulate(tmp_path / "sendrecv", ring4).finish_ns == 3 * link
+    assert simulate(tmp_path / "memory", ring4, memory=memory).finish_ns == 2 * (10 + 65536 // 5)
+    assert simulate(tmp_path / "compute", ring4).finish_ns == 21_000
