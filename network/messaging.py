@@ -38,31 +38,34 @@ class Messaging:
         self._entries: dict[tuple[int, int, int, int, int], _Match] = {}
         self.messages = 0
 
-    def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
-        """Send; ``on_sent(arg)`` runs when the data arrives at ``dst`` (None: nothing to call)."""
-        key = (tag, src, dst, size_bytes)
-        seq = self._send_seq.get(key, 0) + 1
-        self._send_seq[key] = seq
-        full = (tag, src, dst, size_bytes, seq)
+    def _slot(self, counters: dict[tuple[int, int, int, int], int], tag: int, src: int, dst: int, size: int
+              ) -> tuple[tuple[int, int, int, int, int], _Match]:
+        """The match entry of the next send (or receive) with this key."""
+        key = (tag, src, dst, size)
+        seq = counters.get(key, 0) + 1
+        counters[key] = seq
+        full = (tag, src, dst, size, seq)
         entry = self._entries.get(full)
         if entry is None:
             entry = self._entries[full] = _Match()
+        return full, entry
+
+    def _post_send(self, entry: _Match, on_sent: Callback | None, arg: Any) -> None:
         entry.on_sent = on_sent
         entry.send_arg = arg
         entry.sent = True
         self.messages += 1
+
+    def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
+        """Send; ``on_sent(arg)`` runs when the data arrives at ``dst`` (None: nothing to call)."""
+        full, entry = self._slot(self._send_seq, tag, src, dst, size_bytes)
+        self._post_send(entry, on_sent, arg)
         self.backend.transmit(src, dst, size_bytes, self._arrived, full)
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
         """Post a receive at ``dst``; ``on_received(arg)`` runs when the matching data has arrived."""
-        key = (tag, src, dst, size_bytes)
-        seq = self._recv_seq.get(key, 0) + 1
-        self._recv_seq[key] = seq
-        full = (tag, src, dst, size_bytes, seq)
-        entry = self._entries.get(full)
-        if entry is None:
-            entry = self._entries[full] = _Match()
-        elif entry.arrived:
+        full, entry = self._slot(self._recv_seq, tag, src, dst, size_bytes)
+        if entry.arrived:
             del self._entries[full]
             self.clock.call_later(0, on_received, arg, **self._own)
             return
@@ -117,23 +120,10 @@ class MirroredMessaging(Messaging):
         return src
 
     def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
-        origin = self.mirror(src, dst)
-        key = (tag, origin, src, size_bytes)
-        seq = self._send_seq.get(key, 0) + 1
-        self._send_seq[key] = seq
-        full = (tag, origin, src, size_bytes, seq)
-        entry = self._entries.get(full)
-        if entry is None:
-            entry = self._entries[full] = _Match()
-        entry.on_sent = on_sent  # my own send's completion, which happens at the same time
-        entry.send_arg = arg
-        entry.sent = True
-        self.messages += 1
+        full, entry = self._slot(self._send_seq, tag, self.mirror(src, dst), src, size_bytes)
+        self._post_send(entry, on_sent, arg)  # my own send's completion happens at the same time
         clock = self.clock
-        own = getattr(clock, "insert_offset", None)
-        if own is not None:  # what the backend schedules now stands for the sender's events
-            clock.insert_offset = dst - src or -1  # type: ignore[attr-defined]
-            self.backend.transmit(src, dst, size_bytes, self._arrived, full)
-            clock.insert_offset = own  # type: ignore[attr-defined]
-        else:
-            self.backend.transmit(src, dst, size_bytes, self._arrived, full)
+        own = clock.insert_offset  # type: ignore[attr-defined]
+        clock.insert_offset = dst - src  # type: ignore[attr-defined]  # what is scheduled now is the sender's
+        self.backend.transmit(src, dst, size_bytes, self._arrived, full)
+        clock.insert_offset = own  # type: ignore[attr-defined]

@@ -212,27 +212,23 @@ class RankWorkload:
             self.groups[pg] = CommGroup(pg + 1, members)  # ASTRA-sim numbers them pg_name + 1
 
     def _issue_send(self, i: int) -> None:
-        t = self.table
-        src = t.comm_src[i] if t.comm_src[i] != NO_VALUE else self.rank
-        if src != self.rank:
-            raise self._error(i, f"a send with comm_src {src} is in rank {self.rank}'s trace",
-                              "a rank may only send its own data")
-        dst = t.comm_dst[i]
-        self._check_peer(i, dst, "comm_dst")
-        tag = t.comm_tag[i] % COLLECTIVE_TAG_BASE + NATIVE_TAG_BASE
-        self.system.send(dst, t.comm_size[i], tag, self._node_done, i)
+        dst, tag = self._point_to_point(i, "send", "comm_src", "comm_dst")
+        self.system.send(dst, self.table.comm_size[i], tag, self._node_done, i)
 
     def _issue_recv(self, i: int) -> None:
-        t = self.table
-        dst = t.comm_dst[i] if t.comm_dst[i] != NO_VALUE else self.rank
-        if dst != self.rank:
-            raise self._error(i, f"a receive with comm_dst {dst} is in rank {self.rank}'s trace",
-                              "a rank may only receive its own data")
-        src = t.comm_src[i]
-        self._check_peer(i, src, "comm_src")
-        tag = t.comm_tag[i] % COLLECTIVE_TAG_BASE + NATIVE_TAG_BASE
-        self.waiting_recv[i] = (src, t.comm_size[i], t.comm_tag[i])
-        self.system.recv(src, t.comm_size[i], tag, self._node_done, i)
+        src, tag = self._point_to_point(i, "receive", "comm_dst", "comm_src")
+        self.waiting_recv[i] = (src, self.table.comm_size[i], self.table.comm_tag[i])
+        self.system.recv(src, self.table.comm_size[i], tag, self._node_done, i)
+
+    def _point_to_point(self, i: int, what: str, own_attr: str, peer_attr: str) -> tuple[int, int]:
+        """(peer rank, wire tag) of a send or receive; ``own_attr`` may be absent but must name this rank."""
+        own = getattr(self.table, own_attr)[i]
+        if own not in (NO_VALUE, self.rank):
+            raise self._error(i, f"a {what} with {own_attr} {own} is in rank {self.rank}'s trace",
+                              f"a rank may only {what} its own data")
+        peer = getattr(self.table, peer_attr)[i]
+        self._check_peer(i, peer, peer_attr)
+        return peer, self.table.comm_tag[i] % COLLECTIVE_TAG_BASE + NATIVE_TAG_BASE
 
     def _check_peer(self, i: int, peer: int, attr: str) -> None:
         if not 0 <= peer < self.system.total_npus:
