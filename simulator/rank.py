@@ -272,6 +272,7 @@ class RankWorkload:
         self._node_done(i)
 
     def _check_finished(self) -> None:
+        self.stalled = False
         f = self.feeder
         if f.issuable_count == 0 and f.taken == f.finished and not any(self.slot_busy):
             if f.finished < f.num_nodes:

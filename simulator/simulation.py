@@ -159,6 +159,7 @@ class Simulation:
         peek = env.peek
         report_at = started + 5.0
         count = 0
+        last_progress = -1
         while True:
             while peek() != float("inf"):
                 step()
@@ -171,8 +172,10 @@ class Simulation:
                               f"{count / (now - started):,.0f} events/s", file=sys.stderr, flush=True)
                         report_at = now + 10.0
             stalled = [w for w in ranks if w.finish_ns is None and w.stalled]
-            if not stalled:
+            progress = sum(w.feeder.finished for w in ranks)
+            if not stalled or progress == last_progress:
                 break
+            last_progress = progress
             # ASTRA-sim would stop here without finishing these ranks: zero-time nodes released children that
             # it only issues at the rank's next event, and there is none.
             self.warn(f"rank(s) {', '.join(str(w.rank) for w in stalled[:8])} would stall in ASTRA-sim 2.x "
