@@ -107,14 +107,15 @@ class Link:
 
 
 class _Message:
-    __slots__ = ("arg", "callback", "hop", "route", "size")
+    __slots__ = ("arg", "callback", "hop", "origin", "route", "size")
 
-    def __init__(self, size: int, route: list[Link], callback: Callback, arg: Any) -> None:
+    def __init__(self, size: int, route: list[Link], callback: Callback, arg: Any, origin: Any) -> None:
         self.size = size
         self.route = route
         self.hop = 0
         self.callback = callback
         self.arg = arg
+        self.origin = origin  # on whose behalf its events are scheduled (representative-rank runs only)
 
 
 class CongestionAware:
@@ -199,7 +200,7 @@ class CongestionAware:
 
     # --- transmission -----------------------------------------------------------------------------
     def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
-        msg = _Message(size_bytes, self.route(src, dst), on_delivered, arg)
+        msg = _Message(size_bytes, self.route(src, dst), on_delivered, arg, getattr(self.engine, "insert_offset", None))
         self._enter(msg.route[0], msg)
 
     def _enter(self, link: Link, msg: _Message) -> None:
@@ -218,8 +219,16 @@ class CongestionAware:
         link.messages += 1
         busy = int(serialization)
         link.busy_ns += busy
-        self.engine.call_later(int(link.latency_ns + serialization), self._arrived, msg)
-        self.engine.call_later(busy, self._free, link)
+        engine = self.engine
+        if msg.origin is not None:  # a representative-rank run: these events are the message's own
+            current = engine.insert_offset  # type: ignore[attr-defined]
+            engine.insert_offset = msg.origin  # type: ignore[attr-defined]
+            engine.call_later(int(link.latency_ns + serialization), self._arrived, msg)
+            engine.call_later(busy, self._free, link)
+            engine.insert_offset = current  # type: ignore[attr-defined]
+        else:
+            engine.call_later(int(link.latency_ns + serialization), self._arrived, msg)
+            engine.call_later(busy, self._free, link)
 
     def _free(self, link: Link) -> None:
         link.busy = False

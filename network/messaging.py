@@ -124,6 +124,8 @@ class MirroredMessaging(Messaging):
         self._post_send(entry, on_sent, arg)  # my own send's completion happens at the same time
         clock = self.clock
         own = clock.insert_offset  # type: ignore[attr-defined]
-        clock.insert_offset = dst - src  # type: ignore[attr-defined]  # what is scheduled now is the sender's
+        # What is scheduled now stands for other ranks' events. Messages with the same tag (one collective
+        # stream) are interchangeable for the receiving algorithm, so the order among them cannot matter.
+        clock.insert_offset = ("message", tag)  # type: ignore[attr-defined]
         self.backend.transmit(src, dst, size_bytes, self._arrived, full)
         clock.insert_offset = own  # type: ignore[attr-defined]

@@ -91,13 +91,13 @@ class CheckedEngine(Engine):
     def __init__(self) -> None:
         super().__init__()
         self.ambiguous = False
-        self.insert_offset = 0  # whose behalf new events are scheduled on (0: the representative's own)
+        self.insert_offset: Any = 0  # whose behalf new events are scheduled on (0: the representative's own)
         self._current = 0
         self._next_id = 0
-        self._seen: dict[int, tuple[int, int]] = {}
+        self._seen: dict[int, tuple[int, Any]] = {}
         self._seen_tick = -1
 
-    def call_later(self, delay: int, fn: Callback, arg: Any = None, offset: int | None = None) -> None:
+    def call_later(self, delay: int, fn: Callback, arg: Any = None, offset: Any = None) -> None:
         self._next_id += 1
         off = self.insert_offset if offset is None else offset
         payload = (fn, arg, self.env.now, self._current, off, self._next_id)

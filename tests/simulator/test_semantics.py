@@ -244,5 +244,5 @@ def test_bad_workloads_are_named_errors(tmp_path: Path, traces: list, system: di
 
 def test_rescued_ranks_do_not_hide_a_deadlock_elsewhere(tmp_path: Path) -> None:
     stalls = [make_node(1, "inv", NodeType.INVALID_NODE), comp(2, 3, [1])]
-    with pytest.raises(DeadlockError, match="rank 1 .* waits for a send from rank 0"):
+    with pytest.raises(DeadlockError, match=r"rank 1 .* waits for a send from rank 0"):
         simulate(tmp_path, [stalls, [recv(1, 0, 64, 3)]], engine="message")
