@@ -100,10 +100,11 @@ class MirroredMessaging(Messaging):
     would arrive at R. So each of my sends is delivered back to me, as coming from X.
     """
 
-    __slots__ = ("_dims", "_mirror")
+    __slots__ = ("_dims", "_mirror", "interchangeable")
 
     def __init__(self, clock: Clock, backend: NetworkBackend, npus_per_dim: tuple[int, ...]) -> None:
         super().__init__(clock, backend)
+        self.interchangeable = not hasattr(backend, "links")
         self._mirror: dict[tuple[int, int], int] = {}
         self._dims = npus_per_dim
 
@@ -124,8 +125,10 @@ class MirroredMessaging(Messaging):
         self._post_send(entry, on_sent, arg)  # my own send's completion happens at the same time
         clock = self.clock
         own = clock.insert_offset  # type: ignore[attr-defined]
-        # What is scheduled now stands for other ranks' events. Messages with the same tag (one collective
-        # stream) are interchangeable for the receiving algorithm, so the order among them cannot matter.
-        clock.insert_offset = ("message", tag)  # type: ignore[attr-defined]
+        # What is scheduled now stands for other ranks' events. Without links, messages with the same tag (one
+        # collective stream) are interchangeable for the receiving algorithm, so the order among them cannot
+        # matter; through links it can (they queue behind each other on routes of different lengths).
+        origin = ("message", tag) if self.interchangeable else ("message", tag, dst - src)
+        clock.insert_offset = origin  # type: ignore[attr-defined]
         self.backend.transmit(src, dst, size_bytes, self._arrived, full)
         clock.insert_offset = own  # type: ignore[attr-defined]
