@@ -53,10 +53,11 @@ RUNS = [
     ("all-to-all 1 MiB, 256 NPUs, Switch, ring algorithm, aware", "all_to_all", 1 << 20,
      [(*SWITCH_1D[:1], 256, *SWITCH_1D[1:])], "analytical-aware", 136_826_920, 72.8, 37),
 ]
-# runs the command in the child and reports the child's own peak RSS (KiB) on its last stderr line
-_CHILD = ("import resource, sys; from simulator.cli import main; status = main(sys.argv[1:]); "
-          "print('peak RSS KiB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
-          "sys.exit(status)")
+# Runs the command in the child and reports the child's own peak RSS (KiB) on its last stderr line. VmHWM, not
+# ru_maxrss: Linux carries ru_maxrss over from the forking parent (this script, which has written the traces).
+_CHILD = ("import sys; from simulator.cli import main; status = main(sys.argv[1:]); "
+          "hwm = [line.split()[1] for line in open('/proc/self/status') if line.startswith('VmHWM')]; "
+          "print('peak RSS KiB', hwm[0], file=sys.stderr); sys.exit(status)")
 KINDS = {"all_reduce": CollectiveType.ALL_REDUCE, "all_to_all": CollectiveType.ALL_TO_ALL}
 
 

@@ -71,7 +71,16 @@ def measure(path: str) -> dict[str, float]:
     t2 = time.perf_counter()
     assert walked == graph.num_nodes and feeder.done
     return {"nodes": graph.num_nodes, "edges": len(deps.parents), "load_s": t1 - t0, "walk_s": t2 - t1,
-            "total_s": t2 - t0, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "total_s": t2 - t0, "peak_rss_mb": _peak_rss_kib() / 1024}
+
+
+def _peak_rss_kib() -> int:
+    """This process's own peak RSS (VmHWM; ru_maxrss would include the forking parent's)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def main() -> None:
