@@ -90,8 +90,8 @@ class CongestionUnaware:
 class Link:
     """A directed link: a FIFO server with a bandwidth and a latency, and its usage counters."""
 
-    __slots__ = ("busy", "busy_ns", "bytes", "dst", "latency_ns", "max_queue", "messages", "pending", "per_ns",
-                 "src")
+    __slots__ = ("busy", "busy_ns", "bytes", "dst", "history", "latency_ns", "max_queue", "messages", "pending",
+                 "per_ns", "src")
 
     def __init__(self, src: int, dst: int, bytes_per_ns: float, latency_ns: float) -> None:
         self.src = src
@@ -104,6 +104,7 @@ class Link:
         self.busy_ns = 0
         self.messages = 0
         self.max_queue = 0
+        self.history: list[tuple[int, int]] | None = None  # busy intervals, kept for timelines
 
 
 class _Message:
@@ -127,6 +128,7 @@ class CongestionAware:
         self.config = config
         self.engine = engine
         self.symmetric = symmetric  # one link per class of links equal under translation (representative runs)
+        self.keep_history = False  # record every link's busy intervals (for timelines)
         self.links: dict[tuple[Any, Any], Link] = {}
         self._routes: dict[tuple[int, int], list[Link]] = {}
         self._strides = []
@@ -151,6 +153,8 @@ class CongestionAware:
         link = self.links.get(key)
         if link is None:
             link = self.links[key] = Link(a, b, self.config.bytes_per_ns(dim), self.config.latency_ns[dim])
+            if self.keep_history:
+                link.history = []
         return link
 
     def _difference(self, b: int, a: int) -> int:
@@ -220,6 +224,8 @@ class CongestionAware:
         busy = int(serialization)
         link.busy_ns += busy
         engine = self.engine
+        if link.history is not None:
+            link.history.append((engine.now, engine.now + busy))
         if msg.origin is not None:  # a representative-rank run: these events are the message's own
             current = engine.insert_offset  # type: ignore[attr-defined]
             engine.insert_offset = msg.origin  # type: ignore[attr-defined]

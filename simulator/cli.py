@@ -15,14 +15,27 @@ import sys
 
 from network.config import load_network
 from simulator.config import MemoryConfig, default_system, load_comm_groups, load_memory, load_system
-from simulator.results import format_astra_sim, format_text
+from simulator.export import write_csvs
+from simulator.report import write_report
+from simulator.results import SimulationResult, format_astra_sim, format_text
 from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation
+from simulator.timeline import build_timeline, parse_ranks, write_timeline
 from workload.errors import InputError
 from workload.tools import cli as trace_cli
 from workload.traceset import resolve_workload
 
 PROG = "astrasim-py"
-SUBCOMMANDS = {"trace": trace_cli.run}
+def run_report(argv: list[str], warn: object = None) -> int:
+    p = argparse.ArgumentParser(prog=f"{PROG} report", description="Render a results JSON (from --json) as a page.")
+    p.add_argument("results", help="results JSON written by --json")
+    p.add_argument("--html", required=True, metavar="FILE", help="the self-contained HTML page to write")
+    args = p.parse_args(argv)
+    write_report(args.results, args.html)
+    print(args.html)
+    return 0
+
+
+SUBCOMMANDS = {"trace": trace_cli.run, "report": run_report}
 
 
 def _warn(message: str) -> None:
@@ -42,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Simulate distributed training from Chakra traces with ASTRA-sim 2.x semantics. "
-                    f"Subcommands: {PROG} trace {{inspect,jsonize,generate,visualize}} ...",
+                    f"Subcommands: {PROG} trace {{inspect,analyze,jsonize,generate,visualize}} ..., "
+                    f"{PROG} report RESULTS.json --html FILE",
     )
     p.add_argument("--workload", "--workload-configuration", dest="workload", required=True,
                    help="trace prefix (dir/trace for dir/trace.<r>.et), folder, or one file for every rank")
@@ -73,6 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
     p.add_argument("--format", choices=("text", "astra-sim"), default="text",
                    help="text: a short summary in s/ms/µs (default); astra-sim: ASTRA-sim's per-rank lines")
+    p.add_argument("--timeline", metavar="FILE.json",
+                   help="write a Chrome-trace / Perfetto timeline (open it at ui.perfetto.dev)")
+    p.add_argument("--timeline-phases", action="store_true",
+                   help="also draw every chunk-stream phase of the collectives, one track per queue")
+    p.add_argument("--timeline-ranks", metavar="LIST",
+                   help="ranks to draw, e.g. 0-7,31 or all (default: all up to 256 ranks, else 0-15)")
+    p.add_argument("--csv", metavar="PREFIX",
+                   help="write PREFIX.ranks.csv, PREFIX.collectives.csv and PREFIX.links.csv")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     for flag in ("--logging-folder", "--logging-configuration", "--compute-scale", "--comm-scale"):
         p.add_argument(flag, help=argparse.SUPPRESS)  # accepted for ASTRA-sim scripts; no effect
@@ -95,13 +117,36 @@ def run_simulation(argv: list[str]) -> int:
     options = RunOptions(backend=args.backend, queues_per_dim=args.num_queues_per_dim,
                          injection_scale=args.injection_scale, rendezvous=args.rendezvous_protocol,
                          semantics=args.semantics, drop_dangling=args.drop_dangling_deps, device=args.device,
-                         engine=args.engine, progress=not args.quiet)
+                         engine=args.engine, progress=not args.quiet,
+                         timeline=bool(args.timeline), timeline_phases=args.timeline_phases)
     sim = Simulation(resolve_workload(args.workload), network, system, memory, groups, options, _warn)
     result = sim.run()
     if args.json_path:
         result.write_json(args.json_path)
+    if args.csv:
+        write_csvs(args.csv, result, sim.workloads)
+    if args.timeline:
+        _write_timeline(args, sim, result, network.num_npus)
     print(format_astra_sim(result) if args.format == "astra-sim" else format_text(result))
     return 0
+
+
+def _write_timeline(args: argparse.Namespace, sim: Simulation, result: SimulationResult, npus: int) -> None:
+    spec = args.timeline_ranks or ("all" if npus <= 256 else "0-15")
+    try:
+        ranks = parse_ranks(spec, npus)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    note = ""
+    if result.engine == "symmetric":
+        note = "every rank behaves like rank 0 (symmetric run): only rank 0 is drawn"
+        _warn(f"timeline: {note}")
+    elif args.timeline_ranks is None and npus > 256:
+        _warn(f"timeline: drawing ranks {spec} of {npus} (choose with --timeline-ranks)")
+    links = getattr(sim.backend, "links", None)
+    size = write_timeline(args.timeline, build_timeline(sim.workloads, sim.network.npus_count, ranks, links,
+                                                        result.finish_ns, note=note))
+    print(f"timeline: {args.timeline} ({size / 2**20:.1f} MiB); open it at https://ui.perfetto.dev", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

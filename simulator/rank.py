@@ -9,7 +9,6 @@ ASTRA-sim; with ``corrected`` semantics a zero-time node releases its children i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from compute.roofline import Roofline
@@ -22,6 +21,7 @@ from simulator.node_table import (
     metadata_groups,
     node_table,
 )
+from simulator.recording import CollectiveRecord, Intervals, TimelineLog
 from simulator.system import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, CommGroup, DataSet, RankSystem
 from workload.errors import InputError
 from workload.feeder import Feeder
@@ -35,23 +35,13 @@ if TYPE_CHECKING:
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
 
 
-@dataclass(slots=True)
-class Intervals:
-    """Busy intervals of one rank by category (ASTRA-sim's operator statistics)."""
-
-    gpu: list[tuple[int, int]] = field(default_factory=list)
-    cpu: list[tuple[int, int]] = field(default_factory=list)
-    comm: list[tuple[int, int]] = field(default_factory=list)
-    memory: list[tuple[int, int]] = field(default_factory=list)
-    other: list[tuple[int, int]] = field(default_factory=list)
-
-
 class RankWorkload:
     """Issues one rank's trace onto its system layer and records what ran when."""
 
     def __init__(self, rank: int, path: str, graph: TraceGraph, deps: Dependencies, system: RankSystem,
                  *, memory: RemoteMemory, roofline: Roofline | None, replay_only: bool, corrected: bool,
-                 comm_groups: dict[int, tuple[int, ...]], warn: Callable[[str], None]) -> None:
+                 comm_groups: dict[int, tuple[int, ...]], warn: Callable[[str], None],
+                 timeline: bool = False) -> None:
         self.rank = rank
         self.path = path
         self.graph = graph
@@ -75,6 +65,9 @@ class RankWorkload:
         self.stalled = False
         self.collectives: dict[int, DataSet] = {}
         self.waiting_recv: dict[int, tuple[int, int, int]] = {}  # node -> (src, size, tag) while pending
+        self.collective_log: list[CollectiveRecord] = []
+        self._collective_info: dict[int, tuple[str, int, int]] = {}  # node -> (kind, participants, group)
+        self.timeline = TimelineLog() if timeline else None
 
     # --- the issue loop ------------------------------------------------------------------------------
     def wake(self, _: Any = None) -> None:
@@ -156,7 +149,10 @@ class RankWorkload:
     def _issue_collective(self, i: int) -> None:
         t = self.table
         ctype = t.comm_type[i]
+        group = self._group(i)
+        participants = len(group.members) if group else self.system.total_npus
         if ctype == CollectiveType.BROADCAST:  # ASTRA-sim replays broadcasts by their recorded duration
+            self._collective_info[i] = ("broadcast", participants, group.gid if group else 0)
             dataset = DataSet(1, self.engine.now)
             dataset.on_done = lambda ns, i=i: self._collective_done(i, ns)
             self.system.register(t.replay_ns[i], lambda _: dataset.stream_finished(self.engine.now))
@@ -171,12 +167,13 @@ class RankWorkload:
             involved = [True] * max(4, dims)
         elif len(involved) < dims:
             involved = involved + [True] * (dims - len(involved))
-        group = self._group(i)
+        self._collective_info[i] = (kind, participants, group.gid if group else 0)
         try:
             dataset = self.system.generate_collective(kind, t.comm_size[i], involved, group, t.comm_priority[i])
         except InputError as e:
             raise self._error(i, str(e)) from None
         dataset.on_done = lambda ns, i=i: self._collective_done(i, ns)
+        dataset.label = i
         self.collectives[i] = dataset
         if dataset.total == 0:  # nothing to communicate (ASTRA-sim would never finish it)
             self.system.register(0, lambda _, i=i: self._collective_done(i, 0))
@@ -213,10 +210,14 @@ class RankWorkload:
 
     def _issue_send(self, i: int) -> None:
         dst, tag = self._point_to_point(i, "send", "comm_src", "comm_dst")
+        if self.timeline is not None:
+            self.timeline.sends.append((i, dst, tag, self.table.comm_size[i]))
         self.system.send(dst, self.table.comm_size[i], tag, self._node_done, i)
 
     def _issue_recv(self, i: int) -> None:
         src, tag = self._point_to_point(i, "receive", "comm_dst", "comm_src")
+        if self.timeline is not None:
+            self.timeline.recvs.append((i, src, tag, self.table.comm_size[i]))
         self.waiting_recv[i] = (src, self.table.comm_size[i], self.table.comm_tag[i])
         self.system.recv(src, self.table.comm_size[i], tag, self._node_done, i)
 
@@ -247,6 +248,8 @@ class RankWorkload:
         ntype = self.table.types[i]
         iv = self.intervals
         span = (self.start_ns.pop(i), self.engine.now)
+        if self.timeline is not None:
+            self.timeline.spans.append((i, *span))
         if ntype == NodeType.COMP_NODE:
             (iv.cpu if self.table.is_cpu[i] else iv.gpu).append(span)
         elif ntype in COMM_TYPES:
@@ -269,6 +272,9 @@ class RankWorkload:
             return
         self.comm_busy_ns += execution_ns
         self.collectives.pop(i, None)
+        kind, participants, group = self._collective_info.pop(i)
+        self.collective_log.append(CollectiveRecord(i, kind, self.table.comm_size[i], participants, group,
+                                                    self.start_ns[i], self.engine.now))
         self._node_done(i)
 
     def _check_finished(self) -> None:

@@ -6,54 +6,40 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from simulator.breakdown import CollectiveSummary, intersection_ns, union_ns
+
 if TYPE_CHECKING:
     from simulator.rank import RankWorkload
-
-
-def union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Total length of the union of [start, end) intervals."""
-    total = 0
-    end_so_far = -1
-    start_so_far = 0
-    for start, end in sorted(intervals):
-        if start <= end_so_far:
-            end_so_far = max(end_so_far, end)
-        else:
-            if end_so_far >= 0:
-                total += end_so_far - start_so_far
-            start_so_far, end_so_far = start, end
-    if end_so_far >= 0:
-        total += end_so_far - start_so_far
-    return total
-
-
-def intersection_ns(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
-    """Length of (union of a) intersected with (union of b)."""
-    return union_ns(a) + union_ns(b) - union_ns(a + b)
 
 
 @dataclass(frozen=True, slots=True)
 class RankStats:
     """One rank's times in ns.
 
-    ``exposed_comm_ns`` is ASTRA-sim's: finish - GPU compute time (idle time counts as exposed), as the
-    unsigned 64-bit number it prints: when GPU work overlaps itself (replay-only mode replays communication
-    nodes as GPU work) the difference is negative and wraps around, exactly as in ASTRA-sim's output.
-    ``compute_ns`` is the summed GPU compute time ASTRA-sim charges; ``gpu_time_ns``, ``comm_ns``,
-    ``cpu_ns``, ``memory_ns`` are unions of busy intervals; ``overlap_ns`` is the time compute and
-    communication were both busy; ``idle_ns`` the time nothing was.
+    As ASTRA-sim reports them: ``finish_ns``; ``compute_ns``, the summed GPU compute time it charges; and
+    ``exposed_comm_ns`` = finish - compute_ns (idle time counts as exposed), printed as an unsigned 64-bit
+    number, so it wraps around when GPU work overlaps itself (replay-only mode replays communication nodes as
+    GPU work).
+
+    Where the time went, as a partition of [0, finish]: ``compute_busy_ns`` (some compute running, GPU or
+    CPU) + ``comm_exposed_ns`` (communication and no compute) + ``memory_exposed_ns`` (remote memory only)
+    + ``idle_ns`` = ``finish_ns``; ``overlap_ns`` is the communication hidden under compute. The busy times
+    of each kind on their own: ``gpu_time_ns``, ``cpu_ns``, ``comm_ns``, ``memory_ns`` (unions of intervals).
     """
 
     rank: int
     finish_ns: int
     exposed_comm_ns: int
     compute_ns: int
-    gpu_time_ns: int
-    comm_ns: int
+    compute_busy_ns: int
+    comm_exposed_ns: int
     overlap_ns: int
-    cpu_ns: int
-    memory_ns: int
+    memory_exposed_ns: int
     idle_ns: int
+    gpu_time_ns: int
+    cpu_ns: int
+    comm_ns: int
+    memory_ns: int
     collective_time_ns: int  # sum of collective execution times (ASTRA-sim's tics_gpu_comms)
 
     @property
@@ -65,13 +51,16 @@ class RankStats:
 def rank_stats(w: RankWorkload) -> RankStats:
     iv = w.intervals
     finish = w.finish_ns if w.finish_ns is not None else 0
-    busy = iv.gpu + iv.cpu + iv.comm + iv.memory
+    compute = iv.gpu + iv.cpu
+    compute_busy = union_ns(compute)
+    with_comm = union_ns(compute + iv.comm)
+    busy = union_ns(compute + iv.comm + iv.memory)
     return RankStats(
         rank=w.rank, finish_ns=finish, exposed_comm_ns=(finish - w.gpu_compute_ns) % (1 << 64),
-        compute_ns=w.gpu_compute_ns,
-        gpu_time_ns=union_ns(iv.gpu), comm_ns=union_ns(iv.comm), overlap_ns=intersection_ns(iv.gpu, iv.comm),
-        cpu_ns=union_ns(iv.cpu), memory_ns=union_ns(iv.memory), idle_ns=finish - union_ns(busy),
-        collective_time_ns=w.comm_busy_ns)
+        compute_ns=w.gpu_compute_ns, compute_busy_ns=compute_busy, comm_exposed_ns=with_comm - compute_busy,
+        overlap_ns=intersection_ns(compute, iv.comm), memory_exposed_ns=busy - with_comm, idle_ns=finish - busy,
+        gpu_time_ns=union_ns(iv.gpu), cpu_ns=union_ns(iv.cpu), comm_ns=union_ns(iv.comm),
+        memory_ns=union_ns(iv.memory), collective_time_ns=w.comm_busy_ns)
 
 
 @dataclass(slots=True)
@@ -86,10 +75,14 @@ class SimulationResult:
     events: int = 0
     messages: int = 0
     notes: list[str] = field(default_factory=list)
+    collectives: list[CollectiveSummary] = field(default_factory=list)
+    links: list[dict[str, Any]] = field(default_factory=list)  # busiest first; empty for link-less backends
+    activity: dict[str, Any] = field(default_factory=dict)  # busy fractions over time, for reports
 
     def to_json(self) -> dict[str, Any]:
         return {"finish_ns": self.finish_ns, "ranks": [asdict(r) for r in self.ranks], "backend": self.backend,
-                "config": self.config, "version": self.version,
+                "collectives": [asdict(c) for c in self.collectives], "links": self.links,
+                "activity": self.activity, "config": self.config, "version": self.version,
                 "run": {"wall_time_s": round(self.wall_time_s, 3), "engine": self.engine, "events": self.events,
                         "messages": self.messages, "notes": self.notes}}
 
@@ -118,8 +111,8 @@ def format_astra_sim(result: SimulationResult) -> str:
     return "\n".join(lines)
 
 
-_SUMMARY_FIELDS = (("compute", "compute_ns"), ("exposed comm", "exposed_signed_ns"), ("comm busy", "comm_ns"),
-                   ("overlap", "overlap_ns"), ("idle", "idle_ns"))
+_SUMMARY_FIELDS = (("compute", "compute_busy_ns"), ("exposed comm", "comm_exposed_ns"),
+                   ("overlapped", "overlap_ns"), ("memory", "memory_exposed_ns"), ("idle", "idle_ns"))
 
 
 def format_text(result: SimulationResult, max_rows: int = 16) -> str:
@@ -141,4 +134,25 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
                          f"{format_ns(max(values)):>12}")
         slow = max(ranks, key=lambda r: r.finish_ns)
         lines.append(f"slowest rank: {slow.rank}")
+    if result.collectives:
+        lines.append("")
+        lines.append(f"{'collective':>15}  {'per rank':>8}  {'bytes/rank':>11}  {'time/rank':>11}  {'algbw':>11}  "
+                     f"{'busbw':>11}")
+        for c in result.collectives:
+            lines.append(f"{c.kind:>15}  {c.count_per_rank:>8.4g}  {format_bytes(c.bytes_per_rank):>11}  "
+                         f"{format_ns(c.time_ns_per_rank):>11}  {c.algbw_gbps:>7.2f} GB/s  {c.busbw_gbps:>7.2f} GB/s")
+    if result.links:
+        lines.append("")
+        classes = " (each a class of equal links)" if result.engine == "symmetric" else ""
+        lines.append(f"busiest links{classes}:")
+        for row in result.links[:5]:
+            lines.append(f"  {row['link']:<24} {100 * row['utilization']:5.1f}% busy  "
+                         f"{format_bytes(row['bytes']):>11}  max queue {row['max_queue']}")
     return "\n".join(lines)
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"

@@ -13,6 +13,7 @@ from compute.roofline import Roofline
 from network.backends import make_backend
 from network.config import NetworkConfig
 from network.messaging import Messaging, MirroredMessaging
+from simulator.breakdown import activity, link_table, summarize_collectives
 from simulator.collectives.registry import check_supported, parse_algorithm
 from simulator.config import MemoryConfig, SystemConfig
 from simulator.engine import CheckedEngine, Engine
@@ -47,6 +48,8 @@ class RunOptions:
     drop_dangling: bool = False
     device: str | None = None
     engine: str = "auto"  # auto | message | symmetric
+    timeline: bool = False  # keep per-node spans and point-to-point messages for a timeline
+    timeline_phases: bool = False  # also each chunk-stream's phases
     progress: bool = True
 
 
@@ -77,6 +80,8 @@ class Simulation:
         self.memory = memory
         self.comm_groups = comm_groups or {}
         self.options = options or RunOptions()
+        self.workloads: list[RankWorkload] = []
+        self.backend: Any = None
         self.warn = warn or (lambda message: None)
         if self.options.semantics not in SEMANTICS:
             raise InputError(f"unknown semantics {self.options.semantics!r}; valid: {', '.join(SEMANTICS)}")
@@ -117,6 +122,9 @@ class Simulation:
         opts, npus = self.options, self.network.num_npus
         engine = CheckedEngine() if symmetric else Engine()
         backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
+        if opts.timeline and hasattr(backend, "keep_history"):
+            backend.keep_history = True
+        self.backend = backend
         messaging = (MirroredMessaging(engine, backend, self.network.npus_count) if symmetric
                      else Messaging(engine, backend))
         setup = SystemSetup(engine=engine, messaging=messaging, config=self.system,
@@ -129,7 +137,10 @@ class Simulation:
             ranks.append(RankWorkload(
                 r, self.traces.file_for(r), graph, validate(graph, drop_dangling=opts.drop_dangling),
                 RankSystem(r, setup), memory=memory, roofline=roofline, replay_only=self.system.replay_only,
-                corrected=opts.semantics == "corrected", comm_groups=self.comm_groups, warn=self.warn))
+                corrected=opts.semantics == "corrected", comm_groups=self.comm_groups, warn=self.warn,
+                timeline=opts.timeline))
+            if opts.timeline_phases:
+                ranks[-1].system.phase_log = []
         for w in ranks:
             w.wake()
         self._run_events(engine, ranks, started)
@@ -147,11 +158,17 @@ class Simulation:
                       "exposed_comm_ns reports it as an unsigned 64-bit number")
         if symmetric:
             stats = [replace(stats[0], rank=r) for r in range(npus)]
+        finish = max(s.finish_ns for s in stats)
+        self.workloads = ranks  # for timelines
+        links = getattr(backend, "links", None)
         return SimulationResult(
-            finish_ns=max(s.finish_ns for s in stats), ranks=stats, backend=opts.backend,
+            finish_ns=finish, ranks=stats, backend=opts.backend,
             config=self.config_summary(), version=VERSION, wall_time_s=time.perf_counter() - started,
             events=engine.events_processed, messages=messaging.messages * (npus if symmetric else 1),
-            engine="symmetric" if symmetric else "message")
+            engine="symmetric" if symmetric else "message",
+            collectives=summarize_collectives([w.collective_log for w in ranks]),
+            links=link_table(links, finish, symmetric) if links is not None else [],
+            activity=activity(ranks, finish))
 
     def _run_events(self, engine: Engine, ranks: list[RankWorkload], started: float) -> None:
         env = engine.env

@@ -48,13 +48,14 @@ class SystemSetup:
 class DataSet:
     """A collective's streams; reports the collective done when the last stream finishes."""
 
-    __slots__ = ("created_ns", "finished", "on_done", "total")
+    __slots__ = ("created_ns", "finished", "label", "on_done", "total")
 
     def __init__(self, total: int, created_ns: int) -> None:
         self.total = total
         self.finished = 0
         self.created_ns = created_ns
         self.on_done: Callable[[int], None] | None = None
+        self.label = -1  # the workload node it belongs to (for timelines)
 
     def stream_finished(self, now: int) -> None:
         self.finished += 1
@@ -63,17 +64,20 @@ class DataSet:
 
 
 class Phase:
-    __slots__ = ("algorithm", "queue")
+    __slots__ = ("algorithm", "dim", "name", "queue")
 
-    def __init__(self, queue: int, algorithm: Algorithm) -> None:
+    def __init__(self, queue: int, algorithm: Algorithm, dim: int, name: str) -> None:
         self.queue = queue
         self.algorithm = algorithm
+        self.dim = dim
+        self.name = name  # the algorithm's configured name
 
 
 class Stream:
     """One chunk of a collective, moving through its phases; the algorithms' port to the system."""
 
-    __slots__ = ("dataset", "id", "initialized", "phase", "phases", "priority", "queue", "rank", "system")
+    __slots__ = ("dataset", "id", "initialized", "phase", "phases", "priority", "queue", "rank", "started_ns", "step",
+                 "system")
 
     def __init__(self, system: RankSystem, stream_id: int, dataset: DataSet, phases: list[Phase], priority: int):
         self.system = system
@@ -85,6 +89,8 @@ class Stream:
         self.queue = -1
         self.priority = priority
         self.initialized = False
+        self.started_ns = 0
+        self.step = -1
         for p in phases:
             p.algorithm.port = self
 
@@ -175,6 +181,7 @@ class RankSystem:
         self._topologies: dict[str, CollectiveTopology] = {}
         self.groups: dict[int, CommGroup] = {}
         self.rendezvous = setup.rendezvous
+        self.phase_log: list[tuple[int, int, int, str, str, int, int, int, int]] | None = None  # when recording
 
     # --- events and messages -----------------------------------------------------------------------
     def register(self, delay: int, fn: Callable[[Any], None], arg: Any = None) -> None:
@@ -306,7 +313,7 @@ class RankSystem:
     def phase(self, kind: str, topo: CollectiveTopology, dim: int, name: str, size: int, queue: int,
               clockwise: bool) -> Phase:
         algorithm = make_algorithm(parse_algorithm(name), kind, self.rank, topo.basic(dim), size, clockwise)
-        return Phase(queue, algorithm)
+        return Phase(queue, algorithm, dim, name)
 
     def priority(self, explicit: int) -> int:
         policy = self.setup.config.scheduling_policy
@@ -320,6 +327,10 @@ class RankSystem:
     def proceed(self, stream: Stream) -> None:
         """Move a stream to its next phase's queue, or retire it (ASTRA-sim's proceed_to_next_vnet)."""
         previous = stream.queue
+        if self.phase_log is not None and stream.phase is not None:
+            phase = stream.phase
+            self.phase_log.append((stream.dataset.label, stream.id, stream.step, phase.algorithm.kind, phase.name,
+                                   phase.dim, phase.queue, stream.started_ns, self.engine.now))
         if not stream.phases:
             stream.dataset.stream_finished(self.engine.now)  # may issue new collectives right now
             if previous >= 0:
@@ -331,6 +342,7 @@ class RankSystem:
         phase = stream.phases.popleft()
         stream.phase = phase
         stream.queue = phase.queue
+        stream.step += 1
         stream.initialized = False
         waiting = self.active[phase.queue]
         i = 0
@@ -352,6 +364,7 @@ class RankSystem:
             stream = streams[running[queue]]
             running[queue] += 1
             stream.initialized = True
+            stream.started_ns = self.engine.now
             stream.phase.algorithm.start()  # type: ignore[union-attr]
 
 

@@ -47,6 +47,13 @@ def simulate(tmp_path: Path, traces: Sequence[Sequence[Any]], network: dict[str,
              system: dict[str, Any] | None = None, memory: dict[str, Any] | None = None,
              groups: dict[int, tuple[int, ...]] | None = None, warn: Any = None, **options: Any) -> Any:
     """Write per-rank traces and run them through the Python API; returns the SimulationResult."""
+    return simulation(tmp_path, traces, network, system, memory, groups, warn, **options)[1]
+
+
+def simulation(tmp_path: Path, traces: Sequence[Sequence[Any]], network: dict[str, Any] | None = None,
+               system: dict[str, Any] | None = None, memory: dict[str, Any] | None = None,
+               groups: dict[int, tuple[int, ...]] | None = None, warn: Any = None, **options: Any) -> Any:
+    """Like ``simulate``, returning (the Simulation after its run, the SimulationResult)."""
     from network.config import network_from_dict
     from simulator.config import DEFAULT_SYSTEM, memory_from_dict, system_from_dict
     from simulator.simulation import RunOptions, Simulation
@@ -62,7 +69,7 @@ def simulate(tmp_path: Path, traces: Sequence[Sequence[Any]], network: dict[str,
     mem = memory_from_dict(memory or {"memory-type": "NO_MEMORY_EXPANSION"})
     sim = Simulation(resolve_workload(str(folder / "trace")), net, sys_cfg, mem, groups or {},
                      RunOptions(progress=False, **options), warn=warn)
-    return sim.run()
+    return sim, sim.run()
 
 
 def finish_times(result: Any) -> list[int]:

@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 from workload.errors import InputError
 from workload.graph import TraceGraph
+from workload.tools import analyze, inspect_trace, jsonize
 from workload.tools import generate as gen
-from workload.tools import inspect_trace, jsonize
 from workload.traceset import TraceLoader, resolve_workload
 from workload.validate import validate
 
@@ -26,6 +26,15 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     _workload_args(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--per-rank", action="store_true", help="add a line per rank to the text output")
+
+    p = sub.add_parser("analyze", help="per-rank compute and communication totals, and collective sizes that "
+                                       "differ between ranks (no simulation)")
+    _workload_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--heatmap", metavar="FILE.png", help="ranks x collectives heatmap (needs matplotlib)")
+    p.add_argument("--top", type=int, default=20, help="differing collectives to list (default 20)")
+    p.add_argument("--by-group", action="store_true",
+                   help="line collectives up per communicator group id (default: by type and order only)")
 
     p = sub.add_parser("jsonize", help="the trace as one valid JSON document (or JSON Lines)")
     _workload_args(p)
@@ -106,6 +115,20 @@ def _inspect(args: argparse.Namespace, warn: Warn) -> None:
         sys.stdout.write("\n")
     else:
         print(inspect_trace.format_text(summaries, shared, args.per_rank))
+
+
+def _analyze(args: argparse.Namespace, warn: Warn) -> None:
+    ranks, _ = _load(args, warn)
+    graphs = [(r, g) for r, _, g in ranks]
+    totals = [analyze.rank_totals(r, g) for r, g in graphs]
+    found, slots, by_rank = analyze.imbalances(graphs, args.by_group)
+    if args.heatmap:
+        analyze.write_heatmap(args.heatmap, slots, by_rank)
+    if args.json:
+        json.dump(analyze.as_json(totals, found), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(analyze.format_text(totals, found, args.top))
 
 
 def _jsonize(args: argparse.Namespace, warn: Warn) -> None:
@@ -189,7 +212,8 @@ def _generate(args: argparse.Namespace, warn: Warn) -> None:
         print(prefix)
 
 
-COMMANDS = {"inspect": _inspect, "jsonize": _jsonize, "visualize": _visualize, "generate": _generate}
+COMMANDS = {"inspect": _inspect, "analyze": _analyze, "jsonize": _jsonize, "visualize": _visualize,
+            "generate": _generate}
 
 
 def run(argv: list[str], warn: Warn) -> int:

@@ -1,0 +1,132 @@
+"""Where the time went: per-rank time partitions, per-collective-type bandwidths, per-link usage."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.recording import CollectiveRecord
+
+
+def union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Total length of the union of [start, end) intervals."""
+    total = 0
+    start_so_far = end_so_far = -1
+    for start, end in sorted(intervals):
+        if start <= end_so_far:
+            end_so_far = max(end_so_far, end)
+        else:
+            if end_so_far >= 0:
+                total += end_so_far - start_so_far
+            start_so_far, end_so_far = start, end
+    if end_so_far >= 0:
+        total += end_so_far - start_so_far
+    return total
+
+
+def intersection_ns(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of (union of a) intersected with (union of b)."""
+    return union_ns(a) + union_ns(b) - union_ns(a + b)
+
+
+# nccl-tests' bus-bandwidth factors: busbw = algbw * factor(n)
+BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+}
+
+
+def algorithm_bytes(record: CollectiveRecord) -> int:
+    """The data size nccl-tests divides by the time: the whole buffer (all-gather: the gathered output)."""
+    return record.size_bytes * record.participants if record.kind == "all_gather" else record.size_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveSummary:
+    """One collective type over all ranks: per-rank means, and bandwidths in GB/s (1e9 bytes/s)."""
+
+    kind: str
+    count_per_rank: float
+    bytes_per_rank: float  # as written in the traces (comm_size)
+    time_ns_per_rank: float  # summed durations
+    algbw_gbps: float  # algorithm bandwidth: data size / time (nccl-tests)
+    busbw_gbps: float  # bus bandwidth: algbw x the collective's factor (nccl-tests)
+
+
+def summarize_collectives(logs: list[list[CollectiveRecord]]) -> list[CollectiveSummary]:
+    count: dict[str, int] = defaultdict(int)
+    size: dict[str, int] = defaultdict(int)
+    time: dict[str, int] = defaultdict(int)
+    alg: dict[str, float] = defaultdict(float)
+    bus: dict[str, float] = defaultdict(float)
+    for log in logs:
+        for r in log:
+            duration = r.end_ns - r.start_ns
+            count[r.kind] += 1
+            size[r.kind] += r.size_bytes
+            time[r.kind] += duration
+            data = algorithm_bytes(r)
+            alg[r.kind] += data
+            bus[r.kind] += data * BUS_FACTORS[r.kind](r.participants) if r.participants > 1 else 0.0
+    ranks = max(len(logs), 1)
+    return [CollectiveSummary(kind, count[kind] / ranks, size[kind] / ranks, time[kind] / ranks,
+                              alg[kind] / time[kind] if time[kind] else 0.0,
+                              bus[kind] / time[kind] if time[kind] else 0.0)
+            for kind in sorted(count)]
+
+
+def link_table(links: dict[Any, Any], finish_ns: int, symmetric: bool) -> list[dict[str, Any]]:
+    """Per-link usage, busiest first. In a representative-rank run each entry is a class of equal links."""
+    rows = []
+    for key, link in links.items():
+        name = f"{link.src}->{link.dst}"
+        if symmetric:
+            name = f"class {key}"
+        rows.append({"link": name, "bytes": link.bytes, "messages": link.messages, "busy_ns": link.busy_ns,
+                     "utilization": link.busy_ns / finish_ns if finish_ns else 0.0, "max_queue": link.max_queue})
+    rows.sort(key=lambda r: (-r["busy_ns"], r["link"]))
+    return rows
+
+
+def busy_fractions(intervals: list[tuple[int, int]], finish_ns: int, bins: int) -> list[float]:
+    """The fraction of each of ``bins`` equal time slices of [0, finish] covered by the intervals."""
+    if finish_ns <= 0:
+        return [0.0] * bins
+    width = finish_ns / bins
+    covered = [0.0] * bins
+    for start, end in _merged(intervals):
+        b = int(start / width)
+        while b < bins and b * width < end:
+            lo, hi = max(start, b * width), min(end, (b + 1) * width)
+            covered[b] += max(0.0, hi - lo)
+            b += 1
+    return [round(c / width, 4) for c in covered]
+
+
+def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def activity(workloads: list[Any], finish_ns: int, bins: int = 200, per_rank_limit: int = 64) -> dict[str, Any]:
+    """Busy fractions over time per category: the mean over ranks, and each rank's for up to 64 ranks."""
+    categories = ("compute", "comm", "memory")
+    per_rank = []
+    for w in workloads:
+        iv = w.intervals
+        per_rank.append({"rank": w.rank, "compute": busy_fractions(iv.gpu + iv.cpu, finish_ns, bins),
+                         "comm": busy_fractions(iv.comm, finish_ns, bins),
+                         "memory": busy_fractions(iv.memory, finish_ns, bins)})
+    mean = {c: [round(sum(r[c][b] for r in per_rank) / max(len(per_rank), 1), 4) for b in range(bins)]
+            for c in categories}
+    return {"bins": bins, "bin_ns": finish_ns / bins, "mean": mean,
+            "ranks": per_rank if len(per_rank) <= per_rank_limit else []}
