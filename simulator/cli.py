@@ -2,7 +2,11 @@
 
     astrasim-py --workload W --network N.yml [--system S.json] [--memory M.json] [--comm-groups C.json]
                 [--backend analytical-unaware|analytical-aware] [--json FILE] [--format text|astra-sim]
-    astrasim-py trace {inspect,jsonize,generate,visualize} ...
+    astrasim-py trace {inspect,analyze,jsonize,generate,visualize} ...
+    astrasim-py report RESULTS.json --html FILE
+    astrasim-py sweep SWEEP.yaml --out DIR [--jobs N] [--executor local|ray]   (and: sweep export DIR --csv FILE)
+    astrasim-py compare --network N.yml --collective all_reduce --algorithms ring,direct ...
+    astrasim-py plot DIR --x SETTING --y METRIC [--hue SETTING]
 
 ASTRA-sim's own flags (``--workload-configuration=`` ...) are accepted as aliases, so existing run
 scripts work unchanged.
@@ -14,11 +18,13 @@ import argparse
 import sys
 
 from network.config import load_network
+from simulator import compare, plot
 from simulator.config import MemoryConfig, default_system, load_comm_groups, load_memory, load_system
 from simulator.export import write_csvs
 from simulator.report import write_report
 from simulator.results import SimulationResult, format_astra_sim, format_text
 from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation
+from simulator.sweep import cli as sweep_cli
 from simulator.timeline import build_timeline, parse_ranks, write_timeline
 from workload.errors import InputError
 from workload.tools import cli as trace_cli
@@ -35,7 +41,8 @@ def run_report(argv: list[str], warn: object = None) -> int:
     return 0
 
 
-SUBCOMMANDS = {"trace": trace_cli.run, "report": run_report}
+SUBCOMMANDS = {"trace": trace_cli.run, "report": run_report, "sweep": sweep_cli.run, "compare": compare.run,
+               "plot": plot.run}
 
 
 def _warn(message: str) -> None:
@@ -56,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Simulate distributed training from Chakra traces with ASTRA-sim 2.x semantics. "
                     f"Subcommands: {PROG} trace {{inspect,analyze,jsonize,generate,visualize}} ..., "
-                    f"{PROG} report RESULTS.json --html FILE",
+                    f"{PROG} report RESULTS.json --html FILE, {PROG} sweep SWEEP.yaml --out DIR, "
+                    f"{PROG} sweep export DIR --csv FILE, {PROG} compare ..., {PROG} plot DIR --x S --y M "
+                    "(each with --help)",
     )
     p.add_argument("--workload", "--workload-configuration", dest="workload", required=True,
                    help="trace prefix (dir/trace for dir/trace.<r>.et), folder, or one file for every rank")

@@ -35,6 +35,10 @@ _CUSTOM_KEYS = ("all-reduce-implementation-custom", "all-gather-implementation-c
                 "reduce-scatter-implementation-custom", "all-to-all-implementation-custom",
                 "per-node-custom-implementation")
 
+SYSTEM_KEYS = ("scheduling-policy", "collective-optimization", "endpoint-delay", "active-chunks-per-dimension",
+               "preferred-dataset-splits", "local-mem-bw", "peak-perf", "roofline-enabled", "replay-only", "device",
+               "model-shared-bus", *IMPLEMENTATION_KEYS, *_NO_TIMING_EFFECT, *_NOT_READ_BY_ASTRA_SIM)
+MEMORY_KEYS = ("memory-type", "remote-mem-latency", "remote-mem-bw", "num-nodes", "num-npus-per-node")
 
 # Used when no --system is given; the same as configs/system/default.json.
 DEFAULT_SYSTEM: dict[str, Any] = {
@@ -180,10 +184,7 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
     if quiet:
         warn(f"{path}: {', '.join(quiet)}: accepted, but they only control ASTRA-sim's logs, memory traces or "
              "shared-bus model, which do not change simulated time here")
-    known = {"scheduling-policy", "collective-optimization", "endpoint-delay", "active-chunks-per-dimension",
-             "preferred-dataset-splits", "local-mem-bw", "peak-perf", "roofline-enabled", "replay-only", "device",
-             "model-shared-bus", *IMPLEMENTATION_KEYS, *_NO_TIMING_EFFECT, *_NOT_READ_BY_ASTRA_SIM}
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - set(SYSTEM_KEYS))
     if unknown:
         warn(f"{path}: unknown key(s) {', '.join(unknown)} (ignored)")
     kw["defaults_used"] = tuple(defaults)
@@ -246,8 +247,7 @@ def memory_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
         raise ConfigError(f"{path}: {mtype} needs a positive 'remote-mem-bw' (bytes per ns)")
     if mtype == "PER_NODE_MEMORY_EXPANSION" and (kw.get("num_nodes", 0) < 1 or kw.get("npus_per_node", 0) < 1):
         raise ConfigError(f"{path}: PER_NODE_MEMORY_EXPANSION needs positive 'num-nodes' and 'num-npus-per-node'")
-    unknown = sorted(set(data) - {"memory-type", "remote-mem-latency", "remote-mem-bw", "num-nodes",
-                                  "num-npus-per-node"})
+    unknown = sorted(set(data) - set(MEMORY_KEYS))
     if unknown:
         warn(f"{path}: unknown key(s) {', '.join(unknown)} (ignored)")
     return MemoryConfig(**kw)

@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 from tests.conftest import run_cli, write_trace_file
+from workload.errors import InputError
 from workload.reader import read_trace
-from workload.schema import NodeType
+from workload.schema import CollectiveType, NodeType
+from workload.tools.generate import collective as gen_collective
 from workload.traceset import TraceLoader, resolve_workload
 from workload.writer import make_node
 
@@ -114,3 +117,21 @@ def test_generated_microbenchmarks_run_in_the_simulator(tmp_path: Path) -> None:
     assert simulate(tmp_path / "sendrecv", ring4).finish_ns == 3 * link
     assert simulate(tmp_path / "memory", ring4, memory=memory).finish_ns == 2 * (10 + 65536 // 5)
     assert simulate(tmp_path / "compute", ring4).finish_ns == 21_000
+
+
+def test_generator_specs_match_the_generators() -> None:
+    from workload.tools.generate import from_spec, sendrecv_ring
+
+    spec = {"generate": "collective", "type": "all_gather", "size": "64KiB", "repeat": 2}
+    assert from_spec(spec, 4) == gen_collective(4, CollectiveType.ALL_GATHER, 64 << 10, repeat=2)
+    assert from_spec({"generate": "sendrecv", "size": 4096, "iterations": 3}, 3) == sendrecv_ring(3, 4096, iterations=3)
+    for bad, message in [({"generate": "colective"}, "'generate' must be one of collective, compute"),
+                         ({"generate": "collective", "type": "all_reduce"}, "needs 'size'"),
+                         ({"generate": "collective", "type": "allreduce", "size": 1}, "'type' must be one of"),
+                         ({"generate": "collective", "type": "all_reduce", "size": "1 MiBs"}, "'size': not a size"),
+                         ({"generate": "compute", "count": -1}, "'count' must be a whole number"),
+                         ({"generate": "memory", "tensor_size": 8, "access": "read"}, "load or store"),
+                         ({"generate": "compute", "sizes": 1}, "unknown key(s) sizes")]:
+        with pytest.raises(InputError) as e:
+            from_spec(bad, 4, "sweep point")
+        assert message in str(e.value) and str(e.value).startswith("sweep point: ")

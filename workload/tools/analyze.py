@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from workload.graph import TraceGraph
+from workload.optional import pyplot
 from workload.schema import CollectiveType, NodeType
 
 Slot = tuple[str, str, int]  # (group, collective, ordinal)
@@ -121,15 +122,7 @@ def format_text(totals: list[RankTotals], found: list[Imbalance], top: int = 20)
 
 def write_heatmap(path: str, slots: list[Slot], by_rank: dict[int, dict[Slot, int]]) -> None:
     """Ranks x collectives, coloured by size relative to the median of that collective across ranks."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        from workload.errors import InputError
-
-        raise InputError("--heatmap needs matplotlib: pip install 'astrasim-py[plot]'") from None
+    plt = pyplot("--heatmap")
     ranks = sorted(by_rank)
     grid = np.full((len(ranks), max(len(slots), 1)), np.nan)
     for col, slot in enumerate(slots):

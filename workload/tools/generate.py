@@ -10,6 +10,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from workload.errors import InputError
 from workload.schema import CollectiveType, NodeType
 from workload.writer import make_node, write_trace
 
@@ -129,3 +130,69 @@ def write_rank_traces(prefix: str, traces: list[list[Any]]) -> list[str]:
         write_trace(path, nodes, version=GENERATED_VERSION)
         paths.append(path)
     return paths
+
+
+GENERATOR_KEYS = {
+    "collective": ("type", "size", "repeat", "pg_name"),
+    "compute": ("count", "duration_us", "num_ops", "tensor_size", "independent"),
+    "sendrecv": ("size", "iterations"),
+    "memory": ("tensor_size", "access", "count"),
+}
+
+
+def from_spec(spec: dict[str, Any], npus: int, where: str = "workload") -> list[list[Any]]:
+    """The traces a generator mapping describes, e.g. ``{generate: collective, type: all_reduce, size: 64MiB}``.
+
+    Keys are those of ``astrasim-py trace generate KIND`` (with ``_`` for ``-``); sizes may carry units.
+    Bad specs raise InputError naming ``where``.
+    """
+    kind = spec.get("generate")
+    if kind not in GENERATOR_KEYS:
+        raise InputError(f"{where}: 'generate' must be one of {', '.join(GENERATOR_KEYS)} (got {kind!r})")
+    unknown = sorted(set(spec) - {"generate", *GENERATOR_KEYS[kind]})
+    if unknown:
+        raise InputError(f"{where}: unknown key(s) {', '.join(unknown)} for a generated {kind} workload; "
+                         f"valid: {', '.join(GENERATOR_KEYS[kind])}")
+
+    def size(key: str, default: Any = None) -> int:
+        value = spec.get(key, default)
+        if value is None:
+            raise InputError(f"{where}: a generated {kind} workload needs '{key}'")
+        try:
+            return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+                else parse_size(str(value))
+        except ValueError as e:
+            raise InputError(f"{where}: '{key}': {e}") from None
+
+    def count(key: str, default: int) -> int:
+        value = spec.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"{where}: '{key}' must be a whole number >= 0 (got {value!r})")
+        return value
+
+    if kind == "collective":
+        ctype = spec.get("type")
+        if ctype not in COLLECTIVE_NAMES:
+            raise InputError(f"{where}: collective 'type' must be one of {', '.join(COLLECTIVE_NAMES)} "
+                             f"(got {ctype!r})")
+        return collective(npus, COLLECTIVE_NAMES[ctype], size("size"), repeat=max(1, count("repeat", 1)),
+                          pg_name=spec.get("pg_name"))
+    if kind == "compute":
+        return compute(npus, count("count", 1), duration_micros=count("duration_us", 0),
+                       num_ops=count("num_ops", 0), tensor_size=size("tensor_size", 0),
+                       independent=bool(spec.get("independent", False)))
+    if kind == "sendrecv":
+        if npus < 2:
+            raise InputError(f"{where}: a send/recv ring needs at least 2 NPUs")
+        return sendrecv_ring(npus, size("size"), iterations=max(1, count("iterations", 1)))
+    access = spec.get("access", "load")
+    if access not in ("load", "store"):
+        raise InputError(f"{where}: 'access' must be load or store (got {access!r})")
+    return memory(npus, size("tensor_size"), kind=access, count=max(1, count("count", 1)))
+
+
+def spec_label(spec: dict[str, Any]) -> str:
+    """A short, file-name-safe label of a generator mapping (e.g. ``collective-all_reduce-64MiB``)."""
+    parts = [str(spec.get("generate"))] + [str(spec[k]) for k in GENERATOR_KEYS.get(spec.get("generate"), ())
+                                           if k in spec]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(parts))[:120]

@@ -1,0 +1,231 @@
+"""``astrasim-py compare``: one workload (or a generated collective over sizes) under several algorithms.
+
+    astrasim-py compare --network N.yml [--system S.json] --collective all_reduce --sizes 1MiB,64MiB,1GiB \\
+                        --algorithms ring,direct,halvingDoubling,doubleBinaryTree [--plot FILE.png]
+    astrasim-py compare --network N.yml --system S.json --workload W --algorithms ring,ring/direct
+
+An algorithm is one name for every dimension or one per dimension joined by "/". Times and bandwidths
+follow nccl-tests: a collective's time is averaged over the ranks, algbw = data size / time, busbw = algbw
+x the collective's bus factor (2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter, all-to-all).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from network.config import load_network
+from simulator.collectives.registry import FAMILIES, parse_algorithm
+from simulator.config import IMPLEMENTATION_KEYS
+from simulator.results import format_ns
+from simulator.sweep.executors import default_jobs, run_points
+from simulator.sweep.spec import Point, parse_setting, resolve_run
+from workload.errors import InputError
+from workload.optional import pyplot
+from workload.tools.generate import parse_size, size_label
+
+PROG = "astrasim-py compare"
+KEYS = {collective: key for key, collective in IMPLEMENTATION_KEYS.items()}  # all_reduce -> all-reduce-implementation
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    algorithm: str
+    size_bytes: int | None  # None: a workload
+    outcome: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome["status"] == "ok"
+
+    def metric(self, name: str) -> Any:
+        return self.outcome["metrics"].get(name)
+
+    @property
+    def time_ns(self) -> float:
+        """A collective's time averaged over ranks (nccl-tests' default), or a workload's end-to-end time."""
+        return self.metric("finish_ns" if self.size_bytes is None else "collective_time_ns_mean")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Compare collective algorithms on one network: time, "
+                                                       "algorithm and bus bandwidth (nccl-tests), speed-up.")
+    p.add_argument("--network", required=True, help="network YAML")
+    p.add_argument("--system", help="system JSON the algorithms are put into (default: the built-in one)")
+    p.add_argument("--memory", help="remote-memory JSON")
+    p.add_argument("--comm-groups", dest="comm_groups", help="communicator groups JSON")
+    p.add_argument("--backend", default="analytical-unaware", help="network backend (default analytical-unaware)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--workload", help="a workload (trace prefix, folder or file)")
+    what.add_argument("--collective", help=f"a generated microbenchmark: {', '.join(KEYS)}")
+    p.add_argument("--sizes", default="1MiB,16MiB,256MiB", help="sizes for --collective (default 1MiB,16MiB,256MiB)")
+    p.add_argument("--algorithms", required=True,
+                   help="comma-separated, e.g. ring,direct,halvingDoubling,doubleBinaryTree; ring/direct for one "
+                        "per dimension")
+    p.add_argument("--metric", choices=("time", "busbw"), default="time", help="what --plot draws (default time)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the comparison (needs matplotlib)")
+    p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
+    p.add_argument("--jobs", "-j", type=int, help="simulations at once (default: all cores)")
+    return p
+
+
+def per_dimension(text: str, dims: int) -> list[str]:
+    """["ring", "direct"] from "ring/direct"; one name fills every dimension."""
+    names = [n.strip() for n in text.split("/")]
+    specs = [parse_algorithm(n) for n in names]
+    if len(names) == 1:
+        return names if specs[0].whole_network else names * dims
+    if len(names) != dims:
+        raise InputError(f"algorithm {text!r} names {len(names)} dimensions but the network has {dims}")
+    return names
+
+
+def run(argv: list[str], warn: Callable[[str], None]) -> int:
+    args = build_parser().parse_args(argv)
+    network = load_network(args.network, warn)
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    if not algorithms:
+        raise InputError("--algorithms: name at least one algorithm")
+    per_dim = {a: per_dimension(a, network.num_dims) for a in algorithms}
+    if args.collective:
+        if args.collective not in KEYS:
+            raise InputError(f"--collective {args.collective!r}: valid: {', '.join(KEYS)} (broadcast has no "
+                             "algorithm choice)")
+        try:
+            sizes = [parse_size(s) for s in args.sizes.split(",")]
+        except ValueError as e:
+            raise InputError(f"--sizes: {e}") from None
+        kinds = [args.collective]
+    else:
+        sizes, kinds = [None], list(KEYS)
+    base = {"workload": ({"generate": "collective", "type": args.collective} if args.collective
+                         else os.path.abspath(args.workload)),
+            "network": os.path.abspath(args.network), "backend": args.backend}
+    for section in ("system", "memory", "comm_groups"):
+        if getattr(args, section):
+            base[section] = os.path.abspath(getattr(args, section))
+    usable: dict[str, list[str]] = {}
+    skipped = []
+    for algorithm in algorithms:
+        families = {parse_algorithm(n).family for n in per_dim[algorithm]}
+        usable[algorithm] = [k for k in kinds if all(k in FAMILIES[f] for f in families)]
+        if not usable[algorithm]:
+            skipped.append(f"{algorithm} does not implement {kinds[0].replace('_', '-')}")
+    points: list[Point] = []
+    for size in sizes:
+        for algorithm in algorithms:
+            if not usable[algorithm]:
+                continue
+            chosen = [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm]) for k in usable[algorithm]]
+            if size is not None:
+                chosen.append((parse_setting("workload.size", PROG), size))
+            run_spec = resolve_run(base, chosen, os.getcwd())
+            points.append(Point(len(points), str(len(points)), {"algorithm": algorithm, "size": size}, run_spec,
+                                os.getcwd()))
+    for reason in skipped:
+        warn(f"skipped: {reason}")
+    if not points:
+        raise InputError("nothing to compare: " + "; ".join(skipped))
+    print(f"{PROG}: {len(points)} simulations on {network.describe()}, {args.backend}", file=sys.stderr)
+    outcomes = {p.index: o for p, o in run_points(points, "local", args.jobs or default_jobs())}
+    rows = [Row(p.settings["algorithm"], p.settings["size"], outcomes[p.index]) for p in points]
+    for r in rows:
+        others = sorted(set(_kinds(r)) - set(usable[r.algorithm]))
+        if others:
+            warn(f"{r.algorithm} does not implement {', '.join(others)}: those collectives of the workload ran with "
+                 "the system's algorithms")
+    title = (f"{args.collective} on {network.describe()}" if args.collective
+             else f"{args.workload} on {network.describe()}") + f", {args.backend}"
+    print(format_table(rows, title))
+    if args.csv:
+        write_csv(args.csv, rows)
+    if args.plot:
+        plot(args.plot, rows, title, args.metric)
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0 if all(r.ok for r in rows) else 1
+
+
+def _kinds(row: Row) -> list[str]:
+    return [c["kind"] for c in json.loads(row.metric("collectives") or "[]")]
+
+
+def speedups(rows: list[Row]) -> dict[int, float]:
+    """Per row (by position): the slowest time of its size over its own time."""
+    slowest: dict[int | None, float] = {}
+    for r in rows:
+        if r.ok:
+            slowest[r.size_bytes] = max(slowest.get(r.size_bytes, 0), r.time_ns)
+    return {i: slowest[r.size_bytes] / r.time_ns for i, r in enumerate(rows) if r.ok and r.time_ns}
+
+
+def format_table(rows: list[Row], title: str) -> str:
+    up = speedups(rows)
+    micro = rows[0].size_bytes is not None
+    width = max(9, *(len(r.algorithm) for r in rows))
+    head = f"{'size':>9}  " if micro else ""
+    what = "time: per collective, mean over ranks (as nccl-tests)" if micro else "time: end to end"
+    lines = [f"{title}; {what}",
+             f"{head}{'algorithm':<{width}}  {'time':>12}  {'algbw':>12}  {'busbw':>12}  {'speed-up':>8}"
+             + ("" if micro else f"  {'exposed comm':>12}")]
+    previous = object()
+    for i, r in enumerate(rows):
+        size = "" if r.size_bytes == previous else size_label(r.size_bytes) if micro else ""
+        previous = r.size_bytes
+        lead = f"{size:>9}  " if micro else ""
+        if not r.ok:
+            lines.append(f"{lead}{r.algorithm:<{width}}  failed: {(r.outcome['error'] or '').splitlines()[0]}")
+            continue
+        alg, bus = r.metric("algbw_gbps"), r.metric("busbw_gbps")
+        lines.append(f"{lead}{r.algorithm:<{width}}  {format_ns(r.time_ns):>12}  "
+                     + (f"{alg:>7.2f} GB/s  {bus:>7.2f} GB/s" if alg is not None else f"{'-':>12}  {'-':>12}")
+                     + f"  {up.get(i, 0):>7.2f}x"
+                     + ("" if micro else f"  {format_ns(r.metric('exposed_comm_ns_mean')):>12}"))
+    return "\n".join(lines)
+
+
+def write_csv(path: str, rows: list[Row]) -> None:
+    up = speedups(rows)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["algorithm", "size_bytes", "status", "time_ns", "finish_ns", "algbw_gbps", "busbw_gbps",
+                    "speedup", "exposed_comm_ns_mean", "error"])
+        for i, r in enumerate(rows):
+            w.writerow([r.algorithm, r.size_bytes, r.outcome["status"], r.time_ns if r.ok else None,
+                        r.metric("finish_ns"), r.metric("algbw_gbps"), r.metric("busbw_gbps"), up.get(i),
+                        r.metric("exposed_comm_ns_mean"), r.outcome["error"]])
+
+
+def plot(path: str, rows: list[Row], title: str, metric: str) -> None:
+    plt = pyplot("--plot")
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ok = [r for r in rows if r.ok]
+    if rows[0].size_bytes is None:  # one workload: a bar per algorithm
+        values = [r.time_ns / 1e6 if metric == "time" else r.metric("busbw_gbps") or 0 for r in ok]
+        ax.barh([r.algorithm for r in ok], values, color="#4477aa")
+        ax.set_xlabel("end-to-end time (ms)" if metric == "time" else "bus bandwidth (GB/s)")
+        ax.invert_yaxis()
+    else:
+        for algorithm in dict.fromkeys(r.algorithm for r in ok):
+            mine = [r for r in ok if r.algorithm == algorithm]
+            xs = [r.size_bytes for r in mine]
+            ys = [r.time_ns / 1e3 if metric == "time" else r.metric("busbw_gbps") for r in mine]
+            ax.plot(xs, ys, marker="o", label=algorithm)
+        ax.set_xscale("log", base=2)
+        sizes = sorted({r.size_bytes for r in ok})
+        ax.set_xticks(sizes, [size_label(s) for s in sizes])
+        if metric == "time":
+            ax.set_yscale("log")
+        ax.set_xlabel("message size")
+        ax.set_ylabel("time (µs)" if metric == "time" else "bus bandwidth (GB/s)")
+        ax.legend(title="algorithm")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
