@@ -12,15 +12,22 @@ several dimensions (which ASTRA-sim 2.x refuses) messages use dimension-order ro
 dimension 0 to the destination's coordinate, then along dimension 1, and so on; within a dimension a Ring
 takes the shorter direction (clockwise on ties), a FullyConnected dimension has a direct link per ordered
 pair, and a Switch dimension has one switch per line of NPUs with one link each way per NPU.
+
+On a fabric (network/fabrics.py) both route every message on a shortest path chosen per message (ECMP, the
+same paths the packet backend takes): congestion-unaware then charges the path's summed latency plus
+bytes / its slowest link's bandwidth; congestion-aware queues the message at every link of the path.
+``packet`` (network/packet.py) cuts messages into packets with finite buffers and flow control.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from network.config import NetworkConfig
+from network.topology import EcmpRouter, Flows, dimension_order_hops
 
 Callback = Callable[[Any], None]
 HOPS = {"FullyConnected": 1, "Switch": 2}
@@ -58,6 +65,8 @@ class CongestionUnaware:
         self._cache: dict[tuple[int, int, int], int] = {}
         self.messages = 0
         self.bytes = 0
+        self._flows = Flows(EcmpRouter(config.fabric)) if config.fabric is not None else None
+        self._paths: dict[tuple[int, ...], tuple[float, float]] = {}
 
     def hops(self, src: int, dst: int) -> tuple[int, int]:
         """(dimension, hops) of the lowest dimension where the two NPUs differ."""
@@ -81,19 +90,33 @@ class CongestionUnaware:
             delay = self._cache[key] = int(hops * latency + size_bytes / bpns)
         return delay
 
+    def path_delay_ns(self, src: int, dst: int, size_bytes: int) -> int:
+        """On a fabric: the chosen path's summed latency plus bytes over its slowest link."""
+        assert self._flows is not None and self.config.fabric is not None
+        nodes = self._flows.path(src, dst)
+        found = self._paths.get(nodes)
+        if found is None:
+            fabric = self.config.fabric
+            hops = [fabric.link(nodes[i], nodes[i + 1]) for i in range(len(nodes) - 1)]
+            found = self._paths[nodes] = (sum(lat for _, lat in hops),
+                                          min(bw for bw, _ in hops) * (1 << 30) / 1_000_000_000)
+        return int(found[0] + size_bytes / found[1])
+
     def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
         self.messages += 1
         self.bytes += size_bytes
-        self.engine.call_later(self.delay_ns(src, dst, size_bytes), on_delivered, arg)
+        delay = self.delay_ns(src, dst, size_bytes) if self._flows is None else self.path_delay_ns(src, dst, size_bytes)
+        self.engine.call_later(delay, on_delivered, arg)
 
 
 class Link:
     """A directed link: a FIFO server with a bandwidth and a latency, and its usage counters."""
 
-    __slots__ = ("busy", "busy_ns", "bytes", "dst", "history", "latency_ns", "max_queue", "messages", "pending",
-                 "per_ns", "src")
+    __slots__ = ("busy", "busy_ns", "bytes", "dst", "history", "latency_ns", "max_queue", "messages", "name",
+                 "pending", "per_ns", "src")
 
-    def __init__(self, src: int, dst: int, bytes_per_ns: float, latency_ns: float) -> None:
+    def __init__(self, src: int, dst: int, bytes_per_ns: float, latency_ns: float, name: str | None = None) -> None:
+        self.name = name or f"{src}->{dst}"
         self.src = src
         self.dst = dst
         self.per_ns = bytes_per_ns
@@ -138,6 +161,7 @@ class CongestionAware:
             stride *= n
         self._switch_base = config.num_npus
         self._switch_ids: dict[tuple[int, int], int] = {}  # (dim, line) -> device id
+        self._flows = Flows(EcmpRouter(config.fabric)) if config.fabric is not None else None
 
     # --- topology ---------------------------------------------------------------------------------
     def _link(self, a: int, b: int, dim: int) -> Link:
@@ -173,33 +197,30 @@ class CongestionAware:
         return sid
 
     def route(self, src: int, dst: int) -> list[Link]:
-        """The links a message from ``src`` to ``dst`` takes (dimension-order routing)."""
+        """The links a message from ``src`` to ``dst`` takes (dimension-order routing, or ECMP on a fabric)."""
+        if self._flows is not None:
+            return self._fabric_route(src, dst)
         cached = self._routes.get((src, dst))
         if cached is not None:
             return cached
-        hops: list[Link] = []
-        cur = src
-        for dim, (kind, n) in enumerate(zip(self.config.topology, self.config.npus_count, strict=True)):
-            stride = self._strides[dim]
-            a, b = (cur // stride) % n, (dst // stride) % n
-            if a == b:
-                continue
-            if kind == "Ring":
-                cw = (b - a) % n
-                step = -1 if n - cw < cw else 1
-                pos = a
-                while pos != b:
-                    nxt = (pos + step) % n
-                    hops.append(self._link(cur + (pos - a) * stride, cur + (nxt - a) * stride, dim))
-                    pos = nxt
-            elif kind == "FullyConnected":
-                hops.append(self._link(cur, cur + (b - a) * stride, dim))
-            else:
-                sw = self._switch(dim, cur)
-                hops.append(self._link(cur, sw, dim))
-                hops.append(self._link(sw, cur + (b - a) * stride, dim))
-            cur += (b - a) * stride
+        hops = [self._link(a, b, dim) for a, b, dim in dimension_order_hops(
+            self.config.npus_count, self.config.topology, src, dst, self._switch)]
         self._routes[(src, dst)] = hops
+        return hops
+
+    def _fabric_route(self, src: int, dst: int) -> list[Link]:
+        assert self._flows is not None and self.config.fabric is not None
+        fabric = self.config.fabric
+        nodes = self._flows.path(src, dst)
+        hops = []
+        for a, b in itertools.pairwise(nodes):
+            link = self.links.get((a, b))
+            if link is None:
+                bw, lat = fabric.link(a, b)
+                link = self.links[(a, b)] = Link(a, b, bw * (1 << 30) / 1_000_000_000, lat, fabric.link_name(a, b))
+                if self.keep_history:
+                    link.history = []
+            hops.append(link)
         return hops
 
     # --- transmission -----------------------------------------------------------------------------
@@ -249,7 +270,20 @@ class CongestionAware:
             self._enter(msg.route[msg.hop], msg)
 
 
-BACKENDS = {"analytical-unaware": CongestionUnaware, "analytical-aware": CongestionAware}
+def _packet(config: NetworkConfig, engine: Clock, symmetric: bool) -> NetworkBackend:
+    from network.packet import PacketNetwork
+
+    fabric, router = config.routed_fabric()
+    return PacketNetwork(fabric, router, config.packet, engine)  # type: ignore[return-value]
+
+
+BACKENDS: dict[str, Callable[[NetworkConfig, Clock, bool], NetworkBackend]] = {
+    "analytical-unaware": lambda config, engine, symmetric: CongestionUnaware(config, engine),
+    "analytical-aware": lambda config, engine, symmetric: CongestionAware(config, engine, symmetric),
+    "packet": _packet,
+}
+# backends that can simulate one representative rank for all (messages between equal links are interchangeable)
+SYMMETRIC_BACKENDS = ("analytical-unaware", "analytical-aware")
 
 
 def make_backend(name: str, config: NetworkConfig, engine: Clock, symmetric: bool = False) -> NetworkBackend:
@@ -259,8 +293,7 @@ def make_backend(name: str, config: NetworkConfig, engine: Clock, symmetric: boo
     """
     from workload.errors import InputError
 
-    if name == "analytical-aware":
-        return CongestionAware(config, engine, symmetric)
-    if name == "analytical-unaware":
-        return CongestionUnaware(config, engine)
-    raise InputError(f"unknown network backend {name!r}; valid: {', '.join(BACKENDS)}")
+    build = BACKENDS.get(name)
+    if build is None:
+        raise InputError(f"unknown network backend {name!r}; valid: {', '.join(BACKENDS)}")
+    return build(config, engine, symmetric)

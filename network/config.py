@@ -1,20 +1,26 @@
-"""The analytical network configuration (ASTRA-sim's network YAML), loaded into a typed object.
+"""The network configuration, loaded into a typed object: ASTRA-sim's network YAML
 
     topology: [ Ring, Switch ]     # one building block per dimension: Ring, FullyConnected, Switch
     npus_count: [ 8, 4 ]           # NPUs per dimension (each > 1); dimension 0 is innermost
     bandwidth: [ 50.0, 25.0 ]      # GB/s per link, with 1 GB = 2**30 bytes
     latency: [ 500.0, 1000.0 ]     # ns per hop
+
+or a fabric file (``fabric: fat-tree | torus | ...``, network/fabrics.py). Either may carry a ``packet:``
+section for the packet-level backend (network/packet.py).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import yaml
 
+from network.fabrics import fabric_from_dict
+from network.packet import PacketConfig, packet_config_from_dict
+from network.topology import DimensionOrderRouter, EcmpRouter, Fabric, from_dimensions
 from workload.errors import ConfigError
 
 BUILDING_BLOCKS = ("Ring", "FullyConnected", "Switch")
@@ -28,6 +34,8 @@ class NetworkConfig:
     bandwidth_gbps: tuple[float, ...]  # GB/s, 1 GB = 2**30 bytes
     latency_ns: tuple[float, ...]
     path: str = "<memory>"
+    fabric: Fabric | None = field(default=None, compare=False, repr=False)  # a real fabric, else dimensions
+    packet: PacketConfig = field(default_factory=PacketConfig)  # the packet backend's parameters
 
     @property
     def num_dims(self) -> int:
@@ -49,7 +57,25 @@ class NetworkConfig:
             npu //= count
         return tuple(out)
 
+    def routed_fabric(self) -> tuple[Fabric, EcmpRouter | DimensionOrderRouter]:
+        """The physical fabric and its router (ASTRA-sim dimensions become rings, meshes and switches)."""
+        if self.fabric is not None:
+            return self.fabric, EcmpRouter(self.fabric)
+        return from_dimensions(self.topology, self.npus_count, self.bandwidth_gbps, self.latency_ns, self.path)
+
+    def summary(self) -> dict[str, Any]:
+        """The configuration as plain data (for results files)."""
+        out: dict[str, Any] = {"topology": list(self.topology), "npus_count": list(self.npus_count),
+                               "bandwidth_gbps": list(self.bandwidth_gbps), "latency_ns": list(self.latency_ns),
+                               "path": self.path, "packet": asdict(self.packet)}
+        if self.fabric is not None:
+            out["fabric"] = {"kind": self.fabric.kind, "npus": self.fabric.num_npus,
+                             "switches": self.fabric.num_switches, "links": self.fabric.num_links}
+        return out
+
     def describe(self) -> str:
+        if self.fabric is not None:
+            return self.fabric.describe()
         dims = " x ".join(f"{t}({n})" for t, n in zip(self.topology, self.npus_count, strict=True))
         return f"{dims} = {self.num_npus} NPUs"
 
@@ -68,8 +94,15 @@ def _as_list(data: dict[str, Any], key: str, path: str) -> list[Any]:
 def network_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Any = None) -> NetworkConfig:
     """Build a NetworkConfig from parsed YAML, checking it as ASTRA-sim does (with clearer errors)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with keys {', '.join(NETWORK_KEYS)}")
-    unknown = sorted(set(data) - set(NETWORK_KEYS))
+        raise ConfigError(f"{path}: expected a mapping with keys {', '.join(NETWORK_KEYS)} (or a 'fabric' file)")
+    packet = packet_config_from_dict(data["packet"], path) if "packet" in data else PacketConfig()
+    if "fabric" in data:
+        fabric = fabric_from_dict(data, path)
+        dims = fabric.logical_dims
+        bw, lat = fabric.link(0, next(iter(fabric.graph.successors(0))))
+        return NetworkConfig((fabric.kind,) * len(dims), dims, (bw,) * len(dims), (lat,) * len(dims), path, fabric,
+                             packet)
+    unknown = sorted(set(data) - set(NETWORK_KEYS) - {"packet"})
     if unknown and warn is not None:
         warn(f"{path}: ignoring unknown network key(s) {', '.join(unknown)}")
     topology = _as_list(data, "topology", path)
@@ -97,20 +130,33 @@ def network_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Any = 
         raise ConfigError(f"{path}: every 'bandwidth' entry must be a positive number of GB/s (got {list(bw)})")
     if any(not x >= 0 or math.isinf(x) for x in lat):
         raise ConfigError(f"{path}: every 'latency' entry must be a non-negative number of ns (got {list(lat)})")
-    return NetworkConfig(tuple(topology), npus_i, bw, lat, path)
+    return NetworkConfig(tuple(topology), npus_i, bw, lat, path, packet=packet)
 
 
 def load_network(path: str | os.PathLike[str], warn: Any = None) -> NetworkConfig:
     path = os.fspath(path)
+    return network_from_dict(_read_yaml(path, "network configuration"), path, warn)
+
+
+def load_packet_config(path: str | os.PathLike[str]) -> PacketConfig:
+    """The packet parameters of a YAML file: its ``packet:`` section, or the file itself."""
+    path = os.fspath(path)
+    data = _read_yaml(path, "packet configuration")
+    if isinstance(data, dict) and isinstance(data.get("packet"), dict):
+        data = data["packet"]
+    return packet_config_from_dict(data, path)
+
+
+def _read_yaml(path: str, what: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
             data = yaml.safe_load(f)
     except FileNotFoundError:
-        raise ConfigError(f"{path}: network configuration file not found") from None
+        raise ConfigError(f"{path}: {what} file not found") from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         raise ConfigError(f"{path}: not valid YAML{where}") from None
-    return network_from_dict(data, path, warn)
+    return data

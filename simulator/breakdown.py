@@ -83,11 +83,12 @@ def link_table(links: dict[Any, Any], finish_ns: int, symmetric: bool) -> list[d
     """Per-link usage, busiest first. In a representative-rank run each entry is a class of equal links."""
     rows = []
     for key, link in links.items():
-        name = f"{link.src}->{link.dst}"
-        if symmetric:
-            name = f"class {key}"
-        rows.append({"link": name, "bytes": link.bytes, "messages": link.messages, "busy_ns": link.busy_ns,
-                     "utilization": link.busy_ns / finish_ns if finish_ns else 0.0, "max_queue": link.max_queue})
+        name = f"class {key}" if symmetric else link.name
+        row = {"link": name, "bytes": link.bytes, "messages": link.messages, "busy_ns": link.busy_ns,
+               "utilization": link.busy_ns / finish_ns if finish_ns else 0.0, "max_queue": link.max_queue}
+        if hasattr(link, "pause_ns"):  # packet links: packets sent, queue in bytes, time stalled by flow control
+            row.update(packets=link.packets, max_queue_bytes=link.max_queue_bytes, pause_ns=link.pause_ns)
+        rows.append(row)
     rows.sort(key=lambda r: (-r["busy_ns"], r["link"]))
     return rows
 

@@ -1,7 +1,7 @@
 """The ``astrasim-py`` command.
 
     astrasim-py --workload W --network N.yml [--system S.json] [--memory M.json] [--comm-groups C.json]
-                [--backend analytical-unaware|analytical-aware] [--json FILE] [--format text|astra-sim]
+                [--backend analytical-unaware|analytical-aware|packet] [--json FILE] [--format text|astra-sim]
     astrasim-py trace {inspect,analyze,jsonize,generate,visualize} ...
     astrasim-py report RESULTS.json --html FILE
     astrasim-py sweep SWEEP.yaml --out DIR [--jobs N] [--executor local|ray]   (and: sweep export DIR --csv FILE)
@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
-from network.config import load_network
+from network.backends import BACKENDS
+from network.config import load_network, load_packet_config
 from simulator import compare, plot
 from simulator.config import MemoryConfig, default_system, load_comm_groups, load_memory, load_system
 from simulator.export import write_csvs
 from simulator.report import write_report
 from simulator.results import SimulationResult, format_astra_sim, format_text
-from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation
+from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation, WallTimeExceeded
 from simulator.sweep import cli as sweep_cli
 from simulator.timeline import build_timeline, parse_ranks, write_timeline
 from workload.errors import InputError
@@ -77,8 +79,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="remote-memory JSON (default: no memory expansion)")
     p.add_argument("--comm-groups", "--comm-group-configuration", dest="comm_groups",
                    help="communicator groups JSON (a value containing 'empty' means none)")
-    p.add_argument("--backend", default="analytical-unaware", choices=("analytical-unaware", "analytical-aware"),
-                   help="network model (default: analytical-unaware, ASTRA-sim's congestion-unaware binary)")
+    p.add_argument("--backend", default="analytical-unaware", choices=tuple(BACKENDS),
+                   help="network model: analytical-unaware (default; ASTRA-sim's congestion-unaware binary), "
+                        "analytical-aware (ASTRA-sim's congestion-aware one) or packet (packet-level, with buffers "
+                        "and flow control)")
+    p.add_argument("--packet-config", metavar="FILE",
+                   help="YAML with the packet backend's parameters (mtu_bytes, header_bytes, buffer_bytes, "
+                        "flow_control), instead of the network file's packet: section")
+    p.add_argument("--max-wall-time", type=float, metavar="SECONDS",
+                   help="stop after this much wall-clock time, with the statistics of the part simulated so far")
     p.add_argument("--num-queues-per-dim", type=int, default=1, help="queues per network dimension (default 1)")
     p.add_argument("--injection-scale", type=float, default=1.0, help="multiplies the system's endpoint-delay")
     p.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
@@ -113,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
 def run_simulation(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     network = load_network(args.network, _warn)
+    if args.packet_config:
+        network = replace(network, packet=load_packet_config(args.packet_config))
     if args.system:
         system = load_system(args.system, _warn)
         if system.defaults_used:
@@ -127,13 +138,21 @@ def run_simulation(argv: list[str]) -> int:
                          injection_scale=args.injection_scale, rendezvous=args.rendezvous_protocol,
                          semantics=args.semantics, drop_dangling=args.drop_dangling_deps, device=args.device,
                          engine=args.engine, progress=not args.quiet,
-                         timeline=bool(args.timeline), timeline_phases=args.timeline_phases)
+                         timeline=bool(args.timeline), timeline_phases=args.timeline_phases,
+                         max_wall_time_s=args.max_wall_time)
     sim = Simulation(resolve_workload(args.workload), network, system, memory, groups, options, _warn)
-    result = sim.run()
+    try:
+        result = sim.run()
+    except WallTimeExceeded as stop:
+        print(f"{PROG}: {stop}", file=sys.stderr)
+        if args.json_path:
+            stop.result.write_json(args.json_path)
+        print(format_text(stop.result))
+        return 3
     if args.json_path:
         result.write_json(args.json_path)
     if args.csv:
-        write_csvs(args.csv, result, sim.workloads)
+        write_csvs(args.csv, result, sim.workloads, sim.backend)
     if args.timeline:
         _write_timeline(args, sim, result, network.num_npus)
     print(format_astra_sim(result) if args.format == "astra-sim" else format_text(result))

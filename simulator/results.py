@@ -78,11 +78,14 @@ class SimulationResult:
     collectives: list[CollectiveSummary] = field(default_factory=list)
     links: list[dict[str, Any]] = field(default_factory=list)  # busiest first; empty for link-less backends
     activity: dict[str, Any] = field(default_factory=dict)  # busy fractions over time, for reports
+    network: dict[str, Any] = field(default_factory=dict)  # backend statistics (packet: message latencies)
+    complete: bool = True  # False: stopped part-way (--max-wall-time)
 
     def to_json(self) -> dict[str, Any]:
         return {"finish_ns": self.finish_ns, "ranks": [asdict(r) for r in self.ranks], "backend": self.backend,
                 "collectives": [asdict(c) for c in self.collectives], "links": self.links,
-                "activity": self.activity, "config": self.config, "version": self.version,
+                "activity": self.activity, "network": self.network, "complete": self.complete,
+                "config": self.config, "version": self.version,
                 "run": {"wall_time_s": round(self.wall_time_s, 3), "engine": self.engine, "events": self.events,
                         "messages": self.messages, "notes": self.notes}}
 
@@ -118,9 +121,16 @@ _SUMMARY_FIELDS = (("compute", "compute_busy_ns"), ("exposed comm", "comm_expose
 def format_text(result: SimulationResult, max_rows: int = 16) -> str:
     """A short human summary; per-rank rows when there are few ranks, min/mean/max otherwise."""
     ranks = result.ranks
-    lines = [f"end-to-end time: {format_ns(result.finish_ns)} ({result.finish_ns} ns) over {len(ranks)} ranks, "
-             f"{result.backend} network"]
-    if len(ranks) <= max_rows:
+    if not result.complete:
+        unfinished = sum(r.finish_ns == 0 for r in ranks)
+        lines = [f"stopped part-way: {format_ns(result.finish_ns)} ({result.finish_ns} ns) simulated, "
+                 f"{unfinished} of {len(ranks)} ranks unfinished, {result.backend} network"]
+    else:
+        lines = [f"end-to-end time: {format_ns(result.finish_ns)} ({result.finish_ns} ns) over {len(ranks)} ranks, "
+                 f"{result.backend} network"]
+    if not result.complete:
+        pass
+    elif len(ranks) <= max_rows:
         header = f"{'rank':>5}  {'finish':>12}" + "".join(f"  {label:>12}" for label, _ in _SUMMARY_FIELDS)
         lines.append(header)
         for r in ranks:
@@ -146,8 +156,16 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
         classes = " (each a class of equal links)" if result.engine == "symmetric" else ""
         lines.append(f"busiest links{classes}:")
         for row in result.links[:5]:
+            extra = ""
+            if "pause_ns" in row:
+                extra = f" ({format_bytes(row['max_queue_bytes'])}), paused {format_ns(row['pause_ns'])}"
             lines.append(f"  {row['link']:<24} {100 * row['utilization']:5.1f}% busy  "
-                         f"{format_bytes(row['bytes']):>11}  max queue {row['max_queue']}")
+                         f"{format_bytes(row['bytes']):>11}  max queue {row['max_queue']}{extra}")
+    net = result.network
+    if net.get("messages"):
+        lines.append(f"messages: {net['messages']}, latency mean {format_ns(net['latency_mean_ns'])}, p99 "
+                     f"{format_ns(net['latency_p99_ns'])}, max {format_ns(net['latency_max_ns'])}; "
+                     f"{net['packet_hops']:,} packet-hops")
     return "\n".join(lines)
 
 

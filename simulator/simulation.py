@@ -10,7 +10,7 @@ from typing import Any
 
 from compute.devices import device
 from compute.roofline import Roofline
-from network.backends import make_backend
+from network.backends import SYMMETRIC_BACKENDS, make_backend
 from network.config import NetworkConfig
 from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
@@ -38,6 +38,14 @@ class DeadlockError(InputError):
     """The simulation ran out of events with nodes unfinished."""
 
 
+class WallTimeExceeded(Exception):
+    """--max-wall-time ran out: ``result`` holds the statistics of the part simulated so far."""
+
+    def __init__(self, message: str, result: SimulationResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunOptions:
     backend: str = "analytical-unaware"
@@ -51,6 +59,7 @@ class RunOptions:
     timeline: bool = False  # keep per-node spans and point-to-point messages for a timeline
     timeline_phases: bool = False  # also each chunk-stream's phases
     progress: bool = True
+    max_wall_time_s: float | None = None  # stop (WallTimeExceeded) after this much wall-clock time
 
 
 def roofline_for(system: SystemConfig, device_name: str | None) -> Roofline | None:
@@ -101,6 +110,10 @@ class Simulation:
         self._check_workload(graphs, roofline is not None)
 
         blockers = symmetry_blockers(graphs, self.system, self.memory, self.network.npus_count, self.comm_groups)
+        if opts.backend not in SYMMETRIC_BACKENDS:
+            blockers.append(f"the {opts.backend} backend simulates every message")
+        elif self.network.fabric is not None:
+            blockers.append("routes on a fabric differ from NPU to NPU")
         if opts.engine == "symmetric" and blockers:
             raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
                              + "; ".join(blockers) + " (use --engine message)")
@@ -122,7 +135,9 @@ class Simulation:
         opts, npus = self.options, self.network.num_npus
         engine = CheckedEngine() if symmetric else Engine()
         backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
-        if opts.timeline and hasattr(backend, "keep_history"):
+        if opts.timeline and hasattr(backend, "enable_history"):
+            backend.enable_history()
+        elif opts.timeline and hasattr(backend, "keep_history"):
             backend.keep_history = True
         self.backend = backend
         messaging = (MirroredMessaging(engine, backend, self.network.npus_count) if symmetric
@@ -143,12 +158,20 @@ class Simulation:
                 ranks[-1].system.phase_log = []
         for w in ranks:
             w.wake()
-        self._run_events(engine, ranks, started)
+        monitor = self._run_events(engine, ranks, started)
         if symmetric and engine.ambiguous:  # type: ignore[attr-defined]
             return None
+        if monitor.expired:
+            raise WallTimeExceeded(monitor.stop_message(), self._partial_result(engine, ranks, messaging, started))
 
         unfinished = [w for w in ranks if w.finish_ns is None]
         if unfinished:
+            blocked = getattr(backend, "blocked_links", lambda: [])()
+            if blocked:
+                raise DeadlockError(
+                    f"deadlock in the packet network: {len(blocked)} link(s) wait for buffer room that never frees "
+                    f"(a cycle of full queues, e.g. {', '.join(blocked[:4])}); raise the packet section's buffer_bytes "
+                    "or set flow_control: none")
             raise DeadlockError(deadlock_report(unfinished, messaging))
         stats = [w.stats() for w in ranks]
         negative = [s.rank for s in stats if s.exposed_signed_ns < 0]
@@ -168,26 +191,38 @@ class Simulation:
             engine="symmetric" if symmetric else "message",
             collectives=summarize_collectives([w.collective_log for w in ranks]),
             links=link_table(links, finish, symmetric) if links is not None else [],
-            activity=activity(ranks, finish))
+            activity=activity(ranks, finish), network=network_stats(backend))
 
-    def _run_events(self, engine: Engine, ranks: list[RankWorkload], started: float) -> None:
+    def _partial_result(self, engine: Engine, ranks: list[RankWorkload], messaging: Messaging, started: float
+                        ) -> SimulationResult:
+        """What a run stopped part-way has to show: per-rank times so far, links, network statistics."""
+        now = int(engine.now)
+        links = getattr(self.backend, "links", None)
+        return SimulationResult(
+            finish_ns=now, ranks=[w.stats() for w in ranks], backend=self.options.backend,
+            config=self.config_summary(), version=VERSION, wall_time_s=time.perf_counter() - started,
+            events=engine.events_processed, messages=messaging.messages, engine="message",
+            notes=[f"stopped at {now} ns of simulated time: {sum(w.finish_ns is None for w in ranks)} rank(s) "
+                   "unfinished"],
+            collectives=summarize_collectives([w.collective_log for w in ranks]),
+            links=link_table(links, now, False) if links is not None else [], network=network_stats(self.backend),
+            complete=False)
+
+    def _run_events(self, engine: Engine, ranks: list[RankWorkload], started: float) -> RunMonitor:
         env = engine.env
         step = env.step
         peek = env.peek
-        report_at = started + 5.0
+        monitor = RunMonitor(ranks, started, self.options, env, self.backend)
         count = 0
         last_progress = -1
-        while True:
+        while not monitor.expired:
             while peek() != float("inf"):
                 step()
                 count += 1
-                if not count & 0x3FFF and self.options.progress:
-                    now = time.perf_counter()
-                    if now >= report_at:
-                        done = sum(w.finish_ns is not None for w in ranks)
-                        print(f"astrasim-py: simulated {env.now / 1e6:.3f} ms, {done}/{len(ranks)} ranks done, "
-                              f"{count / (now - started):,.0f} events/s", file=sys.stderr, flush=True)
-                        report_at = now + 10.0
+                if not count & 0x3FFF and (monitor.check(count) or monitor.expired):
+                    break
+            if monitor.expired:
+                break
             stalled = [w for w in ranks if w.finish_ns is None and w.stalled]
             progress = sum(w.feeder.finished for w in ranks)
             if not stalled or progress == last_progress:
@@ -201,6 +236,7 @@ class Simulation:
             for w in stalled:
                 w.wake()
         engine.events_processed = count
+        return monitor
 
     def _check_workload(self, graphs: list[Any], roofline: bool) -> None:
         """Refuse before simulating what would fail part-way: missing algorithms, roofline attributes."""
@@ -244,10 +280,71 @@ class Simulation:
 
     def config_summary(self) -> dict[str, Any]:
         return {
-            "workload": self.traces.source, "network": asdict(self.network), "system": asdict(self.system),
+            "workload": self.traces.source, "network": self.network.summary(), "system": asdict(self.system),
             "memory": asdict(self.memory), "comm_groups": {str(k): list(v) for k, v in self.comm_groups.items()},
             "options": asdict(self.options),
         }
+
+
+def network_stats(backend: Any) -> dict[str, Any]:
+    stats = getattr(backend, "message_stats", None)
+    return stats() if stats is not None else {}
+
+
+class RunMonitor:
+    """Progress lines for long runs, with an estimate of the work left, and the --max-wall-time guard."""
+
+    def __init__(self, ranks: list[RankWorkload], started: float, options: RunOptions, env: Any, backend: Any
+                 ) -> None:
+        self.ranks = ranks
+        self.started = started
+        self.show = options.progress
+        self.env = env
+        self.backend = backend
+        self.limit_s = options.max_wall_time_s
+        self.deadline = started + options.max_wall_time_s if options.max_wall_time_s else None
+        self.report_at = started + 5.0
+        self.total_nodes = sum(w.feeder.num_nodes for w in ranks) or 1
+        self.expired = False
+        self.events = 0
+        if hasattr(backend, "tick"):
+            backend.tick = self.check_backend
+
+    def check_backend(self, now_ns: int) -> bool:
+        """Called by a backend that runs its own event loop; True: stop."""
+        return self.check(self.events)
+
+    def check(self, events: int) -> bool:
+        self.events = max(self.events, events)
+        now = time.perf_counter()
+        if self.deadline is not None and now > self.deadline:
+            self.expired = True
+            return True
+        if self.show and now >= self.report_at:
+            self.report_at = now + 10.0
+            print("astrasim-py: " + self.line(now), file=sys.stderr, flush=True)
+        return False
+
+    def line(self, now: float) -> str:
+        done_nodes = sum(w.feeder.finished for w in self.ranks)
+        fraction = done_nodes / self.total_nodes
+        elapsed = now - self.started
+        ranks_done = sum(w.finish_ns is not None for w in self.ranks)
+        parts = [f"simulated {self.env.now / 1e6:.3f} ms", f"{100 * fraction:.1f}% of trace nodes done",
+                 f"{ranks_done}/{len(self.ranks)} ranks finished"]
+        hops = getattr(self.backend, "packet_hops", None)
+        if hops:
+            parts.append(f"{hops / elapsed:,.0f} packet-hops/s")
+        if fraction > 0:
+            parts.append(f"about {elapsed * (1 - fraction) / fraction:,.0f} s left (extrapolated from nodes done)")
+        else:
+            parts.append("no estimate of the time left until a first node finishes")
+        return ", ".join(parts)
+
+    def stop_message(self) -> str:
+        done = sum(w.feeder.finished for w in self.ranks)
+        return (f"stopped by --max-wall-time {self.limit_s:g} s at {self.env.now} ns of simulated time, "
+                f"{done} of {self.total_nodes} trace nodes done; the statistics below cover the part simulated")
 
 
 def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, per_rank: int = 4) -> str:

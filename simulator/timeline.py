@@ -129,7 +129,7 @@ def build_timeline(workloads: list[Any], npus_per_dim: tuple[int, ...], ranks: l
         pid = -1
         b.events.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": "network links"}})
         for link in busiest:
-            name = f"link {link.src}->{link.dst}"
+            name = f"link {link.name}"
             bins = 200
             for k, value in enumerate(busy_fractions(link.history or [], finish_ns, bins)):
                 b.events.append({"name": name, "ph": "C", "ts": k * finish_ns / bins / 1000, "pid": pid,

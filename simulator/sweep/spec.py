@@ -47,6 +47,7 @@ SECTIONS = ("workload", "network", "system", "memory", "comm_groups", "backend",
 OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "backend": (str,), "queues_per_dim": (int,), "injection_scale": (int, float), "rendezvous": (bool,),
     "semantics": (str,), "engine": (str,), "device": (str, type(None)), "drop_dangling": (bool,),
+    "max_wall_time_s": (int, float),
 }
 DEFAULT_OPTIONS: dict[str, Any] = {"backend": "analytical-unaware"}
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {

@@ -15,7 +15,7 @@ from typing import Any
 from network.config import network_from_dict
 from simulator.config import MemoryConfig, comm_groups_from_dict, memory_from_dict, system_from_dict
 from simulator.results import SimulationResult
-from simulator.simulation import RunOptions, Simulation
+from simulator.simulation import RunOptions, Simulation, WallTimeExceeded
 from workload.errors import InputError
 from workload.tools import generate
 from workload.traceset import TraceSet, resolve_workload
@@ -58,6 +58,8 @@ def run_point(run: dict[str, Any] | None, root: str, sources: dict[str, str], er
         try:
             outcome = {"status": "ok", "error": None, "metrics": metrics(_simulate(run, root, sources, notes.append))}
         except InputError as e:
+            outcome["error"] = str(e)
+        except WallTimeExceeded as e:
             outcome["error"] = str(e)
         except MemoryError:
             outcome["error"] = "out of memory"

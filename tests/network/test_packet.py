@@ -1,0 +1,203 @@
+"""The packet-level backend: agreement where nothing is congested, the effects of congestion where it is,
+flow control, statistics, and the guards against hangs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from network.config import load_network, network_from_dict
+from simulator.api import simulate
+from simulator.config import system_from_dict
+from simulator.simulation import DeadlockError
+from simulator.sweep.spec import default_system_dict
+from tests.conftest import REPO, run_cli, write_trace_file
+from workload.schema import CollectiveType, NodeType
+from workload.tools.generate import collective, sendrecv_ring, write_rank_traces
+from workload.writer import make_node
+
+GiB = 1 << 30
+
+
+def ring(n: int, bandwidth: float = 50.0, latency: float = 500.0, kind: str = "Ring", **packet: Any) -> Any:
+    data: dict[str, Any] = {"topology": [kind], "npus_count": [n], "bandwidth": [bandwidth], "latency": [latency]}
+    if packet:
+        data["packet"] = packet
+    return network_from_dict(data)
+
+
+def run(tmp_path: Path, traces: list[list[Any]], network: Any, backend: str, system: dict[str, Any] | None = None
+        ) -> Any:
+    prefix = tmp_path / f"w{len(list(tmp_path.iterdir()))}" / "trace"
+    write_rank_traces(str(prefix), traces)
+    sys_cfg = system_from_dict({**default_system_dict(network.num_dims), **(system or {})})
+    return simulate(str(prefix), network, sys_cfg, backend=backend)
+
+
+def incast(n: int, size: int) -> list[list[Any]]:
+    """Ranks 1..n-1 each send ``size`` bytes to rank 0 at once."""
+    def attrs(src: int) -> list[tuple[str, Any]]:
+        return [("is_cpu_op", False), ("comm_src", src), ("comm_dst", 0), ("comm_size", size), ("comm_tag", 5)]
+    traces = [[make_node(i, f"recv{i}", NodeType.COMM_RECV_NODE, attrs=attrs(i + 1)) for i in range(n - 1)]]
+    traces += [[make_node(0, "send", NodeType.COMM_SEND_NODE, attrs=attrs(r))] for r in range(1, n)]
+    return traces
+
+
+@pytest.mark.parametrize(("npus", "size"), [(8, 1 << 20), (16, 64 << 20), (5, 3 << 20)])
+def test_ring_all_reduce_on_a_ring_agrees_with_analytical_aware(tmp_path: Path, npus: int, size: int) -> None:
+    traces = collective(npus, CollectiveType.ALL_REDUCE, size)
+    aware = run(tmp_path, traces, ring(npus), "analytical-aware")
+    packet = run(tmp_path, traces, ring(npus), "packet")
+    # every message goes one hop, so cutting it into packets changes nothing but rounding
+    assert abs(packet.finish_ns - aware.finish_ns) <= 0.02 * aware.finish_ns
+    assert packet.finish_ns == aware.finish_ns
+    assert packet.network["messages"] == aware.messages
+
+
+def test_neighbour_send_recv_agrees_with_analytical_aware(tmp_path: Path) -> None:
+    traces = sendrecv_ring(8, 8 << 20, iterations=3)
+    aware = run(tmp_path, traces, ring(8), "analytical-aware")
+    packet = run(tmp_path, traces, ring(8), "packet")
+    assert abs(packet.finish_ns - aware.finish_ns) <= 0.02 * aware.finish_ns
+    # headers are the one thing packets add: 64 bytes per 4 KiB packet is 1.6 % more on the wire
+    headers = run(tmp_path, traces, ring(8, header_bytes=64), "packet")
+    assert aware.finish_ns < headers.finish_ns <= 1.02 * aware.finish_ns
+
+
+@settings(max_examples=30, deadline=None)
+@given(size=st.integers(1, 3 << 20), mtu=st.sampled_from([1024, 4096, 9000]), leaves=st.integers(1, 3),
+       latency=st.sampled_from([0, 100, 700]), bandwidth=st.sampled_from([12.5, 50, 400]))
+def test_one_message_is_pipelined_packet_by_packet(tmp_path_factory: Any, size: int, mtu: int, leaves: int,
+                                                   latency: int, bandwidth: float) -> None:
+    """Alone in the fabric, a message takes hops x latency + (bytes + (hops - 1) x one packet) / bandwidth."""
+    net = network_from_dict({"fabric": "fat-tree", "npus": 4 * leaves, "npus_per_leaf": 4, "spines": 2,
+                             "bandwidth": bandwidth, "latency": latency, "packet": {"mtu_bytes": mtu}})
+    dst = 4 * leaves - 1
+    traces = [[] for _ in range(4 * leaves)]
+    attrs = [("is_cpu_op", False), ("comm_src", 0), ("comm_dst", dst), ("comm_size", size), ("comm_tag", 1)]
+    traces[0] = [make_node(0, "send", NodeType.COMM_SEND_NODE, attrs=attrs)]
+    traces[dst] = [make_node(0, "recv", NodeType.COMM_RECV_NODE, attrs=attrs)]
+    result = run(tmp_path_factory.mktemp("m"), traces, net, "packet")
+    hops = 2 if leaves == 1 else 4
+    per_byte_ns = 1e9 / (bandwidth * GiB)
+    first = min(mtu, size)
+    expected = hops * latency + (size + (hops - 1) * first) * per_byte_ns
+    assert abs(result.finish_ns - expected) <= 1 + size / mtu * 0.001  # per-packet rounding to the picosecond
+    assert result.network["packet_hops"] == hops * -(-size // mtu)
+
+
+def test_all_to_all_through_one_switch_is_congested(tmp_path: Path) -> None:
+    traces = collective(8, CollectiveType.ALL_TO_ALL, 8 << 20)
+    system = {"all-to-all-implementation": ["direct"]}
+    net = ring(8, kind="Switch")
+    unaware = run(tmp_path, traces, net, "analytical-unaware", system)
+    packet = run(tmp_path, traces, net, "packet", system)
+    # each NPU's one link carries 7 messages at once; unaware lets them all run at full bandwidth
+    assert packet.finish_ns > 4 * unaware.finish_ns
+    top = packet.links[0]
+    assert top["utilization"] > 0.9
+
+
+def test_incast_shows_the_bottleneck_link_and_backpressure(tmp_path: Path) -> None:
+    net = ring(8, kind="Switch")
+    unaware = run(tmp_path, incast(8, 4 << 20), net, "analytical-unaware")
+    packet = run(tmp_path, incast(8, 4 << 20), net, "packet")
+    assert packet.finish_ns > 6 * unaware.finish_ns  # seven senders share the receiver's one link
+    top = packet.links[0]
+    assert top["link"] == "switch0.0->npu0" and top["utilization"] > 0.95
+    assert top["max_queue_bytes"] <= 1 << 20  # never more than the buffer: lossless, nothing dropped
+    uplinks = [row for row in packet.links if row["link"].endswith("->switch0.0") and row["bytes"]]
+    assert len(uplinks) == 7 and all(row["pause_ns"] > 0 for row in uplinks)  # the full queue stalled them
+    unlimited = run(tmp_path, incast(8, 4 << 20), ring(8, kind="Switch", flow_control="none"), "packet")
+    assert all(row["pause_ns"] == 0 for row in unlimited.links)
+    assert unlimited.links[0]["max_queue_bytes"] > 1 << 20
+    assert abs(unlimited.finish_ns - packet.finish_ns) <= 0.01 * packet.finish_ns  # the link is the limit either way
+
+
+def test_oversubscribed_fat_tree_all_reduce(tmp_path: Path) -> None:
+    net = load_network(REPO / "configs" / "network" / "fat_tree_64_oversubscribed.yml")
+    traces = collective(64, CollectiveType.ALL_REDUCE, 4 << 20)
+    unaware = run(tmp_path, traces, net, "analytical-unaware")
+    packet = run(tmp_path, traces, net, "packet")
+    assert packet.finish_ns > 1.1 * unaware.finish_ns
+    most_queued = sorted(packet.links, key=lambda row: -row["max_queue_bytes"])[:8]
+    assert all("->spine" in row["link"] for row in most_queued)  # 8 NPUs' traffic into 2 uplinks per leaf
+    full = load_network(REPO / "configs" / "network" / "fat_tree_64.yml")
+    assert all(row["max_queue"] <= 1 for row in run(tmp_path, collective(64, CollectiveType.ALL_REDUCE, 4 << 20),
+                                                       full, "packet").links)
+
+
+def test_cyclic_buffer_deadlock_is_reported(tmp_path: Path) -> None:
+    traces = collective(6, CollectiveType.ALL_TO_ALL, 1 << 20)
+    system = {"all-to-all-implementation": ["direct"]}
+    with pytest.raises(DeadlockError, match=r"deadlock in the packet network: .* raise the packet section's "
+                                            r"buffer_bytes or set flow_control: none"):
+        run(tmp_path, traces, ring(6, buffer_bytes=4096), "packet", system)
+    assert run(tmp_path, traces, ring(6, flow_control="none"), "packet", system).finish_ns > 0
+
+
+def test_packet_runs_are_deterministic(tmp_path: Path) -> None:
+    net = load_network(REPO / "configs" / "network" / "dragonfly_72.yml")
+    traces = collective(72, CollectiveType.ALL_REDUCE, 1 << 20)
+    a = run(tmp_path, traces, net, "packet").to_json()
+    b = run(tmp_path, traces, net, "packet").to_json()
+    for d in (a, b):
+        d.pop("run")
+        d["config"].pop("workload")  # the two runs' trace folders
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_every_fabric_runs_with_every_backend(tmp_path: Path) -> None:
+    for name in ("fat_tree_k8", "torus_4x4x4", "rail_optimized_4x8", "links_example"):
+        net = load_network(REPO / "configs" / "network" / f"{name}.yml")
+        traces = collective(net.num_npus, CollectiveType.ALL_REDUCE, 1 << 20)
+        times = {b: run(tmp_path, traces, net, b).finish_ns for b in ("analytical-unaware", "analytical-aware",
+                                                                      "packet")}
+        # nothing beats ignoring congestion; store-and-forward of whole messages is slowest
+        assert times["analytical-unaware"] <= times["packet"] <= times["analytical-aware"], (name, times)
+
+
+def test_cli_statistics_timeline_and_wall_time_guard(tmp_path: Path) -> None:
+    prefix = tmp_path / "inc" / "trace"
+    prefix.parent.mkdir()
+    for rank, nodes in enumerate(incast(4, 1 << 20)):
+        write_trace_file(prefix.parent / f"trace.{rank}.et", nodes)
+    network = str(REPO / "configs" / "network" / "ring_8.yml")
+    switch = tmp_path / "switch4.yml"
+    switch.write_text("topology: [Switch]\nnpus_count: [4]\nbandwidth: [50]\nlatency: [500]\n")
+    done = run_cli("--workload", str(prefix), "--network", str(switch), "--backend", "packet", "--packet-config",
+                   str(REPO / "configs" / "packet" / "default.yml"), "--csv", str(tmp_path / "out"), "--json",
+                   str(tmp_path / "r.json"), "--timeline", str(tmp_path / "t.json"))
+    assert done.returncode == 0, done.stderr
+    assert "switch0.0->npu0" in done.stdout and "paused" in done.stdout and "packet-hops" in done.stdout
+    messages = (tmp_path / "out.messages.csv").read_text().splitlines()
+    assert messages[0] == "src,dst,bytes,start_ns,end_ns,latency_ns" and len(messages) == 4
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["network"]["messages"] == 3 and result["complete"] is True
+    assert result["config"]["network"]["packet"]["mtu_bytes"] == 4096
+    timeline = json.loads((tmp_path / "t.json").read_text())
+    assert any(e.get("ph") == "C" and "switch0.0->npu0" in e.get("name", "") for e in timeline["traceEvents"])
+
+    big = tmp_path / "big" / "trace"
+    write_rank_traces(str(big), collective(8, CollectiveType.ALL_REDUCE, 1 << 30))
+    stopped = run_cli("--workload", str(big), "--network", network, "--backend", "packet", "--max-wall-time", "0.5",
+                      "--json", str(tmp_path / "partial.json"))
+    assert stopped.returncode == 3
+    assert "stopped by --max-wall-time 0.5 s at " in stopped.stderr
+    assert "stopped part-way:" in stopped.stdout and "busiest links" in stopped.stdout
+    partial = json.loads((tmp_path / "partial.json").read_text())
+    assert partial["complete"] is False and partial["network"]["packet_hops"] > 0
+
+
+def test_symmetric_engine_refuses_the_packet_backend(tmp_path: Path) -> None:
+    from workload.errors import InputError
+
+    prefix = tmp_path / "ar" / "trace"
+    write_rank_traces(str(prefix), collective(8, CollectiveType.ALL_REDUCE, 1 << 20))
+    with pytest.raises(InputError, match="the packet backend simulates every message"):
+        simulate(str(prefix), ring(8), backend="packet", engine="symmetric")
