@@ -272,6 +272,9 @@ GENERATORS: dict[str, tuple[Callable[[dict[str, Any], str], Fabric], tuple[str, 
 }
 
 
+FABRIC_KEYS = ("fabric", "logical_dims", *dict.fromkeys(k for _, keys in GENERATORS.values() for k in keys))
+
+
 def fabric_from_dict(data: dict[str, Any], where: str) -> Fabric:
     """Build and check the fabric a fabric file describes; mistakes are ConfigErrors naming file and key."""
     kind = data.get("fabric")

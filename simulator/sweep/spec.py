@@ -36,13 +36,15 @@ from typing import Any
 
 import yaml
 
-from network.config import NETWORK_KEYS
+from network.config import NETWORK_KEYS, network_from_dict
+from network.fabrics import FABRIC_KEYS
+from network.packet import PACKET_KEYS
 from simulator.config import DEFAULT_SYSTEM, IMPLEMENTATION_KEYS, MEMORY_KEYS, SYSTEM_KEYS
 from workload.errors import ConfigError, InputError
 from workload.tools.generate import GENERATOR_KEYS
 from workload.traceset import resolve_workload
 
-SECTIONS = ("workload", "network", "system", "memory", "comm_groups", "backend", "options")
+SECTIONS = ("workload", "network", "packet", "system", "memory", "comm_groups", "backend", "options")
 # RunOptions fields a sweep may set, with the types they accept
 OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "backend": (str,), "queues_per_dim": (int,), "injection_scale": (int, float), "rendezvous": (bool,),
@@ -51,7 +53,7 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
 }
 DEFAULT_OPTIONS: dict[str, Any] = {"backend": "analytical-unaware"}
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "network": NETWORK_KEYS, "system": SYSTEM_KEYS, "memory": MEMORY_KEYS,
+    "network": (*NETWORK_KEYS, *FABRIC_KEYS), "packet": PACKET_KEYS, "system": SYSTEM_KEYS, "memory": MEMORY_KEYS,
     "workload": ("generate", *sorted({k for keys in GENERATOR_KEYS.values() for k in keys})),
     "options": tuple(k for k in OPTION_TYPES if k != "backend"),
 }
@@ -241,6 +243,11 @@ def resolve_run(base: dict[str, Any], chosen: list[tuple[Setting, Any]], root: s
     network = sections["network"]
     if not isinstance(network, dict):
         raise InputError("network must be a file name or a mapping")
+    packet = sections["packet"]
+    if packet is not None or any(s.section == "packet" for s, _ in chosen):
+        if packet is not None and not isinstance(packet, dict):
+            raise InputError("packet must be a mapping of the packet backend's parameters")
+        sections["packet"] = network["packet"] = {**(network.get("packet") or {}), **(packet or {})}
     options = sections["options"] or {}
     if not isinstance(options, dict):
         raise InputError("options must be a mapping")
@@ -258,7 +265,7 @@ def resolve_run(base: dict[str, Any], chosen: list[tuple[Setting, Any]], root: s
         if not isinstance(target, dict):
             what = "a trace path" if s.section == "workload" else repr(target)
             raise InputError(f"axis {s.name}: {s.section} is {what}, which has no keys to set")
-        if _pass(s, value) == 1:  # one value for every dimension
+        if _pass(s, value) == 1 and "fabric" not in network:  # one value for every dimension
             value = [value] * _dimensions(network)
         _assign(target, s, copy.deepcopy(value))
     if sections["system"] is None:
@@ -280,10 +287,21 @@ def default_system_dict(dims: int) -> dict[str, Any]:
 
 
 def _dimensions(network: dict[str, Any]) -> int:
+    """How many dimensions the collectives see (a fabric's logical dimensions)."""
+    if "fabric" in network:
+        return _fabric_dimensions(json.dumps(network, sort_keys=True, default=str))
     for key in ("topology", "npus_count"):
         if isinstance(network.get(key), list):
             return len(network[key])
     return 1
+
+
+@functools.lru_cache(maxsize=256)
+def _fabric_dimensions(text: str) -> int:
+    try:
+        return network_from_dict(json.loads(text), "<sweep network>").num_dims
+    except InputError:
+        return 1  # the point will fail with the fabric's own message when it runs
 
 
 def _pass(s: Setting, value: Any) -> int:

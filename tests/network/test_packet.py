@@ -201,3 +201,43 @@ def test_symmetric_engine_refuses_the_packet_backend(tmp_path: Path) -> None:
     write_rank_traces(str(prefix), collective(8, CollectiveType.ALL_REDUCE, 1 << 20))
     with pytest.raises(InputError, match="the packet backend simulates every message"):
         simulate(str(prefix), ring(8), backend="packet", engine="symmetric")
+
+
+def test_analytical_aware_routes_fabrics_like_the_packet_backend(tmp_path: Path) -> None:
+    net = load_network(REPO / "configs" / "network" / "fat_tree_64_oversubscribed.yml")
+    traces = collective(64, CollectiveType.ALL_TO_ALL, 1 << 20)
+    system = {"all-to-all-implementation": ["direct", "direct"]}
+    aware = {row["link"]: row["bytes"] for row in run(tmp_path, traces, net, "analytical-aware", system).links}
+    packet = {row["link"]: row["bytes"] for row in run(tmp_path, traces, net, "packet", system).links if row["bytes"]}
+    assert aware == packet  # every message took the same path (per-flow ECMP), so every link carried the same bytes
+
+
+def test_progress_line_estimates_the_work_left() -> None:
+    from types import SimpleNamespace
+
+    from simulator.simulation import RunMonitor, RunOptions
+
+    ranks = [SimpleNamespace(feeder=SimpleNamespace(num_nodes=10, finished=f), finish_ns=None) for f in (2, 3)]
+    backend = SimpleNamespace(tick=None, packet_hops=5_000_000)
+    monitor = RunMonitor(ranks, 0.0, RunOptions(max_wall_time_s=1e9), SimpleNamespace(now=2_500_000), backend)
+    assert backend.tick == monitor.check_backend
+    line = monitor.line(10.0)
+    assert line == ("simulated 2.500 ms, 25.0% of trace nodes done, 0/2 ranks finished, 500,000 packet-hops/s, "
+                    "about 30 s left (extrapolated from nodes done)")
+    assert not monitor.check(1)
+    monitor.deadline = 0.0
+    assert monitor.check(2) and monitor.expired
+    assert monitor.stop_message().startswith("stopped by --max-wall-time 1e+09 s at 2500000 ns of simulated time, "
+                                             "5 of 20 trace nodes done")
+
+
+def test_packet_parameters_sweep(tmp_path: Path) -> None:
+    from simulator.sweep.spec import load_sweep
+    from simulator.sweep.worker import run_point
+
+    sweep = load_sweep(str(REPO / "configs" / "sweeps" / "fat_tree_packets.yaml"))
+    assert len(sweep.points) == 36
+    slow, fast = sweep.points[0], sweep.points[-1]  # 1 spine, 1 KiB packets, 64 KiB buffers; 8 spines, 9000, 1 MiB
+    assert slow.run is not None and slow.run["network"]["packet"] == {"mtu_bytes": 1024, "buffer_bytes": "64KiB"}
+    times = [run_point(p.run, p.root, p.sources)["metrics"]["finish_ns"] for p in (slow, fast)]
+    assert times[0] > 2 * times[1]

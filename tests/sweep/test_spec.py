@@ -99,7 +99,7 @@ def test_point_count_is_the_product_of_axis_lengths(tmp_path_factory: Any, value
 
 @pytest.mark.parametrize(("axes", "zip_", "base", "message"), [
     ({"network.bandwith": [1]}, None, None, "'bandwith' is not a network key; valid: topology, npus_count"),
-    ({"netwrk.bandwidth": [1]}, None, None, "SECTION one of workload, network, system"),
+    ({"netwrk.bandwidth": [1]}, None, None, "SECTION one of workload, network, packet, system"),
     ({"system.all-reduce-implementaton": ["ring"]}, None, None, "is not a system key"),
     ({"options.queue_per_dim": [1]}, None, None, "is not a options key"),
     ({"network.bandwidth": []}, None, None, "must be a non-empty list"),
