@@ -214,8 +214,9 @@ class PacketNetwork:
         self.messages += 1
         self.bytes += size_bytes
         msg = _Message(src, dst, size_bytes, self._route(src, dst), on_delivered, arg, now, self.mtu)
+        for link in msg.route:
+            link.messages += 1
         first = msg.route[0]
-        first.messages += 1
         first.own.append(msg)
         first.clear_at = _NEVER
         if not first.tx_pending and first.blocked_since < 0:

@@ -156,6 +156,8 @@ class Simulation:
                 timeline=opts.timeline))
             if opts.timeline_phases:
                 ranks[-1].system.phase_log = []
+            if opts.progress:
+                ranks[-1].system.inflight = []
         for w in ranks:
             w.wake()
         monitor = self._run_events(engine, ranks, started)
@@ -327,7 +329,7 @@ class RunMonitor:
 
     def line(self, now: float) -> str:
         done_nodes = sum(w.feeder.finished for w in self.ranks)
-        fraction = done_nodes / self.total_nodes
+        fraction = (done_nodes + self._collectives_under_way()) / self.total_nodes
         elapsed = now - self.started
         ranks_done = sum(w.finish_ns is not None for w in self.ranks)
         parts = [f"simulated {self.env.now / 1e6:.3f} ms", f"{100 * fraction:.1f}% of trace nodes done",
@@ -336,10 +338,20 @@ class RunMonitor:
         if hops:
             parts.append(f"{hops / elapsed:,.0f} packet-hops/s")
         if fraction > 0:
-            parts.append(f"about {elapsed * (1 - fraction) / fraction:,.0f} s left (extrapolated from nodes done)")
+            parts.append(f"about {elapsed * (1 - fraction) / fraction:,.0f} s left (extrapolated from the work done)")
         else:
             parts.append("no estimate of the time left until a first node finishes")
         return ", ".join(parts)
+
+    def _collectives_under_way(self) -> float:
+        """The finished share of the collectives under way (phases of their chunks done), in nodes."""
+        share = 0.0
+        for w in self.ranks:
+            inflight = getattr(getattr(w, "system", None), "inflight", None)
+            if inflight:
+                inflight[:] = [d for d in inflight if d.finished < d.total]
+                share += sum(d.phases_done / d.phases_total for d in inflight if d.phases_total)
+        return share
 
     def stop_message(self) -> str:
         done = sum(w.feeder.finished for w in self.ranks)

@@ -48,11 +48,13 @@ class SystemSetup:
 class DataSet:
     """A collective's streams; reports the collective done when the last stream finishes."""
 
-    __slots__ = ("created_ns", "finished", "label", "on_done", "total")
+    __slots__ = ("created_ns", "finished", "label", "on_done", "phases_done", "phases_total", "total")
 
     def __init__(self, total: int, created_ns: int) -> None:
         self.total = total
         self.finished = 0
+        self.phases_total = 0  # phases of all its streams, and those finished (progress estimates)
+        self.phases_done = 0
         self.created_ns = created_ns
         self.on_done: Callable[[int], None] | None = None
         self.label = -1  # the workload node it belongs to (for timelines)
@@ -182,6 +184,7 @@ class RankSystem:
         self.groups: dict[int, CommGroup] = {}
         self.rendezvous = setup.rendezvous
         self.phase_log: list[tuple[int, int, int, str, str, int, int, int, int]] | None = None  # when recording
+        self.inflight: list[DataSet] | None = None  # collectives under way, when progress is reported
 
     # --- events and messages -----------------------------------------------------------------------
     def register(self, delay: int, fn: Callable[[Any], None], arg: Any = None) -> None:
@@ -300,6 +303,7 @@ class RankSystem:
             if not phases:
                 dataset.total = 0  # nothing to do on any dimension (see Simulation: completes at once)
                 return dataset
+            dataset.phases_total += len(phases)
             if group is None:
                 stream_id = self.stream_counter
                 self.stream_counter += 1
@@ -308,6 +312,8 @@ class RankSystem:
                 group.next_stream += 1
             self.proceed(Stream(self, stream_id, dataset, phases, priority))  # the ready list runs at once
         dataset.total = count
+        if self.inflight is not None:
+            self.inflight.append(dataset)
         return dataset
 
     def phase(self, kind: str, topo: CollectiveTopology, dim: int, name: str, size: int, queue: int,
@@ -327,6 +333,8 @@ class RankSystem:
     def proceed(self, stream: Stream) -> None:
         """Move a stream to its next phase's queue, or retire it (ASTRA-sim's proceed_to_next_vnet)."""
         previous = stream.queue
+        if stream.phase is not None:
+            stream.dataset.phases_done += 1
         if self.phase_log is not None and stream.phase is not None:
             phase = stream.phase
             self.phase_log.append((stream.dataset.label, stream.id, stream.step, phase.algorithm.kind, phase.name,

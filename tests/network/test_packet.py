@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 
 from network.config import load_network, network_from_dict
 from simulator.api import simulate
-from simulator.config import system_from_dict
-from simulator.simulation import DeadlockError
+from simulator.config import MemoryConfig, system_from_dict
+from simulator.simulation import DeadlockError, RunOptions, Simulation
 from simulator.sweep.spec import default_system_dict
 from tests.conftest import REPO, run_cli, write_trace_file
 from workload.schema import CollectiveType, NodeType
 from workload.tools.generate import collective, sendrecv_ring, write_rank_traces
+from workload.traceset import resolve_workload
 from workload.writer import make_node
 
 GiB = 1 << 30
@@ -110,6 +111,7 @@ def test_incast_shows_the_bottleneck_link_and_backpressure(tmp_path: Path) -> No
     assert packet.finish_ns > 6 * unaware.finish_ns  # seven senders share the receiver's one link
     top = packet.links[0]
     assert top["link"] == "switch0.0->npu0" and top["utilization"] > 0.95
+    assert top["messages"] == 7 and top["bytes"] == 7 * (4 << 20)  # every message crossed it
     assert top["max_queue_bytes"] <= 1 << 20  # never more than the buffer: lossless, nothing dropped
     uplinks = [row for row in packet.links if row["link"].endswith("->switch0.0") and row["bytes"]]
     assert len(uplinks) == 7 and all(row["pause_ns"] > 0 for row in uplinks)  # the full queue stalled them
@@ -223,12 +225,36 @@ def test_progress_line_estimates_the_work_left() -> None:
     assert backend.tick == monitor.check_backend
     line = monitor.line(10.0)
     assert line == ("simulated 2.500 ms, 25.0% of trace nodes done, 0/2 ranks finished, 500,000 packet-hops/s, "
-                    "about 30 s left (extrapolated from nodes done)")
+                    "about 30 s left (extrapolated from the work done)")
     assert not monitor.check(1)
     monitor.deadline = 0.0
     assert monitor.check(2) and monitor.expired
     assert monitor.stop_message().startswith("stopped by --max-wall-time 1e+09 s at 2500000 ns of simulated time, "
                                              "5 of 20 trace nodes done")
+
+
+def test_progress_counts_the_phases_of_collectives_under_way(tmp_path: Path) -> None:
+    """A run of one big collective per rank still shows its progress: the chunks' phases done so far."""
+    from simulator.simulation import RunMonitor
+
+    write_rank_traces(str(tmp_path / "t"), collective(8, CollectiveType.ALL_REDUCE, 16 << 20))
+    net = ring(8, mtu_bytes=64, buffer_bytes=1 << 20)  # many packets: the packet loop checks in every 65,536
+    sim = Simulation(resolve_workload(str(tmp_path / "t")), net, system_from_dict(default_system_dict(1)),
+                     MemoryConfig(), {}, RunOptions(backend="packet", progress=True, max_wall_time_s=1e9))
+    shares = []
+    real_check = RunMonitor.check
+
+    def spy(monitor: RunMonitor, events: int) -> bool:
+        shares.append(sum(w.feeder.finished for w in monitor.ranks) + monitor._collectives_under_way())
+        return real_check(monitor, events)
+
+    RunMonitor.check = spy  # type: ignore[method-assign]
+    try:
+        sim.run()
+    finally:
+        RunMonitor.check = real_check  # type: ignore[method-assign]
+    assert shares == sorted(shares)  # the work done only grows
+    assert any(0 < share < 8 for share in shares)  # seen part way through the 8 ranks' one node each
 
 
 def test_packet_parameters_sweep(tmp_path: Path) -> None:
