@@ -92,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--injection-scale", type=float, default=1.0, help="multiplies the system's endpoint-delay")
     p.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
                    help="precede every send with an 8 KiB handshake from the receiver")
-    p.add_argument("--device", help="device preset for the roofline model (A100, H100, H200, B200, MI300X, TPUv4, "
-                                    "TPUv5p) instead of the system's peak-perf / local-mem-bw")
+    p.add_argument("--device", help="time GPU compute nodes with the roofline model of this device preset (A100, "
+                                    "H100, H200, B200, MI300X, TPUv4, TPUv5p), instead of the system's "
+                                    "peak-perf / local-mem-bw; turns the roofline model on")
     p.add_argument("--semantics", choices=SEMANTICS, default="astra-sim",
                    help="astra-sim (default): reproduce ASTRA-sim 2.x exactly; corrected: children of zero-time "
                         "nodes are issued at once instead of at the rank's next event")

@@ -63,8 +63,9 @@ class RunOptions:
 
 
 def roofline_for(system: SystemConfig, device_name: str | None) -> Roofline | None:
-    """The roofline model the system config (or a device preset) asks for, or None."""
-    if not system.roofline_enabled or system.replay_only:
+    """The roofline model the system config (or a device preset) asks for, or None. A device named on the
+    command line (``device_name``) turns the roofline model on: that is what naming one asks for."""
+    if system.replay_only or not (system.roofline_enabled or device_name):
         return None
     peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
     name = device_name or system.device

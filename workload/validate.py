@@ -159,6 +159,21 @@ def _pointers(sorted_owner: np.ndarray, n: int) -> np.ndarray:
     return ptr
 
 
+def topological_order(deps: Dependencies) -> list[int]:
+    """Node indices with every node after its parents (Kahn's algorithm, lowest index first among equals);
+    nodes on or behind a cycle are left out."""
+    remaining = deps.num_parents.tolist()
+    child_ptr = deps.child_ptr.tolist()
+    children = deps.children.tolist()
+    order = [i for i, r in enumerate(remaining) if r == 0]
+    for i in order:  # the list grows while it is walked
+        for c in children[child_ptr[i] : child_ptr[i + 1]]:
+            remaining[c] -= 1
+            if remaining[c] == 0:
+                order.append(c)
+    return order
+
+
 def check_acyclic(graph: TraceGraph, deps: Dependencies) -> None:
     """Raise TraceError naming the nodes of a cycle, if there is one."""
     n = graph.num_nodes

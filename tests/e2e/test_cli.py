@@ -60,3 +60,24 @@ def test_python_api_returns_what_the_cli_writes(tmp_path: Path) -> None:
     run_cli("--workload", WORKLOAD, "--network", RING, "--json", str(out))
     doc = json.loads(out.read_text())
     assert result.to_json()["ranks"] == doc["ranks"] and result.finish_ns == doc["finish_ns"]
+
+
+def test_device_turns_the_roofline_model_on(tmp_path: Path) -> None:
+    """--device times GPU compute nodes by the device's roofline even when the system file leaves it off."""
+    from compute.devices import device
+
+    out = tmp_path / "c"
+    assert run_cli("trace", "generate", "compute", "--npus", "2", "--count", "3", "--num-ops", "1000000000000",
+                   "--tensor-size", "1GiB", "-o", str(out)).returncode == 0
+    net = tmp_path / "ring2.yml"
+    net.write_text("topology: [Ring]\nnpus_count: [2]\nbandwidth: [50]\nlatency: [500]\n")
+    runs = {}
+    for args in ([], ["--device", "H100"]):
+        r = run_cli("--workload", str(out / "compute"), "--network", str(net), "--json", str(tmp_path / "r.json"),
+                    *args)
+        assert r.returncode == 0, r.stderr
+        runs[bool(args)] = json.loads((tmp_path / "r.json").read_text())["ranks"][0]["compute_ns"]
+    h100 = device("H100")
+    perf = min(h100.memory_bw_gbps * 1e9 * 1e12 / (1 << 30), h100.peak_tflops * 1e12)
+    assert runs[False] == 3  # recorded durations of 0 us: 1 ns each
+    assert runs[True] == 3 * int(1e12 / perf * 1e9)

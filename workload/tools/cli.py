@@ -1,12 +1,15 @@
-"""The ``astrasim-py trace ...`` subcommands: inspect, jsonize, generate, visualize."""
+"""The ``astrasim-py trace ...`` subcommands: inspect, analyze, jsonize, visualize, generate, convert, rescale,
+synthesize."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from workload.errors import InputError
 from workload.graph import TraceGraph
@@ -77,7 +80,30 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     k.add_argument("--access", choices=("load", "store"), default="load")
     k.add_argument("--count", type=int, default=1, help="accesses per rank, one after another")
     _output_args(k, "memory")
+    k = kinds.add_parser("llm", help="one training iteration of a dense or MoE transformer under a parallelism "
+                                     "plan (data, tensor, pipeline, expert, ZeRO); presets for GPT-3, Llama-3, "
+                                     "Mixtral")
+    _hook("llm").configure(k)
+
+    p = sub.add_parser("convert", help="other workload formats into Chakra ET files")
+    formats = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    _hook("text").configure(formats.add_parser("text", help="ASTRA-sim 1.0 text workloads (every parallelism "
+                                                            "keyword, HYBRID_TRANSFORMER included)"))
+    _hook("pytorch").configure(formats.add_parser("pytorch", help="PyTorch execution traces (host JSON, "
+                                                                  "optionally linked with a Kineto trace)"))
+    _hook("rescale").configure(sub.add_parser("rescale", help="an N-rank data-parallel trace as an M-rank one"))
+    _hook("synthesize").configure(sub.add_parser(
+        "synthesize", help="learn a statistical profile of traces and generate obfuscated look-alikes of any size"))
     return parser
+
+
+# Tools in their own modules: each has configure(parser) and main(args, warn).
+HOOKS = {"llm": "workload.llm.cli", "text": "workload.convert.text", "pytorch": "workload.convert.pytorch",
+         "rescale": "workload.rescale", "synthesize": "workload.synthesis.cli"}
+
+
+def _hook(name: str) -> Any:
+    return importlib.import_module(HOOKS[name])
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -177,6 +203,9 @@ def _counts(text: str) -> list[int]:
 
 
 def _generate(args: argparse.Namespace, warn: Warn) -> None:
+    if args.kind == "llm":
+        _hook("llm").main(args, warn)
+        return
     prefixes: list[str] = []
     if args.kind == "collective":
         types = [t.strip() for t in args.type.split(",")]
@@ -213,7 +242,10 @@ def _generate(args: argparse.Namespace, warn: Warn) -> None:
 
 
 COMMANDS = {"inspect": _inspect, "analyze": _analyze, "jsonize": _jsonize, "visualize": _visualize,
-            "generate": _generate}
+            "generate": _generate,
+            "convert": lambda args, warn: _hook(args.format).main(args, warn),
+            "rescale": lambda args, warn: _hook("rescale").main(args, warn),
+            "synthesize": lambda args, warn: _hook("synthesize").main(args, warn)}
 
 
 def run(argv: list[str], warn: Warn) -> int:

@@ -10,7 +10,7 @@ import numpy as np
 
 from workload.graph import TraceGraph
 from workload.schema import CollectiveType, NodeType
-from workload.validate import Dependencies
+from workload.validate import Dependencies, topological_order
 
 
 @dataclass(slots=True)
@@ -43,7 +43,7 @@ def dependency_depth(deps: Dependencies) -> int:
     if np.all(deps.parents < owner):  # index order is already topological
         order: list[int] | range = range(n)
     else:
-        order = _kahn_order(deps)
+        order = topological_order(deps)
     ptr = deps.parent_ptr.tolist()
     parents = deps.parents.tolist()
     depth = [0] * n
@@ -51,19 +51,6 @@ def dependency_depth(deps: Dependencies) -> int:
         lo, hi = ptr[i], ptr[i + 1]
         depth[i] = 1 + (max(depth[p] for p in parents[lo:hi]) if hi > lo else 0)
     return max(depth)
-
-
-def _kahn_order(deps: Dependencies) -> list[int]:
-    remaining = deps.num_parents.tolist()
-    child_ptr = deps.child_ptr.tolist()
-    children = deps.children.tolist()
-    order = [i for i, r in enumerate(remaining) if r == 0]
-    for i in order:  # the list grows while it is walked
-        for c in children[child_ptr[i] : child_ptr[i + 1]]:
-            remaining[c] -= 1
-            if remaining[c] == 0:
-                order.append(c)
-    return order
 
 
 def summarize_rank(rank: int, path: str, graph: TraceGraph, deps: Dependencies) -> RankSummary:

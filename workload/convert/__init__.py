@@ -1,0 +1,1 @@
+"""Converters from other workload formats into Chakra ET: ASTRA-sim 1.0 text, PyTorch execution traces."""

@@ -1,0 +1,168 @@
+"""``astrasim-py trace generate llm``: per-rank traces of one training iteration of a transformer."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+from workload.errors import InputError
+from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
+from workload.llm.plan import DIMENSIONS, ParallelPlan, RankMap, batch_split
+from workload.llm.presets import PRESETS, preset
+
+# flag -> ModelConfig field (every field can be given or overridden on the command line)
+MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads": "num_heads",
+                   "--kv-heads": "num_kv_heads", "--head-dim": "head_dim", "--ffn-hidden": "ffn_hidden_size",
+                   "--vocab": "vocab_size", "--seq-len": "seq_len", "--experts": "num_experts", "--top-k": "top_k",
+                   "--dtype-bytes": "dtype_bytes"}
+MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias"}
+MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = ("Per-rank Chakra traces of one training iteration of a decoder-only transformer (dense or "
+                          "mixture-of-experts) under data, tensor, pipeline (1F1B) and expert parallelism and ZeRO. "
+                          "Writes OUT/<name>.<rank>.et and prints the prefix.")
+    m = parser.add_argument_group("model (a preset, a YAML file of ModelConfig fields, flags, or a mix: flags win)")
+    m.add_argument("--preset", help=f"one of {', '.join(PRESETS)}")
+    m.add_argument("--model-file", metavar="YAML", help="model fields (e.g. num_layers: 4, hidden_size: 256, ...); "
+                                                        "may name a 'preset' to start from")
+    m.add_argument("--list-presets", action="store_true", help="list the presets and exit")
+    m.add_argument("--name", dest="model_name", help="trace file name stem (default: the model's name)")
+    for flag, fieldname in MODEL_INT_FLAGS.items():
+        m.add_argument(flag, type=int, dest=fieldname, metavar="N")
+    for flag, fieldname in MODEL_BOOL_FLAGS.items():
+        m.add_argument(flag, dest=fieldname, action=argparse.BooleanOptionalAction, default=None)
+    for flag, (fieldname, choices) in MODEL_CHOICE_FLAGS.items():
+        m.add_argument(flag, dest=fieldname, choices=choices)
+    p = parser.add_argument_group("parallelism plan")
+    p.add_argument("--dp", type=int, help="data-parallel ranks (default: --npus / (tp x pp), else 1)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron-LM style)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages (1F1B schedule)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks; divides dp (experts are sharded over "
+                                                     "data-parallel ranks)")
+    p.add_argument("--npus", type=int, help="world size; must equal dp x tp x pp")
+    p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP)")
+    p.add_argument("--global-batch", type=int, help="sequences per iteration (= dp x micro-batch size x "
+                                                    "micro-batches)")
+    p.add_argument("--micro-batch-size", type=int, help="sequences per micro-batch (default 1)")
+    p.add_argument("--micro-batches", type=int, help="micro-batches per iteration per data-parallel rank")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="tensor-parallel all-gather/reduce-scatter pairs instead of all-reduces")
+    p.add_argument("--activation-recompute", action="store_true", help="recompute each layer's forward in backward")
+    p.add_argument("--layout", default=",".join(DIMENSIONS),
+                   help="rank layout, innermost dimension first (default tp,dp,pp)")
+    o = parser.add_argument_group("output")
+    o.add_argument("--output", "-o", help="output folder (omit with --summary to only print the summary)")
+    o.add_argument("--device", help="fill compute durations from a roofline estimate on this device preset "
+                                    "(A100, H100, ...); default: durations 0, simulate with --device")
+    o.add_argument("--summary", action="store_true",
+                   help="print parameters, FLOPs, bytes per communicator group kind and node counts")
+
+
+def _model(args: argparse.Namespace) -> ModelConfig:
+    values: dict[str, Any] = {}
+    where = "command line"
+    if args.model_file:
+        where = args.model_file
+        values.update(_read_yaml(args.model_file))
+    start = values.pop("preset", None)
+    start = args.preset or start
+    if start is not None:
+        base = preset(str(start))
+        values = {**{f.name: getattr(base, f.name) for f in fields(base)}, **values}
+    names = [*MODEL_INT_FLAGS.values(), *MODEL_BOOL_FLAGS.values(), *(f for f, _ in MODEL_CHOICE_FLAGS.values())]
+    given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
+    if start is None and not args.model_file and not given:
+        raise InputError(f"give a model: --preset (one of {', '.join(PRESETS)}), --model-file, or --layers, "
+                         "--hidden, --heads, --ffn-hidden, --vocab and --seq-len")
+    return model_from_dict({**values, **given}, where)
+
+
+def _read_yaml(path: str) -> dict[str, Any]:
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise InputError(f"{path}:{line} not valid YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a mapping of model fields (num_layers: ..., hidden_size: ...)")
+    return data
+
+
+def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
+    """The plan the flags describe (not yet validated against a model)."""
+    for name in ("tp", "pp", "ep", "dp", "npus"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise InputError(f"--{name} must be >= 1 (got {value})")
+    dp = args.dp
+    if dp is None:
+        dp = 1
+        if args.npus is not None:
+            if args.npus % (args.tp * args.pp):
+                raise InputError(f"--npus {args.npus} is not divisible by tp={args.tp} x pp={args.pp}")
+            dp = args.npus // (args.tp * args.pp)
+    if args.npus is not None and dp * args.tp * args.pp != args.npus:
+        raise InputError(f"world size mismatch: dp={dp} x tp={args.tp} x pp={args.pp} = {dp * args.tp * args.pp}, "
+                         f"not --npus {args.npus}")
+    size, count = batch_split(dp, args.global_batch, args.micro_batch_size, args.micro_batches)
+    layout = tuple(d.strip() for d in args.layout.split(","))
+    return ParallelPlan(dp=dp, tp=args.tp, pp=args.pp, ep=args.ep, zero_stage=args.zero, micro_batch_size=size,
+                        num_micro_batches=count, sequence_parallel=args.sequence_parallel,
+                        activation_recompute=args.activation_recompute, layout=layout)
+
+
+def list_presets() -> str:
+    rows = ["name           layers  hidden  heads/kv  ffn     gated  vocab   seq    experts  params"]
+    for m in PRESETS.values():
+        experts = f"{m.num_experts} top-{m.top_k}" if m.is_moe else "-"
+        rows.append(f"{m.name:14s} {m.num_layers:6d}  {m.hidden_size:6d}  {m.num_heads:3d}/{m.kv_heads:<4d} "
+                    f"{m.ffn_hidden_size:6d}  {'yes' if m.gated_ffn else 'no':5s}  {m.vocab_size:6d}  "
+                    f"{m.seq_len:5d}  {experts:8s} {m.total_params() / 1e9:.2f}B")
+    return "\n".join(rows)
+
+
+def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
+    from compute.devices import device as device_preset
+    from compute.roofline import Roofline
+    from workload.llm.build import build_programs
+    from workload.llm.emit import TraceEmitter
+    from workload.llm.summary import format_summary, summarize
+
+    if args.list_presets:
+        print(list_presets())
+        return
+    if not args.output and not args.summary:
+        raise InputError("give --output FOLDER (or --summary to only print the summary)")
+    model = _model(args)
+    plan = plan_from_args(args)
+    plan.validate(model)
+    if plan.zero_stage and plan.dp == 1:
+        warn(f"ZeRO stage {plan.zero_stage} with dp=1 shards nothing: no gradient or parameter collectives")
+    device = device_preset(args.device) if args.device else None
+    started = time.perf_counter()
+    programs = build_programs(model, plan)
+    ranks = RankMap(plan, model)
+    if args.output:
+        prefix = os.path.join(args.output, args.model_name or model.name)
+        metadata = {"generator": "astrasim-py trace generate llm", "model": model.name,
+                    "plan": f"dp={plan.dp} tp={plan.tp} pp={plan.pp} ep={plan.ep} zero={plan.zero_stage}"}
+        TraceEmitter(programs, ranks, device, metadata).write(prefix)
+        print(prefix)
+    elapsed = time.perf_counter() - started
+    if args.summary:
+        roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
+        print(format_summary(summarize(model, plan, programs, ranks, roofline)))
+        if args.output:
+            print(f"generated {plan.world_size} trace files in {elapsed:.2f} s")

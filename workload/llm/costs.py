@@ -1,0 +1,102 @@
+"""FLOPs and bytes of the kernels of one transformer layer, for the roofline model.
+
+Counting conventions:
+- A matmul of an (m x k) by a (k x n) matrix is 2mkn FLOPs. Its backward is two matmuls of the same size:
+  the input gradient (dgrad) and the weight gradient (wgrad). Bytes = both inputs read + the output written.
+- Attention scores are counted with causal masking: query i attends to keys 0..i, so a sequence of s tokens
+  has s(s+1)/2 (query, key) pairs per head, each costing 2 x head_dim FLOPs in QK^T and again in AV.
+  Per token and layer that is 2 x heads x head_dim x (s+1) FLOPs forward; backward is twice that
+  (dQ, dK, dV and dP). The kernel is a fused (FlashAttention-style) one: it reads Q, K, V and writes O
+  forward (plus O, dO, dQ, dK, dV backward); its softmax arithmetic is not counted as FLOPs.
+- Elementwise kernels (norms with the residual add, activations, embedding lookup, loss) have a small
+  per-element FLOP count (the constants below are estimates) and are memory-bound: they matter for the
+  roofline time, hardly for the FLOP total, and are reported apart from the matmul FLOPs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Estimated FLOPs per element of the elementwise kernels (forward; backward is BACKWARD_FACTOR times that).
+NORM_FLOPS = {"layernorm": 8, "rmsnorm": 5}  # includes the residual add fused into the norm
+ACTIVATION_FLOPS = {False: 8, True: 5}  # GELU (tanh form) / SwiGLU (SiLU of the gate times the up projection)
+LOSS_FLOPS = 5  # max, subtract, exp, sum, log per logit
+BACKWARD_FACTOR = 2
+# Mixed-precision Adam per parameter: FLOPs of the update, and bytes touched (read fp32 master weight,
+# momentum, variance and gradient = 16; write master, momentum, variance and the bf16 weight = 14).
+ADAM_FLOPS_PER_PARAM = 12
+ADAM_BYTES_PER_PARAM = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    """One compute node's work: ``category`` is matmul (with parameters), attention (scores), elementwise
+    or optimizer."""
+
+    name: str
+    category: str
+    flops: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Matmul:
+    """A layer's weight applied to ``tokens`` rows: (tokens x k) @ (k x n). ``weights`` > 1: a grouped matmul
+    over that many experts' weights (the tokens are split between them)."""
+
+    name: str
+    tokens: int
+    k: int
+    n: int
+    dtype_bytes: int
+    weights: int = 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.tokens * self.k * self.n
+
+    @property
+    def size_bytes(self) -> int:
+        return (self.tokens * self.k + self.weights * self.k * self.n + self.tokens * self.n) * self.dtype_bytes
+
+    def forward(self) -> Kernel:
+        return Kernel(self.name, "matmul", self.flops, self.size_bytes)
+
+    def dgrad(self) -> Kernel:
+        return Kernel(self.name + "_dgrad", "matmul", self.flops, self.size_bytes)
+
+    def wgrad(self) -> Kernel:
+        return Kernel(self.name + "_wgrad", "matmul", self.flops, self.size_bytes)
+
+
+def attention_flops(batch: int, seq_len: int, heads: int, head_dim: int) -> int:
+    """Forward FLOPs of causal QK^T and AV for ``batch`` sequences: 2 matmuls x 2 x head_dim per pair."""
+    return 2 * 2 * head_dim * heads * batch * (seq_len * (seq_len + 1) // 2)
+
+
+def attention(batch: int, seq_len: int, heads: int, kv_heads: int, head_dim: int, dtype_bytes: int
+              ) -> tuple[Kernel, Kernel]:
+    """(forward, backward) of the fused attention kernel over ``heads`` query and ``kv_heads`` key/value heads."""
+    tokens = batch * seq_len
+    flops = attention_flops(batch, seq_len, heads, head_dim)
+    q_bytes = tokens * heads * head_dim * dtype_bytes
+    kv_bytes = tokens * kv_heads * head_dim * dtype_bytes
+    forward = Kernel("attention", "attention", flops, 2 * q_bytes + 2 * kv_bytes)
+    backward = Kernel("attention_bwd", "attention", BACKWARD_FACTOR * flops, 4 * q_bytes + 4 * kv_bytes)
+    return forward, backward
+
+
+def elementwise(name: str, elements: int, flops_per_element: int, tensors_read: int, tensors_written: int,
+                dtype_bytes: int) -> tuple[Kernel, Kernel]:
+    """(forward, backward) of a kernel touching ``elements`` values per tensor. Backward reads the output
+    gradient and the saved inputs and writes the input gradients."""
+    forward = Kernel(name, "elementwise", elements * flops_per_element,
+                     elements * (tensors_read + tensors_written) * dtype_bytes)
+    backward = Kernel(name + "_bwd", "elementwise", elements * flops_per_element * BACKWARD_FACTOR,
+                      elements * (tensors_written + 2 * tensors_read) * dtype_bytes)
+    return forward, backward
+
+
+def optimizer(params: int) -> Kernel:
+    """A mixed-precision Adam step over ``params`` parameters."""
+    return Kernel("optimizer", "optimizer", params * ADAM_FLOPS_PER_PARAM, params * ADAM_BYTES_PER_PARAM)

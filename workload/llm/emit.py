@@ -1,0 +1,118 @@
+"""Stage programs -> per-rank Chakra ET files.
+
+Every rank of a stage runs the same program, so a stage's compute nodes are serialized once and their bytes
+reused for each of its ranks; collectives are serialized once per distinct communicator group, and only sends
+and receives (whose peers differ on every rank) per rank.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from compute.devices import Device
+from compute.roofline import Roofline
+from workload.llm.build import Op, StageProgram, build_programs
+from workload.llm.model import ModelConfig
+from workload.llm.plan import ParallelPlan, RankMap
+from workload.schema import NodeType
+from workload.wire import frame_payloads
+from workload.writer import make_metadata, make_node, process_groups_node, serialize
+
+GENERATED_VERSION = "1.0.0"
+
+
+def roofline_duration_us(roofline: Roofline, flops: int, size_bytes: int) -> int:
+    """A kernel's roofline time rounded to whole microseconds (the trace's unit)."""
+    return round(roofline.time_ns(flops, size_bytes) / 1000)
+
+
+class TraceEmitter:
+    """Serializes the programs of every stage for every rank; ``device`` fills compute durations."""
+
+    def __init__(self, programs: list[StageProgram], ranks: RankMap, device: Device | None = None,
+                 metadata: dict[str, Any] | None = None) -> None:
+        self.programs = programs
+        self.ranks = ranks
+        self.roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
+        self.header = serialize(make_metadata(GENERATED_VERSION, metadata))
+        self._compute: dict[int, list[bytes | None]] = {}
+        self._collectives: dict[tuple[int, int, str], bytes] = {}
+
+    def _stage_compute(self, program: StageProgram) -> list[bytes | None]:
+        cached = self._compute.get(program.stage)
+        if cached is None:
+            cached = [self._compute_node(i + 1, op) if op.node_type == NodeType.COMP_NODE else None
+                      for i, op in enumerate(program.ops)]
+            self._compute[program.stage] = cached
+        return cached
+
+    def _compute_node(self, node_id: int, op: Op) -> bytes:
+        kernel = op.kernel
+        assert kernel is not None
+        duration = roofline_duration_us(self.roofline, kernel.flops, kernel.size_bytes) if self.roofline else 0
+        return serialize(make_node(node_id, op.name, NodeType.COMP_NODE, data_deps=op.deps, ctrl_deps=op.ctrl,
+                                   duration_micros=duration,
+                                   attrs=[("is_cpu_op", False), ("num_ops", kernel.flops),
+                                          ("tensor_size", kernel.size_bytes)]))
+
+    def _collective_node(self, stage: int, node_id: int, op: Op, rank: int) -> bytes:
+        group = self.ranks.group(rank, op.group)
+        assert group is not None, f"rank {rank} has no {op.group} group"
+        key = (stage, node_id, group.pg_name)
+        data = self._collectives.get(key)
+        if data is None:
+            attrs: list[tuple[str, Any]] = [("is_cpu_op", False), ("comm_type", op.comm_type),
+                                            ("comm_size", op.size_bytes)]
+            if group.pg_name:
+                attrs.append(("pg_name", group.pg_name))
+            data = serialize(make_node(node_id, op.name, NodeType.COMM_COLL_NODE, data_deps=op.deps,
+                                       ctrl_deps=op.ctrl, attrs=attrs))
+            self._collectives[key] = data
+        return data
+
+    def _p2p_node(self, node_id: int, op: Op, rank: int) -> bytes:
+        peer = self.ranks.peer(rank, op.peer)
+        src, dst = (rank, peer) if op.node_type == NodeType.COMM_SEND_NODE else (peer, rank)
+        return serialize(make_node(node_id, op.name, op.node_type, data_deps=op.deps, ctrl_deps=op.ctrl,
+                                   attrs=[("is_cpu_op", False), ("comm_src", src), ("comm_dst", dst),
+                                          ("comm_size", op.size_bytes), ("comm_tag", op.tag)]))
+
+    def rank_bytes(self, rank: int) -> bytes:
+        """The whole ET file of ``rank``: GlobalMetadata, its process groups (node 0), then its program."""
+        stage = self.ranks.coords(rank)[2]
+        program = self.programs[stage]
+        compute = self._stage_compute(program)
+        payloads = [self.header]
+        groups = self.ranks.rank_groups(rank)
+        if groups:
+            payloads.append(serialize(process_groups_node(0, groups)))
+        for i, op in enumerate(program.ops):
+            data = compute[i]
+            if data is None:
+                if op.node_type == NodeType.COMM_COLL_NODE:
+                    data = self._collective_node(stage, i + 1, op, rank)
+                else:
+                    data = self._p2p_node(i + 1, op, rank)
+            payloads.append(data)
+        return frame_payloads(payloads)
+
+    def write(self, prefix: str) -> list[str]:
+        """Write ``<prefix>.<rank>.et`` for every rank; returns the paths."""
+        directory = os.path.dirname(prefix)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        paths = []
+        for rank in range(self.ranks.plan.world_size):
+            path = f"{prefix}.{rank}.et"
+            with open(path, "wb") as f:
+                f.write(self.rank_bytes(rank))
+            paths.append(path)
+        return paths
+
+
+def generate_traces(model: ModelConfig, plan: ParallelPlan, prefix: str, device: Device | None = None) -> list[str]:
+    """Validate, build and write the traces of one iteration of ``model`` under ``plan``; returns the paths."""
+    model.validate()
+    plan.validate(model)
+    return TraceEmitter(build_programs(model, plan), RankMap(plan, model), device).write(prefix)

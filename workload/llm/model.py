@@ -1,0 +1,180 @@
+"""A decoder-only transformer's shape, and exact parameter counts (total, active, per rank).
+
+Parameters are counted per tensor: attention Q/K/V/O weights (GQA: K and V have ``num_kv_heads`` heads),
+FFN weights (2 matrices, or 3 when gated as in SwiGLU), optional biases, two norms per layer and a final
+norm (LayerNorm: weight and bias; RMSNorm: weight), token embeddings, learned position embeddings if any,
+and the output head (absent when tied to the token embeddings). A mixture-of-experts FFN holds
+``num_experts`` copies of the FFN plus a router (hidden x experts, no bias); each token uses ``top_k`` of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from workload.errors import InputError
+
+NORMS = ("layernorm", "rmsnorm")
+POSITION_EMBEDDINGS = ("rope", "learned", "none")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelConfig:
+    """The shape of a decoder-only transformer. ``num_kv_heads`` None = as many as query heads (MHA);
+    ``head_dim`` None = hidden_size / num_heads; ``num_experts`` 1 = a dense FFN."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_len: int
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    gated_ffn: bool = False
+    tied_embeddings: bool = False
+    position_embedding: str = "rope"
+    norm: str = "rmsnorm"
+    bias: bool = False
+    num_experts: int = 1
+    top_k: int = 1
+    dtype_bytes: int = 2
+
+    # --- derived shapes ---------------------------------------------------------------------------
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def attention_width(self) -> int:
+        """Width of the attention's query/output projection (heads x head size)."""
+        return self.num_heads * self.head_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    @property
+    def ffn_matrices(self) -> int:
+        return 3 if self.gated_ffn else 2
+
+    def norm_params(self) -> int:
+        return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
+
+    # --- parameter counts -------------------------------------------------------------------------
+    def layer_params(self, tp: int = 1, ep: int = 1) -> LayerParams:
+        """One layer's parameters as held by one rank of a tp-way tensor- and ep-way expert-parallel plan."""
+        h, hd, f = self.hidden_size, self.head_size, self.ffn_hidden_size
+        qkv_width = (self.num_heads + 2 * self.kv_heads) * hd
+        attn_split = h * qkv_width + self.attention_width * h + (qkv_width if self.bias else 0)
+        attn_replicated = (h if self.bias else 0) + 2 * self.norm_params()
+        ffn_split = self.ffn_matrices * h * f + ((self.ffn_matrices - 1) * f if self.bias else 0)
+        ffn_replicated = h if self.bias else 0
+        if not self.is_moe:
+            return LayerParams(dense=(attn_split + ffn_split) // tp + attn_replicated + ffn_replicated, expert=0,
+                               dense_matmul=(h * qkv_width + self.attention_width * h
+                                             + self.ffn_matrices * h * f) // tp,
+                               replicated=attn_replicated + ffn_replicated)
+        local_experts = self.num_experts // ep
+        router = h * self.num_experts
+        return LayerParams(dense=attn_split // tp + attn_replicated + router,
+                           expert=local_experts * (ffn_split // tp + ffn_replicated),
+                           dense_matmul=(h * qkv_width + self.attention_width * h) // tp + router,
+                           replicated=attn_replicated + router + local_experts * ffn_replicated)
+
+    def embedding_params(self) -> int:
+        """Token embeddings plus learned position embeddings (the lookup tables; no matmul)."""
+        pos = self.seq_len * self.hidden_size if self.position_embedding == "learned" else 0
+        return self.vocab_size * self.hidden_size + pos
+
+    def head_params(self) -> int:
+        """The output projection's own parameters (0 when tied to the token embeddings)."""
+        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+
+    def total_params(self) -> int:
+        layer = self.layer_params()
+        return (self.num_layers * (layer.dense + layer.expert) + self.embedding_params() + self.norm_params()
+                + self.head_params())
+
+    def active_params(self) -> int:
+        """Parameters one token uses: all but the experts it is not routed to."""
+        if not self.is_moe:
+            return self.total_params()
+        per_expert = self.layer_params().expert // self.num_experts
+        return self.total_params() - self.num_layers * (self.num_experts - self.top_k) * per_expert
+
+    def matmul_params(self) -> int:
+        """Weights one token multiplies (active experts, router and output head; not the embedding lookup,
+        norms or biases): the N of the exact forward matmul count 2 x N x tokens."""
+        layer = self.layer_params()
+        expert_matmul = self.top_k * self.ffn_matrices * self.hidden_size * self.ffn_hidden_size if self.is_moe \
+            else 0
+        return self.num_layers * (layer.dense_matmul + expert_matmul) + self.vocab_size * self.hidden_size
+
+    def validate(self) -> None:
+        """Raise InputError (one line) if the shape is inconsistent."""
+        for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_len",
+                     "kv_heads", "head_size", "num_experts", "top_k", "dtype_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"model {self.name}: {name} must be a whole number >= 1 (got {value!r})")
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise InputError(f"model {self.name}: hidden size {self.hidden_size} is not divisible by "
+                             f"{self.num_heads} heads (give the head size with --head-dim)")
+        if self.num_heads % self.kv_heads:
+            raise InputError(f"model {self.name}: {self.num_heads} query heads are not a multiple of "
+                             f"{self.kv_heads} key/value heads")
+        if self.top_k > self.num_experts:
+            raise InputError(f"model {self.name}: top_k {self.top_k} exceeds {self.num_experts} experts")
+        if self.norm not in NORMS:
+            raise InputError(f"model {self.name}: norm must be one of {', '.join(NORMS)} (got {self.norm!r})")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise InputError(f"model {self.name}: position_embedding must be one of "
+                             f"{', '.join(POSITION_EMBEDDINGS)} (got {self.position_embedding!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class LayerParams:
+    """One layer's parameters on one rank: ``dense`` (attention, norms, router, dense FFN; synchronised over
+    data parallelism), ``expert`` (the local experts; synchronised over expert-data parallelism) and
+    ``dense_matmul`` (the part of ``dense`` used in matmuls); ``replicated`` counts those of both held whole
+    by every tensor-parallel rank (norms, row-parallel biases, router)."""
+
+    dense: int
+    expert: int
+    dense_matmul: int
+    replicated: int
+
+
+MODEL_FIELDS: dict[str, type] = {f.name: f.type for f in fields(ModelConfig)}  # type: ignore[misc]
+REQUIRED_FIELDS = ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_len")
+
+
+def model_from_dict(data: dict[str, Any], where: str) -> ModelConfig:
+    """A ModelConfig from a mapping of field names (e.g. a YAML file); unknown or missing keys are errors."""
+    unknown = sorted(set(data) - set(MODEL_FIELDS))
+    if unknown:
+        raise InputError(f"{where}: unknown model key(s) {', '.join(unknown)}; valid: {', '.join(MODEL_FIELDS)}")
+    missing = [k for k in REQUIRED_FIELDS if data.get(k) is None]
+    if missing:
+        raise InputError(f"{where}: the model needs {', '.join(missing)} (or start from a --preset)")
+    kw = dict(data)
+    kw.setdefault("name", "custom")
+    for key, value in kw.items():
+        want_bool = key in ("gated_ffn", "tied_embeddings", "bias")
+        want_str = key in ("name", "norm", "position_embedding")
+        if want_bool and not isinstance(value, bool):
+            raise InputError(f"{where}: {key} must be true or false (got {value!r})")
+        if want_str and not isinstance(value, str):
+            raise InputError(f"{where}: {key} must be a string (got {value!r})")
+        want_int = not (want_bool or want_str) and value is not None
+        if want_int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InputError(f"{where}: {key} must be a whole number (got {value!r})")
+    model = ModelConfig(**kw)
+    model.validate()
+    return model

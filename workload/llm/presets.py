@@ -1,0 +1,66 @@
+"""Published model shapes (any field can be overridden on the command line).
+
+Sources:
+- GPT-3: Brown et al., "Language Models are Few-Shot Learners" (2020), Table 2.1 (n_layers, d_model, n_heads,
+  d_head; d_ff = 4 x d_model; context 2048) and section 2.1 (GPT-2 architecture and its 50257-token BPE
+  vocabulary; learned position embeddings, LayerNorm, biases, output head tied to the token embeddings).
+  Two table entries are inconsistent with themselves and are corrected so that heads x d_head = d_model:
+  GPT-3 XL (1.3B) lists 24 heads of 128 for d_model 2048 (we use 16 heads of 128, as Megatron-LM's and
+  GPT-Neo's 1.3B configs do; the parameter count does not depend on the head count), and 13B lists
+  d_model 5140 with 40 heads of 128 (we use 5120 = 40 x 128).
+- Llama 3: Llama Team, "The Llama 3 Herd of Models" (2024), Table 3 (layers, model dimension, FFN dimension,
+  heads, 8 key/value heads, SwiGLU, RMSNorm, no biases), pre-training sequence length 8192; vocabulary
+  128256 and untied output head from the released models' config.json.
+- Mixtral 8x7B: Jiang et al., "Mixtral of Experts" (2024), Table 1 (dim 4096, 32 layers, head_dim 128,
+  hidden_dim 14336, 32 heads, 8 kv heads, context_len 32768, vocab_size 32000, 8 experts, top-2), and the
+  released config.json (untied output head, RMSNorm, no biases).
+"""
+
+from __future__ import annotations
+
+from workload.errors import InputError
+from workload.llm.model import ModelConfig
+
+
+def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelConfig:
+    return ModelConfig(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
+                       ffn_hidden_size=4 * hidden, vocab_size=50257, seq_len=2048, gated_ffn=False,
+                       tied_embeddings=True, position_embedding="learned", norm="layernorm", bias=True)
+
+
+def _llama3(name: str, layers: int, hidden: int, heads: int, ffn: int) -> ModelConfig:
+    return ModelConfig(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=8,
+                       ffn_hidden_size=ffn, vocab_size=128256, seq_len=8192, gated_ffn=True,
+                       tied_embeddings=False, position_embedding="rope", norm="rmsnorm", bias=False)
+
+
+PRESETS: dict[str, ModelConfig] = {m.name: m for m in (
+    _gpt3("gpt3-1.3b", 24, 2048, 16),
+    _gpt3("gpt3-2.7b", 32, 2560, 32),
+    _gpt3("gpt3-6.7b", 32, 4096, 32),
+    _gpt3("gpt3-13b", 40, 5120, 40),
+    _gpt3("gpt3-175b", 96, 12288, 96),
+    _llama3("llama3-8b", 32, 4096, 32, 14336),
+    _llama3("llama3-70b", 80, 8192, 64, 28672),
+    _llama3("llama3-405b", 126, 16384, 128, 53248),
+    ModelConfig(name="mixtral-8x7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                ffn_hidden_size=14336, vocab_size=32000, seq_len=32768, gated_ffn=True, tied_embeddings=False,
+                position_embedding="rope", norm="rmsnorm", bias=False, num_experts=8, top_k=2),
+)}
+
+# The parameter counts the papers and model cards publish (total, and active per token for MoE).
+PUBLISHED_PARAMS: dict[str, tuple[float, float]] = {
+    "gpt3-1.3b": (1.3e9, 1.3e9), "gpt3-2.7b": (2.7e9, 2.7e9), "gpt3-6.7b": (6.7e9, 6.7e9),
+    "gpt3-13b": (13e9, 13e9), "gpt3-175b": (175e9, 175e9),
+    "llama3-8b": (8.03e9, 8.03e9), "llama3-70b": (70.6e9, 70.6e9), "llama3-405b": (405.9e9, 405.9e9),
+    "mixtral-8x7b": (46.7e9, 12.9e9),
+}
+
+
+def preset(name: str) -> ModelConfig:
+    """The preset called ``name`` (case-insensitive; "_" and "." may be written as "-")."""
+    key = name.strip().lower().replace("_", "-")
+    for model in PRESETS.values():
+        if key in (model.name, model.name.replace(".", "-")):
+            return model
+    raise InputError(f"unknown model preset {name!r}; valid: {', '.join(PRESETS)}")

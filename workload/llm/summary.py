@@ -1,0 +1,122 @@
+"""What a generated iteration contains: parameters, FLOPs (by kind, per rank), bytes per communicator group
+kind, node counts; as a dict (JSON-able) and as text."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from compute.roofline import Roofline
+from workload.llm.build import StageProgram
+from workload.llm.model import ModelConfig
+from workload.llm.plan import GROUP_DESCRIPTIONS, ParallelPlan, RankMap
+from workload.schema import NodeType
+
+CATEGORIES = ("matmul", "attention", "elementwise", "optimizer")
+
+
+def stage_flops(program: StageProgram) -> Counter[tuple[str, str]]:
+    """FLOPs of one rank of the stage by (phase, category)."""
+    out: Counter[tuple[str, str]] = Counter()
+    for op in program.ops:
+        if op.kernel is not None:
+            out[op.phase, op.kernel.category] += op.kernel.flops
+    return out
+
+
+def summarize(model: ModelConfig, plan: ParallelPlan, programs: list[StageProgram], ranks: RankMap,
+              roofline: Roofline | None = None) -> dict[str, Any]:
+    """The summary of the iteration the programs describe (totals are over all ranks)."""
+    per_stage = plan.dp * plan.tp
+    tokens = plan.global_batch * model.seq_len
+    by_kind: Counter[tuple[str, str]] = Counter()
+    stage_totals, comm_bytes, comm_count, node_types = [], Counter(), Counter(), Counter()
+    compute_us = []
+    for program in programs:
+        flops = stage_flops(program)
+        for key, value in flops.items():
+            by_kind[key] += value * per_stage
+        stage_totals.append(sum(flops.values()))
+        busy_ns = 0
+        for op in program.ops:
+            node_types[NodeType(op.node_type).name] += per_stage
+            if op.node_type == NodeType.COMM_COLL_NODE or op.node_type == NodeType.COMM_SEND_NODE:
+                comm_bytes[op.group] += op.size_bytes * per_stage
+                comm_count[op.group] += per_stage
+            if roofline is not None and op.kernel is not None:
+                busy_ns += roofline.time_ns(op.kernel.flops, op.kernel.size_bytes)
+        compute_us.append(busy_ns / 1000)
+    total = sum(by_kind.values())
+    six_pt = 6 * model.active_params() * tokens
+    result: dict[str, Any] = {
+        "model": model.name,
+        "params": model.total_params(),
+        "active_params": model.active_params(),
+        "matmul_params": model.matmul_params(),
+        "plan": {"world_size": plan.world_size, "dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "ep": plan.ep,
+                 "zero_stage": plan.zero_stage, "global_batch": plan.global_batch,
+                 "micro_batch_size": plan.micro_batch_size, "micro_batches": plan.num_micro_batches,
+                 "sequence_parallel": plan.sequence_parallel, "activation_recompute": plan.activation_recompute,
+                 "layout": ",".join(plan.layout)},
+        "tokens": tokens,
+        "flops": {"total": total, **{c: sum(v for (_, cat), v in by_kind.items() if cat == c) for c in CATEGORIES},
+                  "recompute": sum(v for (phase, _), v in by_kind.items() if phase == "recompute")},
+        "flops_6pt": six_pt,
+        "flops_per_rank_by_stage": stage_totals,
+        "comm_bytes": dict(comm_bytes),
+        "comm_count": dict(comm_count),
+        "nodes": {"total": sum(node_types.values()) + sum(1 for r in range(plan.world_size) if ranks.rank_groups(r)),
+                  "per_rank_by_stage": [len(p.ops) for p in programs], "by_type": dict(node_types)},
+    }
+    if roofline is not None:
+        result["compute_us_per_rank_by_stage"] = compute_us
+    return result
+
+
+def _num(value: float) -> str:
+    for unit, factor in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= factor:
+            return f"{value / factor:.3f} {unit}"
+    return f"{value:.0f} "
+
+
+def _bytes(value: float) -> str:
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= factor:
+            return f"{value / factor:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """The summary as text lines."""
+    p, f = s["plan"], s["flops"]
+    total = f["total"] or 1
+    lines = [
+        f"model {s['model']}: {s['params'] / 1e9:.3f}B parameters ({s['active_params'] / 1e9:.3f}B active per token, "
+        f"{s['matmul_params'] / 1e9:.3f}B in matmuls)",
+        f"plan: {p['world_size']} ranks = dp {p['dp']} x tp {p['tp']} x pp {p['pp']} (layout {p['layout']}), "
+        f"ep {p['ep']}, ZeRO {p['zero_stage']}, global batch {p['global_batch']} = {p['micro_batches']} "
+        f"micro-batches of {p['micro_batch_size']} per data-parallel rank"
+        + (", sequence parallel" if p["sequence_parallel"] else "")
+        + (", activation recompute" if p["activation_recompute"] else ""),
+        f"tokens per iteration: {s['tokens']}",
+        f"FLOPs per iteration (all ranks): {_num(f['total'])}FLOP = {f['total'] / s['flops_6pt']:.3f} x 6PT "
+        f"({_num(s['flops_6pt'])}FLOP)",
+        f"  matmuls with parameters {_num(f['matmul'])}FLOP ({f['matmul'] / total:.1%}), attention scores "
+        f"{_num(f['attention'])}FLOP ({f['attention'] / total:.1%}), elementwise {_num(f['elementwise'])}FLOP "
+        f"({f['elementwise'] / total:.2%}), optimizer {_num(f['optimizer'])}FLOP ({f['optimizer'] / total:.2%})"
+        + (f"; recompute {_num(f['recompute'])}FLOP ({f['recompute'] / total:.1%})" if f["recompute"] else ""),
+        "FLOPs per rank by pipeline stage: " + ", ".join(_num(v) + "FLOP" for v in s["flops_per_rank_by_stage"]),
+    ]
+    if "compute_us_per_rank_by_stage" in s:
+        lines.append("roofline compute time per rank by stage: "
+                     + ", ".join(f"{v / 1000:.2f} ms" for v in s["compute_us_per_rank_by_stage"]))
+    if s["comm_bytes"]:
+        lines.append("bytes communicated (comm_size summed over ranks; ALL_GATHER: per-rank input):")
+        for kind in sorted(s["comm_bytes"], key=lambda k: -s["comm_bytes"][k]):
+            lines.append(f"  {kind:4s} {GROUP_DESCRIPTIONS[kind]}: {_bytes(s['comm_bytes'][kind])} in "
+                         f"{s['comm_count'][kind]} {'sends' if kind == 'pp' else 'collectives'}")
+    n = s["nodes"]
+    lines.append(f"nodes: {n['total']} in all, per rank by stage " + ", ".join(map(str, n["per_rank_by_stage"]))
+                 + " (" + ", ".join(f"{k} {v}" for k, v in sorted(n["by_type"].items())) + ")")
+    return "\n".join(lines)
