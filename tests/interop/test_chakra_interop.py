@@ -92,3 +92,45 @@ def test_reference_case_traces_match_chakra(reference: Path) -> None:
         _, theirs = _read_with_chakra(path)
         assert sorted(graph.ids.tolist()) == sorted(t.id for t in theirs)
         assert_matches_protobuf(path.read_bytes())
+
+
+def test_converter_and_generator_outputs_decode_with_chakra(tmp_path: Path) -> None:
+    """What convert, generate llm, rescale and synthesize write is what Chakra's own reader sees."""
+    from tests.conftest import REPO, run_cli
+    from workload.schema import NodeType
+
+    fixtures = REPO / "tests" / "workload" / "fixtures"
+    commands = {
+        "text": ["convert", "text", str(fixtures / "text" / "transformer_fwd_in_bckwd.txt"), "--num-npus", "8"],
+        "pytorch": ["convert", "pytorch", str(fixtures / "pytorch" / "gloo2"), "--kineto",
+                    str(fixtures / "pytorch" / "gloo2")],
+        "llm": ["generate", "llm", "--preset", "gpt3-1.3b", "--layers", "2", "--dp", "2", "--tp", "2", "--pp", "2",
+                "--global-batch", "4", "--name", "llm"],
+    }
+    prefixes = {}
+    for name, args in commands.items():
+        out = tmp_path / name / "t"
+        r = run_cli("trace", *args, "-o", str(out if name != "llm" else out.parent))
+        assert r.returncode == 0, r.stderr
+        prefixes[name] = r.stdout.splitlines()[0]
+    r = run_cli("trace", "rescale", prefixes["llm"], "--npus", "16", "-o", str(tmp_path / "rescaled" / "t"))
+    assert r.returncode == 0, r.stderr
+    prefixes["rescale"] = str(tmp_path / "rescaled" / "t")
+    r = run_cli("trace", "synthesize", prefixes["llm"], "-o", str(tmp_path / "syn" / "t"), "--seed", "3")
+    assert r.returncode == 0, r.stderr
+    prefixes["synthesize"] = str(tmp_path / "syn" / "t")
+    for name, prefix in prefixes.items():
+        traces = resolve_workload(prefix)
+        assert traces.num_ranks >= 2, name
+        for rank in (0, traces.num_ranks - 1):
+            path = traces.file_for(rank)
+            ours = TraceLoader().load(path, rank)
+            _, theirs = _read_with_chakra(Path(path))
+            assert [int(n.id) for n in theirs] == ours.ids.tolist(), (name, rank)
+            assert [int(n.type) for n in theirs] == ours.types.tolist(), (name, rank)
+            for node in theirs:
+                kinds = {a.name: a.WhichOneof("value") for a in node.attr}
+                if node.type == NodeType.COMM_COLL_NODE:
+                    assert kinds["comm_type"] == "int64_val" and kinds["comm_size"] == "int64_val", (name, node)
+                if "pg_name" in kinds:
+                    assert kinds["pg_name"] == "string_val"
