@@ -344,3 +344,17 @@ def test_any_host_trace_converts_to_an_acyclic_graph(tmp_path: Path, ops: list[A
                 expected.append(i)
     assert [g.node_id(i) for i in range(g.num_nodes)] == sorted(expected)
     assert all(int(g.types[i]) in (NodeType.COMP_NODE, NodeType.COMM_COLL_NODE) for i in range(g.num_nodes))
+
+
+def test_one_rank_of_a_larger_job_converts_with_a_warning(tmp_path: Path) -> None:
+    """One host trace of a 2-rank job: a 1-rank output, said out loud; run on every NPU it simulates."""
+    warnings: list[str] = []
+    (path,) = convert([str(FIXTURES / "v1_1_1_linked" / "host_rank0.json")], str(tmp_path / "t"),
+                      warn=warnings.append)
+    assert any("recorded in a job of 2 ranks, but 1 host trace(s) were given" in w for w in warnings)
+    net = network_from_dict({"topology": ["Ring"], "npus_count": [2], "bandwidth": [50], "latency": [500]})
+    assert simulate(path, net).finish_ns > 0
+    warnings.clear()
+    convert([str(FIXTURES / "v1_1_1_linked" / f"host_rank{r}.json") for r in (0, 1)], str(tmp_path / "both"),
+            warn=warnings.append)
+    assert not any("recorded in a job" in w for w in warnings)

@@ -84,6 +84,7 @@ def _convert(host_paths: list[str], prefix: str, kineto_paths: list[str] | None,
         paired = pair_traces(hosts, [load_kineto(p) for p in kineto_paths])
         hosts, devices = _rank_order(hosts, paired)
     world = len(hosts)
+    _check_world_size(hosts, warn)
     groups = GroupTable(world)
     for host, device in zip(hosts, devices, strict=True):
         groups.add_config(host.process_groups, host.path)
@@ -110,6 +111,19 @@ def _convert(host_paths: list[str], prefix: str, kineto_paths: list[str] | None,
                     metadata={"schema": host.schema, "source": os.path.basename(host.path), "rank": rank})
         paths.append(path)
     return paths
+
+
+def _check_world_size(hosts: list[HostTrace], warn: Warn) -> None:
+    """Warn when the default process group says the job had more ranks than host traces were given."""
+    for host in hosts:
+        for entry in host.process_groups:
+            size = entry.get("group_size")
+            default = str(entry.get("pg_name")) == "0" or entry.get("pg_desc") == "default_pg"
+            if default and isinstance(size, int) and size != len(hosts):
+                warn(f"{host.path}: recorded in a job of {size} ranks, but {len(hosts)} host trace(s) were given: "
+                     f"the output has {len(hosts)} rank(s); give one host trace per rank, or run one converted "
+                     "file on every NPU (--workload PREFIX.0.et) if the ranks are alike")
+                return
 
 
 def _rank_order(hosts: list[HostTrace], devices: list[DeviceTrace]
