@@ -16,12 +16,11 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import yaml
-
 from network.fabrics import fabric_from_dict
 from network.packet import PacketConfig, packet_config_from_dict
 from network.topology import DimensionOrderRouter, EcmpRouter, Fabric, from_dimensions
 from workload.errors import ConfigError
+from workload.files import read_yaml
 
 BUILDING_BLOCKS = ("Ring", "FullyConnected", "Switch")
 NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
@@ -135,28 +134,13 @@ def network_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Any = 
 
 def load_network(path: str | os.PathLike[str], warn: Any = None) -> NetworkConfig:
     path = os.fspath(path)
-    return network_from_dict(_read_yaml(path, "network configuration"), path, warn)
+    return network_from_dict(read_yaml(path, "network configuration"), path, warn)
 
 
 def load_packet_config(path: str | os.PathLike[str]) -> PacketConfig:
     """The packet parameters of a YAML file: its ``packet:`` section, or the file itself."""
     path = os.fspath(path)
-    data = _read_yaml(path, "packet configuration")
+    data = read_yaml(path, "packet configuration")
     if isinstance(data, dict) and isinstance(data.get("packet"), dict):
         data = data["packet"]
     return packet_config_from_dict(data, path)
-
-
-def _read_yaml(path: str, what: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
-    return data

@@ -11,12 +11,12 @@ from simulator.config import (
     MemoryConfig,
     SystemConfig,
     default_system,
-    load_comm_groups,
     load_memory,
     load_system,
 )
 from simulator.results import SimulationResult
 from simulator.simulation import RunOptions, Simulation
+from workload.groups import load_comm_groups
 from workload.traceset import resolve_workload
 
 PathLike = str | os.PathLike[str]

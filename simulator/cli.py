@@ -21,7 +21,7 @@ from dataclasses import replace
 from network.backends import BACKENDS
 from network.config import load_network, load_packet_config
 from simulator import compare, plot
-from simulator.config import MemoryConfig, default_system, load_comm_groups, load_memory, load_system
+from simulator.config import MemoryConfig, default_system, load_memory, load_system
 from simulator.export import write_csvs
 from simulator.report import write_report
 from simulator.results import SimulationResult, format_astra_sim, format_text
@@ -29,6 +29,7 @@ from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation, Wal
 from simulator.sweep import cli as sweep_cli
 from simulator.timeline import build_timeline, parse_ranks, write_timeline
 from workload.errors import InputError
+from workload.groups import load_comm_groups
 from workload.tools import cli as trace_cli
 from workload.traceset import resolve_workload
 

@@ -7,7 +7,6 @@ file and key; keys ASTRA-sim does not read are accepted with a warning that they
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 from simulator.collectives.registry import NAMES, parse_algorithm
 from workload.errors import ConfigError, InputError
+from workload.files import read_json
 
 Warn = Callable[[str], None]
 
@@ -191,21 +191,9 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
     return SystemConfig(**kw)
 
 
-def _read_json(path: str, what: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-
-
 def load_system(path: str | os.PathLike[str], warn: Warn | None = None) -> SystemConfig:
     path = os.fspath(path)
-    return system_from_dict(_read_json(path, "system configuration"), path, warn)
+    return system_from_dict(read_json(path, "system configuration"), path, warn)
 
 
 MEMORY_TYPES = ("NO_MEMORY_EXPANSION", "PER_NPU_MEMORY_EXPANSION", "PER_NODE_MEMORY_EXPANSION", "MEMORY_POOL")
@@ -255,33 +243,4 @@ def memory_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
 
 def load_memory(path: str | os.PathLike[str], warn: Warn | None = None) -> MemoryConfig:
     path = os.fspath(path)
-    return memory_from_dict(_read_json(path, "remote-memory configuration"), path, warn)
-
-
-def comm_groups_from_dict(data: Any, num_npus: int, path: str = "<memory>") -> dict[int, tuple[int, ...]]:
-    """{group id (> 0): ranks in the listed order}."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object mapping group ids to lists of ranks")
-    groups: dict[int, tuple[int, ...]] = {}
-    for key, ranks in data.items():
-        try:
-            gid = int(key)
-        except ValueError:
-            raise ConfigError(f"{path}: group id {key!r} is not a number") from None
-        if gid <= 0:
-            raise ConfigError(f"{path}: group id {gid} must be positive (0 means all NPUs)")
-        if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and not isinstance(r, bool)
-                                                               for r in ranks):
-            raise ConfigError(f"{path}: group {gid} must be a non-empty list of ranks")
-        bad = [r for r in ranks if not 0 <= r < num_npus]
-        if bad:
-            raise ConfigError(f"{path}: group {gid} names rank(s) {bad} outside the {num_npus} NPUs of the network")
-        if len(set(ranks)) != len(ranks):
-            raise ConfigError(f"{path}: group {gid} lists a rank more than once")
-        groups[gid] = tuple(ranks)
-    return groups
-
-
-def load_comm_groups(path: str | os.PathLike[str], num_npus: int) -> dict[int, tuple[int, ...]]:
-    path = os.fspath(path)
-    return comm_groups_from_dict(_read_json(path, "communicator group"), num_npus, path)
+    return memory_from_dict(read_json(path, "remote-memory configuration"), path, warn)

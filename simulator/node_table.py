@@ -6,7 +6,6 @@ in flight per rank; receives take no slot.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,27 +76,3 @@ def node_table(graph: TraceGraph) -> NodeTable:
     )
     graph.cache["node_table"] = table
     return table
-
-
-def metadata_groups(graph: TraceGraph, index: int) -> list[tuple[str, list[int]]] | None:
-    """Process groups a METADATA node declares in ``inputs.values`` (PyTorch converter format), or None.
-
-    The value is the Python text of a one-element list holding a JSON list of {"pg_name", "ranks"}; as
-    ASTRA-sim does, two characters are cut from each end before parsing.
-    """
-    io = graph.io_info(index, "inputs")
-    if not io or not io["values"]:
-        return None
-    text = io["values"][2:-2]
-    try:
-        items = json.loads(text)
-    except json.JSONDecodeError:
-        try:
-            items = json.loads(text.encode().decode("unicode_escape"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return None
-    out = []
-    for item in items if isinstance(items, list) else []:
-        if isinstance(item, dict) and "pg_name" in item and "ranks" in item:
-            out.append((str(item["pg_name"]), [int(r) for r in item["ranks"]]))
-    return out

@@ -18,7 +18,6 @@ from simulator.node_table import (
     NO_VALUE,
     NUM_LANES,
     RECV_LANE,
-    metadata_groups,
     node_table,
 )
 from simulator.recording import CollectiveRecord, Intervals, TimelineLog
@@ -26,6 +25,7 @@ from simulator.system import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, CommGroup, Da
 from workload.errors import InputError
 from workload.feeder import Feeder
 from workload.graph import TraceGraph
+from workload.groups import metadata_groups
 from workload.schema import CollectiveType, NodeType
 from workload.validate import Dependencies
 

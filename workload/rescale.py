@@ -20,10 +20,11 @@ from typing import Any
 from workload.convert.text_build import Clock
 from workload.errors import InputError
 from workload.graph import TraceGraph
+from workload.groups import load_comm_groups, metadata_groups, process_groups_node
 from workload.rescale_plan import Tiling, classify, peer_offsets, size_factor
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, resolve_workload
-from workload.writer import make_node, process_groups_node, write_trace
+from workload.writer import make_node, write_trace
 
 Warn = Callable[[str], None]
 _SHOWN = 8
@@ -117,31 +118,12 @@ def _input_groups(graphs: list[TraceGraph], comm_groups: str | None, npus: int) 
     """{pg_name: members} from --comm-groups and the traces' METADATA nodes."""
     out: dict[str, tuple[int, ...]] = {}
     if comm_groups:
-        from simulator.config import comm_groups_from_dict  # the same checks as the simulator's loader
-
-        try:
-            with open(comm_groups, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise InputError(f"cannot read communicator groups {comm_groups}: {e}") from None
-        out.update({str(gid): m for gid, m in comm_groups_from_dict(data, npus, comm_groups).items()})
+        out.update({str(gid): m for gid, m in load_comm_groups(comm_groups, npus).items()})
     for g in graphs:
         for i in (i for i in range(g.num_nodes) if int(g.types[i]) == NodeType.METADATA_NODE):
-            for name, ranks in _metadata_groups(g, i) or ():
+            for name, ranks in metadata_groups(g, i) or ():
                 out.setdefault(name, tuple(ranks) if ranks else tuple(range(npus)))
     return out
-
-
-def _metadata_groups(g: TraceGraph, i: int) -> list[tuple[str, list[int]]] | None:
-    io = g.io_info(i, "inputs")
-    if not io or not io["values"]:
-        return None
-    try:
-        items = json.loads(io["values"][2:-2])
-    except json.JSONDecodeError:
-        return None
-    return [(str(d["pg_name"]), [int(r) for r in d["ranks"]]) for d in items if isinstance(d, dict)
-            and "pg_name" in d and "ranks" in d] if isinstance(items, list) else None
 
 
 def _rank_nodes(g: TraceGraph, rank: int, npus: int, old: int, strong: bool, declared: dict[str, tuple[int, ...]],
@@ -175,7 +157,7 @@ def _rank_nodes(g: TraceGraph, rank: int, npus: int, old: int, strong: bool, dec
                 value = g.attribute(i, name)
                 if isinstance(value, int):
                     changes[name] = round(value * ratio)
-        elif ntype == NodeType.METADATA_NODE and _metadata_groups(g, i) is not None:
+        elif ntype == NodeType.METADATA_NODE and metadata_groups(g, i) is not None:
             metadata_at.append(len(nodes))
         nodes.append(_node(g, i, changes, duration))
     for k, at in enumerate(metadata_at):  # the first declares the output rank's groups, the others nothing

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -106,16 +105,6 @@ def make_node(
     if outputs is not None:
         node.outputs.CopyFrom(schema.IOInfo(**outputs))
     return node
-
-
-def process_groups_node(node_id: int, groups: Mapping[Any, Sequence[int]], name: str = "process_groups",
-                        **node_args: Any) -> Any:
-    """A METADATA node declaring communicator groups {pg_name: ranks} the way the PyTorch converter does
-    (``inputs.values`` is the Python text of a one-element list holding the JSON list of groups)."""
-    text = json.dumps([{"pg_name": str(pg), "ranks": [int(r) for r in ranks]} for pg, ranks in groups.items()],
-                      separators=(",", ":"))
-    return make_node(node_id, name, schema.NodeType.METADATA_NODE, inputs={"values": str([text]), "shapes": "",
-                                                                           "types": ""}, **node_args)
 
 
 def make_metadata(version: str = "1.0.0", attrs: Mapping[str, Any] | None = None) -> Any:

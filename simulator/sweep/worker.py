@@ -13,10 +13,11 @@ import traceback
 from typing import Any
 
 from network.config import network_from_dict
-from simulator.config import MemoryConfig, comm_groups_from_dict, memory_from_dict, system_from_dict
+from simulator.config import MemoryConfig, memory_from_dict, system_from_dict
 from simulator.results import SimulationResult
 from simulator.simulation import RunOptions, Simulation, WallTimeExceeded
 from workload.errors import InputError
+from workload.groups import comm_groups_from_dict
 from workload.tools import generate
 from workload.traceset import TraceSet, resolve_workload
 from workload.writer import write_trace

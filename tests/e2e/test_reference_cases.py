@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from network.config import load_network
-from simulator.config import load_comm_groups, load_memory, load_system
+from simulator.config import load_memory, load_system
 from simulator.simulation import RunOptions, Simulation
 from tests.conftest import REFERENCE, run_cli
+from workload.groups import load_comm_groups
 from workload.traceset import resolve_workload
 
 CASES = sorted(p for p in (REFERENCE / "cases").glob("*") if p.is_dir()) if REFERENCE.is_dir() else []

@@ -10,13 +10,13 @@ import pytest
 from network.config import load_network, network_from_dict
 from simulator.config import (
     DEFAULT_SYSTEM,
-    comm_groups_from_dict,
     load_system,
     memory_from_dict,
     system_from_dict,
 )
 from tests.conftest import REPO
 from workload.errors import ConfigError
+from workload.groups import comm_groups_from_dict
 
 
 def test_reference_system_files_load(reference: Path) -> None:

@@ -21,9 +21,9 @@ from compute.roofline import Roofline
 from network.config import network_from_dict
 from simulator.api import simulate
 from simulator.config import DEFAULT_SYSTEM, system_from_dict
-from simulator.node_table import metadata_groups
 from tests.conftest import run_cli
 from workload.errors import InputError
+from workload.groups import metadata_groups
 from workload.llm import cli
 from workload.llm.build import build_programs, one_f_one_b
 from workload.llm.emit import generate_traces

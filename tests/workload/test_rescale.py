@@ -15,12 +15,13 @@ from simulator.api import simulate
 from tests.conftest import run_cli
 from workload.convert.text import convert
 from workload.errors import InputError
+from workload.groups import process_groups_node
 from workload.reader import read_trace
 from workload.rescale import rescale
 from workload.rescale_plan import Tiling, classify, signed_offset
 from workload.schema import CollectiveType, NodeType
 from workload.tools import generate as gen
-from workload.writer import make_node, process_groups_node
+from workload.writer import make_node
 
 TEXT = Path(__file__).parent / "fixtures" / "text"
 AR, AG = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER

@@ -17,18 +17,18 @@ from simulator.api import simulate
 from simulator.fidelity import compare_workloads
 from tests.conftest import REFERENCE, run_cli
 from workload.errors import InputError
+from workload.groups import metadata_groups, process_groups_node
 from workload.reader import decode_trace
 from workload.schema import CollectiveType, NodeType
 from workload.synthesis import layout as lay
 from workload.synthesis.generate import generate
 from workload.synthesis.learn import learn
 from workload.synthesis.profile import load_profile, profile_from_json
-from workload.synthesis.stats import declared_groups
 from workload.tools.generate import write_rank_traces
 from workload.traceset import TraceLoader, resolve_workload
 from workload.validate import validate
 from workload.wire import frame_payloads
-from workload.writer import make_metadata, make_node, process_groups_node, serialize
+from workload.writer import make_metadata, make_node, serialize
 
 COMP, COLL = NodeType.COMP_NODE, NodeType.COMM_COLL_NODE
 SECRETS = ("secret_matmul", "aten::secret_op", "model.layers", "q_proj", "ProprietaryNet", "hidden=12288")
@@ -145,7 +145,7 @@ def partners(graphs: list[Any]) -> tuple[dict[tuple[int, ...], dict[int, list[tu
     sequences: dict[tuple[int, ...], dict[int, list[tuple[int, int]]]] = {}
     sends, recvs = [], []
     for rank, g in enumerate(graphs):
-        groups = {name: tuple(m) for i in range(g.num_nodes) for name, m in declared_groups(g, i) or []}
+        groups = {name: tuple(m) for i in range(g.num_nodes) for name, m in metadata_groups(g, i) or []}
         for i in range(g.num_nodes):
             t = int(g.types[i])
             if t == COLL:

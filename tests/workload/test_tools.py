@@ -138,8 +138,7 @@ def test_generator_specs_match_the_generators() -> None:
 
 
 def test_process_groups_node_round_trips_through_the_simulators_reader(tmp_path: Path) -> None:
-    from simulator.node_table import metadata_groups
-    from workload.writer import process_groups_node
+    from workload.groups import metadata_groups, process_groups_node
 
     path = write_trace_file(tmp_path / "pg.et", [process_groups_node(0, {1: [0, 1], "2": (2, 3)})])
     graph = read_trace(str(path))

@@ -27,8 +27,9 @@ from workload.convert.pytorch_groups import GroupTable
 from workload.convert.pytorch_kineto import DeviceTrace
 from workload.convert.pytorch_trace import HostNode, HostTrace
 from workload.errors import InputError
+from workload.groups import process_groups_node
 from workload.schema import CollectiveType, NodeType
-from workload.writer import make_node, process_groups_node
+from workload.writer import make_node
 
 COLLECTIVE_TYPES = {"all_reduce": CollectiveType.ALL_REDUCE, "all_gather": CollectiveType.ALL_GATHER,
                     "reduce_scatter": CollectiveType.REDUCE_SCATTER, "all_to_all": CollectiveType.ALL_TO_ALL,

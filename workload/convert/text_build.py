@@ -27,8 +27,9 @@ from typing import Any
 
 from workload.convert.text_format import DLRM, TRANSFORMER, Comm, Layer
 from workload.convert.text_layout import GroupTable, Layout
+from workload.groups import process_groups_node
 from workload.schema import CollectiveType, NodeType
-from workload.writer import make_node, process_groups_node
+from workload.writer import make_node
 
 Ids = list[int]
 # Communicator of each phase's collectives per parallelism: "all" NPUs, the "model" or "data" group, or None

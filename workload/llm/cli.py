@@ -10,6 +10,7 @@ from dataclasses import fields
 from typing import Any
 
 from workload.errors import InputError
+from workload.files import read_yaml
 from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
 from workload.llm.plan import DIMENSIONS, ParallelPlan, RankMap, batch_split
 from workload.llm.presets import PRESETS, preset
@@ -69,7 +70,11 @@ def _model(args: argparse.Namespace) -> ModelConfig:
     where = "command line"
     if args.model_file:
         where = args.model_file
-        values.update(_read_yaml(args.model_file))
+        data = read_yaml(args.model_file, "model")
+        if not isinstance(data, dict):
+            raise InputError(f"{args.model_file}: expected a mapping of model fields (num_layers: ..., "
+                             "hidden_size: ...)")
+        values.update(data)
     start = values.pop("preset", None)
     start = args.preset or start
     if start is not None:
@@ -81,23 +86,6 @@ def _model(args: argparse.Namespace) -> ModelConfig:
         raise InputError(f"give a model: --preset (one of {', '.join(PRESETS)}), --model-file, or --layers, "
                          "--hidden, --heads, --ffn-hidden, --vocab and --seq-len")
     return model_from_dict({**values, **given}, where)
-
-
-def _read_yaml(path: str) -> dict[str, Any]:
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{path}:{line} not valid YAML ({getattr(e, 'problem', e)})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping of model fields (num_layers: ..., hidden_size: ...)")
-    return data
 
 
 def plan_from_args(args: argparse.Namespace) -> ParallelPlan:

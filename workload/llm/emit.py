@@ -12,12 +12,13 @@ from typing import Any
 
 from compute.devices import Device
 from compute.roofline import Roofline
+from workload.groups import process_groups_node
 from workload.llm.build import Op, StageProgram, build_programs
 from workload.llm.model import ModelConfig
 from workload.llm.plan import ParallelPlan, RankMap
 from workload.schema import NodeType
 from workload.wire import frame_payloads
-from workload.writer import make_metadata, make_node, process_groups_node, serialize
+from workload.writer import make_metadata, make_node, serialize
 
 GENERATED_VERSION = "1.0.0"
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workload.errors import InputError
+from workload.groups import load_comm_groups
 from workload.synthesis.generate import generate
 from workload.synthesis.learn import learn
 from workload.synthesis.profile import Profile, load_profile
@@ -135,27 +136,5 @@ def _learn(args: argparse.Namespace, warn: Callable[[str], None]) -> tuple[Profi
                          f"the original {num_ranks} ranks (leave out --npus {args.npus})")
     loader = TraceLoader(drop_dangling=args.drop_dangling_deps, warn=warn)
     graphs = [loader.load(traces.file_for(r), r) for r in range(num_ranks)]
-    groups = _comm_groups(args.comm_groups, num_ranks) if args.comm_groups else {}
+    groups = load_comm_groups(args.comm_groups, num_ranks) if args.comm_groups else {}
     return learn(graphs, groups, digits=args.digits, noise=args.noise, seed=args.seed, warn=warn), num_ranks
-
-
-def _comm_groups(path: str, num_ranks: int) -> dict[int, tuple[int, ...]]:
-    """A communicator-group JSON ({"1": [0, 1], ...}); read here so that learning needs no simulator code."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise InputError(f"communicator groups {path}: cannot read it ({e.strerror or e})") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"communicator groups {path}: not JSON (line {e.lineno}: {e.msg})") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"communicator groups {path}: must be an object {{\"1\": [ranks], ...}}")
-    groups = {}
-    for key, ranks in doc.items():
-        if not (key.isdigit() and int(key) > 0):
-            raise InputError(f"communicator groups {path}: group id {key!r} must be a whole number above 0")
-        if not isinstance(ranks, list) or not all(isinstance(r, int) and 0 <= r < num_ranks for r in ranks):
-            raise InputError(f"communicator groups {path}: group {key} must list ranks between 0 and "
-                             f"{num_ranks - 1}")
-        groups[int(key)] = tuple(ranks)
-    return groups

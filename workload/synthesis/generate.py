@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from workload.errors import InputError
+from workload.groups import process_groups_node
 from workload.schema import CollectiveType, NodeType
 from workload.synthesis.layout import Layout
 from workload.synthesis.profile import Profile, Token
 from workload.synthesis.values import Deck, keyed_uniform
-from workload.writer import make_node, process_groups_node
+from workload.writer import make_node
 
 _TYPES = {"comp": NodeType.COMP_NODE, "cpu": NodeType.COMP_NODE, "coll": NodeType.COMM_COLL_NODE,
           "send": NodeType.COMM_SEND_NODE, "recv": NodeType.COMM_RECV_NODE, "host_coll": NodeType.COMM_COLL_NODE,

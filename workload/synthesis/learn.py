@@ -12,10 +12,11 @@ import numpy as np
 
 from workload.errors import TraceError
 from workload.graph import TraceGraph
+from workload.groups import metadata_groups
 from workload.schema import NodeType
 from workload.synthesis import layout as lay
 from workload.synthesis.profile import BIN_KINDS, Profile, RankClass, Token
-from workload.synthesis.stats import declared_groups, summarize
+from workload.synthesis.stats import summarize
 from workload.synthesis.values import ABSENT, Bin, obfuscate, quantize
 from workload.validate import validate
 
@@ -137,7 +138,7 @@ def _abstract(graph: TraceGraph) -> _Part:
     declared: dict[int, tuple[int, ...]] = {}
     keep = np.ones(n, dtype=bool)
     for i in np.flatnonzero(graph.types == NodeType.METADATA_NODE).tolist():
-        groups = declared_groups(graph, i)
+        groups = metadata_groups(graph, i)
         if groups is not None:
             keep[i] = False
             for name, members in groups:

@@ -6,7 +6,6 @@ fidelity report that compares an original workload with a synthetic one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,31 +13,12 @@ from typing import Any
 import numpy as np
 
 from workload.graph import TraceGraph
+from workload.groups import metadata_groups
 from workload.schema import CollectiveType, NodeType
 from workload.validate import Dependencies, topological_order, validate
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
 QUANTILES = (0.1, 0.5, 0.9)
-
-
-def declared_groups(graph: TraceGraph, index: int) -> list[tuple[str, list[int]]] | None:
-    """Communicator groups a METADATA node declares (PyTorch converter format: ``inputs.values`` is the Python
-    text of a one-element list holding a JSON list of {"pg_name", "ranks"}), or None when it declares none."""
-    if int(graph.types[index]) != NodeType.METADATA_NODE:
-        return None
-    io = graph.io_info(index, "inputs")
-    if not io or len(io["values"]) < 4:
-        return None
-    text = io["values"][2:-2]
-    for candidate in (text, text.encode().decode("unicode_escape", "ignore")):
-        try:
-            items = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(items, list):
-            return [(str(it["pg_name"]), [int(r) for r in it["ranks"]]) for it in items
-                    if isinstance(it, dict) and "pg_name" in it and "ranks" in it]
-    return None
 
 
 def coarse_kind(node_type: int) -> str:
@@ -129,7 +109,7 @@ def trace_stats(graphs: Sequence[TraceGraph]) -> TraceStats:
 def _graph_stats(graph: TraceGraph) -> TraceStats:
     n = graph.num_nodes
     deps = validate(graph)
-    skip = np.array([declared_groups(graph, i) is not None for i in range(n)], dtype=bool) if n else \
+    skip = np.array([metadata_groups(graph, i) is not None for i in range(n)], dtype=bool) if n else \
         np.zeros(0, dtype=bool)
     keep = ~skip
     types = graph.types.astype(np.int64)
@@ -200,7 +180,7 @@ def summarize(graphs: Sequence[TraceGraph], representatives: Sequence[int], digi
     phases = []
     for r in representatives:
         graph = graphs[r]
-        skip = np.array([declared_groups(graph, i) is not None for i in range(graph.num_nodes)], dtype=bool)
+        skip = np.array([metadata_groups(graph, i) is not None for i in range(graph.num_nodes)], dtype=bool)
         runs = critical_phases(graph, validate(graph), skip)[1]
         phases.append(runs[:max_phases] + ([["...", len(runs) - max_phases]] if len(runs) > max_phases else []))
     return {

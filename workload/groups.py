@@ -1,0 +1,78 @@
+"""Communicator groups: the comm-group JSON file, and the METADATA nodes that declare groups in a trace."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from workload import schema
+from workload.errors import ConfigError
+from workload.files import read_json
+from workload.graph import TraceGraph
+from workload.writer import make_node
+
+
+def comm_groups_from_dict(data: Any, num_npus: int, path: str = "<memory>") -> dict[int, tuple[int, ...]]:
+    """{group id (> 0): ranks in the listed order}, from ASTRA-sim's ``{"1": [0, 1, 2, 3], ...}``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object mapping group ids to lists of ranks")
+    groups: dict[int, tuple[int, ...]] = {}
+    for key, ranks in data.items():
+        try:
+            gid = int(key)
+        except ValueError:
+            raise ConfigError(f"{path}: group id {key!r} is not a number") from None
+        if gid <= 0:
+            raise ConfigError(f"{path}: group id {gid} must be positive (0 means all NPUs)")
+        if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and not isinstance(r, bool)
+                                                               for r in ranks):
+            raise ConfigError(f"{path}: group {gid} must be a non-empty list of ranks")
+        bad = [r for r in ranks if not 0 <= r < num_npus]
+        if bad:
+            raise ConfigError(f"{path}: group {gid} names rank(s) {bad} outside the {num_npus} NPUs of the network")
+        if len(set(ranks)) != len(ranks):
+            raise ConfigError(f"{path}: group {gid} lists a rank more than once")
+        groups[gid] = tuple(ranks)
+    return groups
+
+
+def load_comm_groups(path: str | os.PathLike[str], num_npus: int) -> dict[int, tuple[int, ...]]:
+    path = os.fspath(path)
+    return comm_groups_from_dict(read_json(path, "communicator group"), num_npus, path)
+
+
+def metadata_groups(graph: TraceGraph, index: int) -> list[tuple[str, list[int]]] | None:
+    """Process groups a METADATA node declares in ``inputs.values`` (PyTorch converter format), or None.
+
+    The value is the Python text of a one-element list holding a JSON list of {"pg_name", "ranks"}; as
+    ASTRA-sim does, two characters are cut from each end before parsing.
+    """
+    if int(graph.types[index]) != schema.NodeType.METADATA_NODE:
+        return None
+    io = graph.io_info(index, "inputs")
+    if not io or not io["values"]:
+        return None
+    text = io["values"][2:-2]
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            items = json.loads(text.encode().decode("unicode_escape"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+    if not isinstance(items, list):
+        return None
+    return [(str(item["pg_name"]), [int(r) for r in item["ranks"]]) for item in items
+            if isinstance(item, dict) and "pg_name" in item and "ranks" in item]
+
+
+def process_groups_node(node_id: int, groups: Mapping[Any, Sequence[int]], name: str = "process_groups",
+                        **node_args: Any) -> Any:
+    """A METADATA node declaring communicator groups {pg_name: ranks} the way the PyTorch converter does
+    (``inputs.values`` is the Python text of a one-element list holding the JSON list of groups)."""
+    text = json.dumps([{"pg_name": str(pg), "ranks": [int(r) for r in ranks]} for pg, ranks in groups.items()],
+                      separators=(",", ":"))
+    return make_node(node_id, name, schema.NodeType.METADATA_NODE, inputs={"values": str([text]), "shapes": "",
+                                                                           "types": ""}, **node_args)
