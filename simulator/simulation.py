@@ -157,8 +157,6 @@ class Simulation:
                 timeline=opts.timeline))
             if opts.timeline_phases:
                 ranks[-1].system.phase_log = []
-            if opts.progress:
-                ranks[-1].system.inflight = []
         for w in ranks:
             w.wake()
         monitor = self._run_events(engine, ranks, started)
@@ -346,13 +344,8 @@ class RunMonitor:
 
     def _collectives_under_way(self) -> float:
         """The finished share of the collectives under way (phases of their chunks done), in nodes."""
-        share = 0.0
-        for w in self.ranks:
-            inflight = getattr(getattr(w, "system", None), "inflight", None)
-            if inflight:
-                inflight[:] = [d for d in inflight if d.finished < d.total]
-                share += sum(d.phases_done / d.phases_total for d in inflight if d.phases_total)
-        return share
+        return sum(d.phases_done / d.phases_total for w in self.ranks
+                   for d in getattr(w, "collectives", {}).values() if d.phases_total)
 
     def stop_message(self) -> str:
         done = sum(w.feeder.finished for w in self.ranks)

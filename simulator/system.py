@@ -184,7 +184,6 @@ class RankSystem:
         self.groups: dict[int, CommGroup] = {}
         self.rendezvous = setup.rendezvous
         self.phase_log: list[tuple[int, int, int, str, str, int, int, int, int]] | None = None  # when recording
-        self.inflight: list[DataSet] | None = None  # collectives under way, when progress is reported
 
     # --- events and messages -----------------------------------------------------------------------
     def register(self, delay: int, fn: Callable[[Any], None], arg: Any = None) -> None:
@@ -312,8 +311,6 @@ class RankSystem:
                 group.next_stream += 1
             self.proceed(Stream(self, stream_id, dataset, phases, priority))  # the ready list runs at once
         dataset.total = count
-        if self.inflight is not None:
-            self.inflight.append(dataset)
         return dataset
 
     def phase(self, kind: str, topo: CollectiveTopology, dim: int, name: str, size: int, queue: int,
