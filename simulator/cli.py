@@ -28,7 +28,8 @@ from simulator.results import SimulationResult, format_astra_sim, format_text
 from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation, WallTimeExceeded
 from simulator.sweep import cli as sweep_cli
 from simulator.timeline import build_timeline, parse_ranks, write_timeline
-from workload.errors import InputError
+from workload.errors import InputError, printable
+from workload.files import shown_path
 from workload.groups import load_comm_groups
 from workload.tools import cli as trace_cli
 from workload.traceset import resolve_workload
@@ -187,13 +188,20 @@ def main(argv: list[str] | None = None) -> int:
             return SUBCOMMANDS[argv[0]](argv[1:], _warn)
         return run_simulation(argv)
     except InputError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+        print(f"{PROG}: error: {printable(str(e))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # the machine refused a file we read or write: the user's to fix, in one line
+        name = f"{shown_path(e.filename)}: " if e.filename else ""
+        print(f"{PROG}: error: {name}{printable(e.strerror or str(e))}", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print(f"{PROG}: error: out of memory (the run is larger than this machine's memory)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

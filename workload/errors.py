@@ -1,6 +1,14 @@
-"""User-facing errors: bad input is reported as one line naming where and what, never as a traceback."""
+"""User-facing errors: bad input is reported as one line naming where and what, never as a traceback.
+
+Messages quote what the user gave through ``shown`` (bounded length, control characters escaped), so a
+hostile or huge value can neither flood the terminal nor drive it with escape sequences.
+"""
 
 from __future__ import annotations
+
+import reprlib
+
+MAX_SHOWN_CHARS = 100  # how much of a user's value an error message quotes
 
 
 class InputError(Exception):
@@ -9,6 +17,38 @@ class InputError(Exception):
 
 class ConfigError(InputError):
     """A bad configuration file or value; the message names the file and the key."""
+
+
+class LimitError(InputError):
+    """Work that would exceed a resource limit; the message gives the estimate and how to raise the limit."""
+
+
+_repr = reprlib.Repr()
+_repr.maxlevel, _repr.maxdict, _repr.maxlist, _repr.maxtuple, _repr.maxset = 3, 6, 6, 6, 6
+_repr.maxstring, _repr.maxother, _repr.maxlong = MAX_SHOWN_CHARS, MAX_SHOWN_CHARS, 40
+
+
+def printable(text: str) -> str:
+    """``text`` with control and format characters (newlines, ESC, bidi overrides, ...) escaped."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return "".join(out)
+
+
+def shown(value: object, limit: int = MAX_SHOWN_CHARS) -> str:
+    """A user's value quoted for a message: a bounded repr (never walks a huge or recursive structure),
+    control characters escaped, at most about ``limit`` characters."""
+    text = printable(_repr.repr(value))
+    if len(text) > limit:
+        text = text[:limit] + f"...({len(text) - limit} more characters)"
+    return text
 
 
 class TraceError(InputError):
