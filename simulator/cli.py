@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             return SUBCOMMANDS[argv[0]](argv[1:], _warn)
         return run_simulation(argv)
     except InputError as e:
-        print(f"{PROG}: error: {printable(str(e))}", file=sys.stderr)
+        lines = str(e).split("\n")  # a deadlock report has a line per rank; nothing else may break lines
+        print(f"{PROG}: error: " + "\n".join(printable(line) for line in lines), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -14,7 +14,8 @@ from network.backends import SYMMETRIC_BACKENDS, make_backend
 from network.config import NetworkConfig
 from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
-from simulator.collectives.registry import check_supported, parse_algorithm
+from simulator.chunk_order import ChunkOrders
+from simulator.collectives.registry import check_dimensions, check_supported, parse_algorithm
 from simulator.config import MemoryConfig, SystemConfig
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
@@ -92,6 +93,7 @@ class Simulation:
         self.options = options or RunOptions()
         self.workloads: list[RankWorkload] = []
         self.backend: Any = None
+        self._orders = ChunkOrders()
         self.warn = warn or (lambda message: None)
         if self.options.semantics not in SEMANTICS:
             raise InputError(f"unknown semantics {self.options.semantics!r}; valid: {', '.join(SEMANTICS)}")
@@ -127,13 +129,25 @@ class Simulation:
                                      "representative rank cannot give exact results (use --engine message)")
                 self.warn("same-time events make ranks diverge; simulating every rank instead")
         if result is None:
-            result = self._simulate(graphs, roofline, started, symmetric=False)
+            # ASTRA-sim's own networks keep its chunk order (chunk_order.py) unless ranks disagree into a deadlock
+            enforce = (opts.semantics == "corrected" or self.network.fabric is not None
+                       or opts.backend not in SYMMETRIC_BACKENDS)
+            try:
+                result = self._simulate(graphs, roofline, started, symmetric=False, enforce_order=enforce)
+            except DeadlockError:
+                if enforce or not self._orders.diverged:
+                    raise
+                self.warn("ranks of a ring started chunks of their collectives in different orders (their timing "
+                          "differs), which deadlocks ASTRA-sim 2.x; simulating again with one agreed chunk order "
+                          "per ring, as collective libraries run them")
+                result = self._simulate(graphs, roofline, started, symmetric=False, enforce_order=True)
         return result
 
-    def _simulate(self, graphs: list[Any], roofline: Roofline | None, started: float, symmetric: bool
-                  ) -> SimulationResult | None:
+    def _simulate(self, graphs: list[Any], roofline: Roofline | None, started: float, symmetric: bool,
+                  enforce_order: bool = True) -> SimulationResult | None:
         """One run with every rank, or with one representative rank (None if that turns out ambiguous)."""
         opts, npus = self.options, self.network.num_npus
+        self._orders = ChunkOrders(enforce_order)
         engine = CheckedEngine() if symmetric else Engine()
         backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
         if opts.timeline and hasattr(backend, "enable_history"):
@@ -145,7 +159,8 @@ class Simulation:
                      else Messaging(engine, backend))
         setup = SystemSetup(engine=engine, messaging=messaging, config=self.system,
                             npus_per_dim=self.network.npus_count, queues_per_dim=opts.queues_per_dim,
-                            injection_scale=opts.injection_scale, rendezvous=opts.rendezvous)
+                            injection_scale=opts.injection_scale, rendezvous=opts.rendezvous,
+                            chunk_orders=None if symmetric else self._orders)
         memory = RemoteMemory(self.memory)
         ranks = []
         for r in range(1 if symmetric else npus):
@@ -270,6 +285,7 @@ class Simulation:
                                  f"there is no {key}")
             for name in algorithms:
                 check_supported(parse_algorithm(name), kind, f"{self.system.path}: {key}")
+            check_dimensions(algorithms, self.network.npus_count, f"{self.system.path}: {key}")
             dims = self.network.num_dims
             if len(algorithms) < dims and not any(parse_algorithm(a).whole_network for a in algorithms):
                 self.warn(f"{self.system.path}: {key} lists {len(algorithms)} algorithm(s) for a {dims}-dimensional "

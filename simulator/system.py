@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from network.messaging import Messaging
+from simulator.chunk_order import ChunkOrders
 from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Algorithm
 from simulator.collectives.registry import make_algorithm, parse_algorithm
 from simulator.collectives.topology import CollectiveTopology, LogicalRing, build_topology
@@ -39,6 +40,7 @@ class SystemSetup:
     queues_per_dim: int = 1
     injection_scale: float = 1.0
     rendezvous: bool = False
+    chunk_orders: ChunkOrders | None = None  # None: one simulated rank, which cannot disagree with itself
 
     @property
     def total_npus(self) -> int:
@@ -78,13 +80,16 @@ class Phase:
 class Stream:
     """One chunk of a collective, moving through its phases; the algorithms' port to the system."""
 
-    __slots__ = ("dataset", "id", "initialized", "phase", "phases", "priority", "queue", "rank", "started_ns", "step",
-                 "system")
+    __slots__ = ("communicator", "dataset", "id", "initialized", "members", "phase", "phases", "priority", "queue",
+                 "rank", "started_ns", "step", "system")
 
-    def __init__(self, system: RankSystem, stream_id: int, dataset: DataSet, phases: list[Phase], priority: int):
+    def __init__(self, system: RankSystem, stream_id: int, dataset: DataSet, phases: list[Phase], priority: int,
+                 communicator: int = -1, members: int = 0) -> None:
         self.system = system
         self.rank = system.rank
         self.id = stream_id
+        self.communicator = communicator  # the communicator group's id, -1 for all NPUs
+        self.members = members  # ranks that run this stream together
         self.dataset = dataset
         self.phases = deque(phases)
         self.phase: Phase | None = None
@@ -183,6 +188,7 @@ class RankSystem:
         self._topologies: dict[str, CollectiveTopology] = {}
         self.groups: dict[int, CommGroup] = {}
         self.rendezvous = setup.rendezvous
+        self.chunk_places: dict[tuple[int, int], int] = {}  # this rank's place in each agreed chunk order
         self.phase_log: list[tuple[int, int, int, str, str, int, int, int, int]] | None = None  # when recording
 
     # --- events and messages -----------------------------------------------------------------------
@@ -306,10 +312,11 @@ class RankSystem:
             if group is None:
                 stream_id = self.stream_counter
                 self.stream_counter += 1
+                stream = Stream(self, stream_id, dataset, phases, priority, -1, self.total_npus)
             else:
-                stream_id = group.next_stream
+                stream = Stream(self, group.next_stream, dataset, phases, priority, group.gid, len(group.members))
                 group.next_stream += 1
-            self.proceed(Stream(self, stream_id, dataset, phases, priority))  # the ready list runs at once
+            self.proceed(stream)  # the ready list runs at once
         dataset.total = count
         return dataset
 
@@ -365,8 +372,22 @@ class RankSystem:
     def _start_waiting(self, queue: int) -> None:
         streams = self.active[queue]
         running = self.running
+        orders = self.setup.chunk_orders
         while running[queue] < len(streams) and running[queue] < self.threshold:
-            stream = streams[running[queue]]
+            first = running[queue]
+            if orders is not None:  # the next stream whose turn it is in its ring's agreed order
+                places = self.chunk_places
+                i = first
+                while i < len(streams):
+                    s = streams[i]
+                    if orders.admit(places, (s.communicator, queue), s.members, (s.id, s.step)):
+                        break
+                    i += 1
+                else:
+                    return
+                if i != first:
+                    streams.insert(first, streams.pop(i))
+            stream = streams[first]
             running[queue] += 1
             stream.initialized = True
             stream.started_ns = self.engine.now

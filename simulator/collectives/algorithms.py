@@ -18,6 +18,7 @@ from collections import deque
 from typing import Protocol
 
 from simulator.collectives.topology import BinaryTree, LogicalRing
+from workload.errors import InputError
 
 
 class StreamPort(Protocol):
@@ -177,6 +178,8 @@ class HalvingDoubling(Algorithm):
 
     def __init__(self, kind: str, rank: int, ring: LogicalRing, data_size: int) -> None:
         n = ring.size
+        if n & (n - 1):
+            raise InputError(f"halvingDoubling needs a power-of-two number of NPUs, but its ring has {n}")
         self.kind = kind
         self.rank = rank
         self.ring = ring

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 
@@ -64,6 +65,23 @@ def check_supported(spec: AlgorithmSpec, collective: str, where: str) -> None:
         implemented = ", ".join(c.replace("_", "-") for c in FAMILIES[spec.family])
         raise InputError(f"{where}: {spec.name} does not implement {collective.replace('_', '-')} "
                          f"(it implements {implemented})")
+
+
+POWER_OF_TWO_FAMILIES = ("halvingDoubling", "doubleBinaryTree")
+
+
+def check_dimensions(names: tuple[str, ...], npus_per_dim: tuple[int, ...], where: str) -> None:
+    """Refuse algorithms that cannot run on the dimensions they are given (halving-doubling and the
+    double binary tree need a power-of-two number of NPUs)."""
+    for dim, name in enumerate(names[:len(npus_per_dim)]):
+        spec = parse_algorithm(name)
+        npus = math.prod(npus_per_dim) if spec.whole_network else npus_per_dim[dim]
+        if spec.family in POWER_OF_TWO_FAMILIES and npus & (npus - 1):
+            what = "the whole network" if spec.whole_network else f"dimension {dim}"
+            raise InputError(f"{where}: {name} needs a power-of-two number of NPUs, but {what} has {npus} "
+                             "(use ring or direct there)")
+        if spec.whole_network:
+            break
 
 
 def make_algorithm(spec: AlgorithmSpec, collective: str, rank: int, topology: LogicalRing | BinaryTree,
