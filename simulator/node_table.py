@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workload.errors import TraceError
 from workload.graph import TraceGraph
 from workload.schema import CollectiveType, NodeType
 
 CPU_LANE, COMPUTE_LANE, COMM_LANE, RECV_LANE = 0, 1, 2, 3
 NUM_LANES = 4
 NO_VALUE = -1
+MAX_DURATION_MICROS = (2**63 - 1) // 1000  # one node's time must fit a signed 64-bit count of ns
 
 COLLECTIVE_KINDS = {
     CollectiveType.ALL_REDUCE: "all_reduce",
@@ -57,7 +59,13 @@ def node_table(graph: TraceGraph) -> NodeTable:
     lanes = np.where(types == NodeType.COMP_NODE, COMPUTE_LANE, COMM_LANE)
     lanes = np.where(types == NodeType.COMM_RECV_NODE, RECV_LANE, lanes)
     lanes = np.where(is_cpu, CPU_LANE, lanes)
-    duration = graph.duration_micros.astype(np.int64) * 1000
+    micros = graph.duration_micros
+    too_long = np.flatnonzero(micros > MAX_DURATION_MICROS)
+    if too_long.size:
+        i = int(too_long[0])
+        raise TraceError(f"duration_micros {int(micros[i])} is beyond the longest time the simulator represents "
+                         f"({MAX_DURATION_MICROS} µs, about 292 years)", node_id=graph.node_id(i))
+    duration = micros.astype(np.int64) * 1000
     replay = np.where(duration == 0, 1, duration)
 
     def column(name: str) -> tuple[list[int], np.ndarray]:

@@ -21,7 +21,7 @@ from simulator.node_table import (
     node_table,
 )
 from simulator.recording import CollectiveRecord, Intervals, TimelineLog
-from simulator.system import COLLECTIVE_TAG_BASE, NATIVE_TAG_BASE, CommGroup, DataSet, RankSystem
+from simulator.system import POINT_TO_POINT, CommGroup, DataSet, RankSystem, wire_tag
 from workload.errors import InputError
 from workload.feeder import Feeder
 from workload.graph import TraceGraph
@@ -229,7 +229,7 @@ class RankWorkload:
                               f"a rank may only {what} its own data")
         peer = getattr(self.table, peer_attr)[i]
         self._check_peer(i, peer, peer_attr)
-        return peer, self.table.comm_tag[i] % COLLECTIVE_TAG_BASE + NATIVE_TAG_BASE
+        return peer, wire_tag(self.table.comm_tag[i], POINT_TO_POINT)
 
     def _check_peer(self, i: int, peer: int, attr: str) -> None:
         if not 0 <= peer < self.system.total_npus:

@@ -23,8 +23,8 @@ from simulator.node_table import node_table
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
 from simulator.symmetry import symmetry_blockers
-from simulator.system import COLLECTIVE_TAG_BASE, RankSystem, SystemSetup
-from workload.errors import InputError
+from simulator.system import COLLECTIVE, HANDSHAKE, RankSystem, SystemSetup, tag_kind
+from workload.errors import InputError, TraceError
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, TraceSet
 from workload.validate import validate
@@ -262,7 +262,10 @@ class Simulation:
             if id(graph) in seen:
                 continue
             seen.add(id(graph))
-            t = node_table(graph)
+            try:
+                t = node_table(graph)
+            except TraceError as e:
+                raise e.located(path=self.traces.file_for(r), rank=r) from None
             for i, ntype in enumerate(t.types):
                 if ntype == NodeType.COMM_COLL_NODE and not t.is_cpu[i]:
                     needs.add(t.comm_type[i])
@@ -373,7 +376,10 @@ def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, per_ra
     """Which ranks are stuck, on which nodes, waiting for what."""
     pending_from: dict[int, list[str]] = {}
     for tag, src, dst, size, _, state in messaging.unmatched():
-        kind = "collective" if tag >= COLLECTIVE_TAG_BASE else f"tag {tag}"
+        user_tag, kind_id = tag_kind(tag)
+        kind = "collective" if kind_id == COLLECTIVE else f"tag {user_tag}"
+        if kind_id >= HANDSHAKE:
+            kind = f"rendezvous handshake for {'a collective' if kind_id - HANDSHAKE == COLLECTIVE else kind}"
         pending_from.setdefault(dst, []).append(f"{kind} message of {size} B from rank {src} ({state})")
     lines = [f"deadlock: the simulation ran out of events with {len(unfinished)} rank(s) unfinished"]
     for w in unfinished[:16]:

@@ -24,7 +24,18 @@ from simulator.config import SystemConfig
 from simulator.engine import Engine, RankEvents
 from workload.errors import InputError
 
-NATIVE_TAG_BASE, COLLECTIVE_TAG_BASE, RENDEZVOUS_TAG_OFFSET = 0, 500_000_000, 1_000_000_000
+# Message tags live in separate namespaces, so no trace tag can alias a collective's or a handshake's:
+# wire tag = 4 x tag + kind (Python integers: exact for every 64-bit tag).
+POINT_TO_POINT, COLLECTIVE, HANDSHAKE = 0, 1, 2  # a handshake tag is the tag it prepares + HANDSHAKE
+
+
+def wire_tag(tag: int, kind: int) -> int:
+    return 4 * tag + kind
+
+
+def tag_kind(wire: int) -> tuple[int, int]:
+    """(tag, kind) of a wire tag; a handshake's kind is HANDSHAKE plus the kind it prepares."""
+    return wire >> 2, wire & 3
 RENDEZVOUS_BYTES = 8192
 LOCAL_INJECTION_NS = 10  # a communicator-group ring's per-message delay, whatever the endpoint delay
 
@@ -103,10 +114,10 @@ class Stream:
 
     # the algorithm's port
     def send(self, dst: int, size: int) -> None:
-        self.system.send(dst, size, self.id % COLLECTIVE_TAG_BASE + COLLECTIVE_TAG_BASE, None, None)
+        self.system.send(dst, size, wire_tag(self.id, COLLECTIVE), None, None)
 
     def recv(self, src: int, size: int) -> None:
-        self.system.recv(src, size, self.id % COLLECTIVE_TAG_BASE + COLLECTIVE_TAG_BASE, _stream_received, self)
+        self.system.recv(src, size, wire_tag(self.id, COLLECTIVE), _stream_received, self)
 
     def bundle(self, processed: bool, size: int, local: bool) -> None:
         self.system.bundle(self, processed, size, local)
@@ -197,7 +208,7 @@ class RankSystem:
 
     def send(self, dst: int, size: int, tag: int, on_sent: Callable[[Any], None] | None, arg: Any) -> None:
         if self.rendezvous:  # wait for the receiver's 8 KiB handshake first
-            self.messaging.recv(self.rank, dst, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_OFFSET, self._rendezvous_send,
+            self.messaging.recv(self.rank, dst, RENDEZVOUS_BYTES, tag + HANDSHAKE, self._rendezvous_send,
                                 (dst, size, tag, on_sent, arg))
         else:
             self.messaging.send(self.rank, dst, size, tag, on_sent, arg)
@@ -208,7 +219,7 @@ class RankSystem:
 
     def recv(self, src: int, size: int, tag: int, on_received: Callable[[Any], None], arg: Any) -> None:
         if self.rendezvous:  # tell the sender we are ready, then post the receive
-            self.messaging.send(self.rank, src, RENDEZVOUS_BYTES, tag + RENDEZVOUS_TAG_OFFSET, self._rendezvous_recv,
+            self.messaging.send(self.rank, src, RENDEZVOUS_BYTES, tag + HANDSHAKE, self._rendezvous_recv,
                                 (src, size, tag, on_received, arg))
         else:
             self.messaging.recv(self.rank, src, size, tag, on_received, arg)
@@ -271,7 +282,10 @@ class RankSystem:
             chunk = self.total_npus
             size = self.splits * chunk
         chunk = max(chunk, 1)
-        dataset = DataSet(math.ceil(size / chunk), self.engine.now)
+        # ASTRA-sim waits for ceil(size / chunk) streams, computed in double precision, although its loop below
+        # makes one more when huge sizes round that quotient down; the collective ends with the streams it waits for
+        waited_for = math.ceil(float(size) / float(chunk))
+        dataset = DataSet(waited_for, self.engine.now)
         priority = self.priority(explicit_priority)
         dims = list(range(topo.num_dims))
         if kind == ALL_GATHER:
@@ -317,7 +331,7 @@ class RankSystem:
                 stream = Stream(self, group.next_stream, dataset, phases, priority, group.gid, len(group.members))
                 group.next_stream += 1
             self.proceed(stream)  # the ready list runs at once
-        dataset.total = count
+        dataset.total = min(count, waited_for)
         return dataset
 
     def phase(self, kind: str, topo: CollectiveTopology, dim: int, name: str, size: int, queue: int,
