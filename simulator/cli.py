@@ -15,7 +15,10 @@ scripts work unchanged.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 from network.backends import BACKENDS
@@ -28,7 +31,7 @@ from simulator.results import SimulationResult, format_astra_sim, format_text
 from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation, WallTimeExceeded
 from simulator.sweep import cli as sweep_cli
 from simulator.timeline import build_timeline, parse_ranks, write_timeline
-from workload.errors import InputError, printable
+from workload.errors import InputError, printable, shown
 from workload.files import shown_path
 from workload.groups import load_comm_groups
 from workload.tools import cli as trace_cli
@@ -62,6 +65,21 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
+def _number(minimum: float, maximum: float, integer: bool = False, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [minimum, maximum] (or (minimum, maximum] when ``above``)."""
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'a whole' if integer else 'a'} number, got {shown(text)}"
+                                             ) from None
+        if not math.isfinite(value) or value > maximum or value < minimum or (above and value == minimum):
+            low = f"above {minimum:g}" if above else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"expected a number {low} and at most {maximum:g}, got {shown(text)}")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -80,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory", "--remote-memory-configuration", dest="memory",
                    help="remote-memory JSON (default: no memory expansion)")
     p.add_argument("--comm-groups", "--comm-group-configuration", dest="comm_groups",
-                   help="communicator groups JSON (a value containing 'empty' means none)")
+                   help="communicator groups JSON (a file name containing 'empty' means none, as in ASTRA-sim)")
     p.add_argument("--backend", default="analytical-unaware", choices=tuple(BACKENDS),
                    help="network model: analytical-unaware (default; ASTRA-sim's congestion-unaware binary), "
                         "analytical-aware (ASTRA-sim's congestion-aware one) or packet (packet-level, with buffers "
@@ -88,15 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--packet-config", metavar="FILE",
                    help="YAML with the packet backend's parameters (mtu_bytes, header_bytes, buffer_bytes, "
                         "flow_control), instead of the network file's packet: section")
-    p.add_argument("--max-wall-time", type=float, metavar="SECONDS",
+    p.add_argument("--max-wall-time", type=_number(0, 1e9, above=True), metavar="SECONDS",
                    help="stop after this much wall-clock time, with the statistics of the part simulated so far")
-    p.add_argument("--num-queues-per-dim", type=int, default=1, help="queues per network dimension (default 1)")
-    p.add_argument("--injection-scale", type=float, default=1.0, help="multiplies the system's endpoint-delay")
+    p.add_argument("--num-queues-per-dim", type=_number(1, 4096, integer=True), default=1,
+                   help="queues per network dimension (default 1)")
+    p.add_argument("--injection-scale", type=_number(0, 1e6), default=1.0,
+                   help="multiplies the system's endpoint-delay")
     p.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
                    help="precede every send with an 8 KiB handshake from the receiver")
     p.add_argument("--device", help="time GPU compute nodes with the roofline model of this device preset (A100, "
                                     "H100, H200, B200, MI300X, TPUv4, TPUv5p), instead of the system's "
                                     "peak-perf / local-mem-bw; turns the roofline model on")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse, instead of warning about, a run whose compute nodes cannot be timed (no recorded "
+                        "durations and no --device)")
     p.add_argument("--semantics", choices=SEMANTICS, default="astra-sim",
                    help="astra-sim (default): reproduce ASTRA-sim 2.x exactly; corrected: children of zero-time "
                         "nodes are issued at once instead of at the rank's next event")
@@ -135,12 +158,16 @@ def run_simulation(argv: list[str]) -> int:
         system = default_system(network.num_dims)
     memory = load_memory(args.memory, _warn) if args.memory else MemoryConfig()
     groups = {}
-    if args.comm_groups and "empty" not in args.comm_groups:
+    if args.comm_groups and "empty" in os.path.basename(args.comm_groups):
+        if os.path.exists(args.comm_groups):
+            _warn(f"{shown_path(args.comm_groups)}: taken as no communicator groups (ASTRA-sim's convention for a "
+                  "name containing 'empty')")
+    elif args.comm_groups:
         groups = load_comm_groups(args.comm_groups, network.num_npus)
     options = RunOptions(backend=args.backend, queues_per_dim=args.num_queues_per_dim,
                          injection_scale=args.injection_scale, rendezvous=args.rendezvous_protocol,
                          semantics=args.semantics, drop_dangling=args.drop_dangling_deps, device=args.device,
-                         engine=args.engine, progress=not args.quiet,
+                         engine=args.engine, progress=not args.quiet, strict=args.strict,
                          timeline=bool(args.timeline), timeline_phases=args.timeline_phases,
                          max_wall_time_s=args.max_wall_time)
     sim = Simulation(resolve_workload(args.workload), network, system, memory, groups, options, _warn)

@@ -128,6 +128,14 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
     else:
         lines = [f"end-to-end time: {format_ns(result.finish_ns)} ({result.finish_ns} ns) over {len(ranks)} ranks, "
                  f"{result.backend} network"]
+    compute = result.config.get("compute")
+    if compute:
+        if compute["model"] == "roofline":
+            name = f"{compute['device']}, " if compute["device"] else ""
+            lines.append(f"compute: roofline model ({name}{compute['peak_tflops']:g} TFLOP/s, "
+                         f"{compute['memory_bw_gbps']:g} GB/s memory)")
+        else:
+            lines.append("compute: durations recorded in the trace")
     if not result.complete:
         pass
     elif len(ranks) <= max_rows:

@@ -2,29 +2,28 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from compute.devices import device
 from compute.roofline import Roofline
 from network.backends import SYMMETRIC_BACKENDS, make_backend
 from network.config import NetworkConfig
 from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
+from simulator.checks import ComputeModel, check_workload, compute_model
 from simulator.chunk_order import ChunkOrders
-from simulator.collectives.registry import check_dimensions, check_supported, parse_algorithm
 from simulator.config import MemoryConfig, SystemConfig
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
-from simulator.node_table import node_table
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
 from simulator.symmetry import symmetry_blockers
 from simulator.system import COLLECTIVE, HANDSHAKE, RankSystem, SystemSetup, tag_kind
-from workload.errors import InputError, TraceError
+from workload.errors import InputError, shown
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, TraceSet
 from workload.validate import validate
@@ -60,23 +59,13 @@ class RunOptions:
     timeline: bool = False  # keep per-node spans and point-to-point messages for a timeline
     timeline_phases: bool = False  # also each chunk-stream's phases
     progress: bool = True
+    strict: bool = False  # refuse instead of warning when compute nodes cannot be timed
     max_wall_time_s: float | None = None  # stop (WallTimeExceeded) after this much wall-clock time
 
 
-def roofline_for(system: SystemConfig, device_name: str | None) -> Roofline | None:
-    """The roofline model the system config (or a device preset) asks for, or None. A device named on the
-    command line (``device_name``) turns the roofline model on: that is what naming one asks for."""
-    if system.replay_only or not (system.roofline_enabled or device_name):
-        return None
-    peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
-    name = device_name or system.device
-    if name:
-        preset = device(name)
-        peak, bw = preset.peak_tflops, preset.memory_bw_gbps
-    if not peak or not bw:
-        raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s), "
-                         "or a device preset (--device or \"device\")")
-    return Roofline(peak * 1e12, bw * 1e9)
+def _finite(value: Any, low: float, high: float) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
+        low <= value <= high)
 
 
 class Simulation:
@@ -94,13 +83,22 @@ class Simulation:
         self.workloads: list[RankWorkload] = []
         self.backend: Any = None
         self._orders = ChunkOrders()
+        self.compute = ComputeModel(None, None)
         self.warn = warn or (lambda message: None)
         if self.options.semantics not in SEMANTICS:
             raise InputError(f"unknown semantics {self.options.semantics!r}; valid: {', '.join(SEMANTICS)}")
         if self.options.engine not in ENGINES:
             raise InputError(f"unknown engine {self.options.engine!r}; valid: {', '.join(ENGINES)}")
-        if self.options.queues_per_dim < 1:
-            raise InputError("--num-queues-per-dim must be at least 1")
+        opts = self.options
+        if isinstance(opts.queues_per_dim, bool) or not isinstance(opts.queues_per_dim, int) or not (
+                1 <= opts.queues_per_dim <= 4096):
+            raise InputError("queues per dimension must be a whole number from 1 to 4096, not "
+                             f"{shown(opts.queues_per_dim)}")
+        if not _finite(opts.injection_scale, 0, 1e6):
+            raise InputError(f"the injection scale must be a number from 0 to 1e6, not {shown(opts.injection_scale)}")
+        if opts.max_wall_time_s is not None and not (_finite(opts.max_wall_time_s, 0, 1e9) and opts.max_wall_time_s):
+            raise InputError("the wall-time limit must be a positive number of seconds, not "
+                             f"{shown(opts.max_wall_time_s)}")
 
     def run(self) -> SimulationResult:
         started = time.perf_counter()
@@ -109,8 +107,9 @@ class Simulation:
         graphs = loader.load_set(self.traces, npus)
         if self.traces.shared:
             self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
-        roofline = roofline_for(self.system, opts.device)
-        self._check_workload(graphs, roofline is not None)
+        self.compute = compute_model(self.system, opts.device)
+        roofline = self.compute.roofline
+        check_workload(graphs, self.traces, self.system, self.network, self.compute, opts.strict, self.warn)
 
         blockers = symmetry_blockers(graphs, self.system, self.memory, self.network.npus_count, self.comm_groups)
         if opts.backend not in SYMMETRIC_BACKENDS:
@@ -254,55 +253,15 @@ class Simulation:
         engine.events_processed = count
         return monitor
 
-    def _check_workload(self, graphs: list[Any], roofline: bool) -> None:
-        """Refuse before simulating what would fail part-way: missing algorithms, roofline attributes."""
-        seen: set[int] = set()
-        needs: set[int] = set()
-        for r, graph in enumerate(graphs):
-            if id(graph) in seen:
-                continue
-            seen.add(id(graph))
-            try:
-                t = node_table(graph)
-            except TraceError as e:
-                raise e.located(path=self.traces.file_for(r), rank=r) from None
-            for i, ntype in enumerate(t.types):
-                if ntype == NodeType.COMM_COLL_NODE and not t.is_cpu[i]:
-                    needs.add(t.comm_type[i])
-                elif roofline and ntype == NodeType.COMP_NODE and not t.is_cpu[i] and not (
-                        t.has_num_ops[i] and t.has_tensor_size[i]):
-                    raise InputError(f"{self.traces.file_for(r)}: rank {r}: node {graph.node_id(i)} "
-                                     f"({graph.name(i)!r}): the roofline model needs 'num_ops' and 'tensor_size' "
-                                     "on GPU compute nodes (or turn roofline-enabled off to replay durations)")
-        if self.system.replay_only:
-            return
-        names = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
-        for ctype in sorted(needs):
-            kind = names.get(ctype)
-            if not kind:
-                continue
-            key = f"'{kind.replace('_', '-')}-implementation'"
-            algorithms = self.system.implementation(kind)
-            if not algorithms:
-                raise InputError(f"{self.system.path}: the workload has {kind.replace('_', '-')} collectives but "
-                                 f"there is no {key}")
-            for name in algorithms:
-                check_supported(parse_algorithm(name), kind, f"{self.system.path}: {key}")
-            check_dimensions(algorithms, self.network.npus_count, f"{self.system.path}: {key}")
-            dims = self.network.num_dims
-            if len(algorithms) < dims and not any(parse_algorithm(a).whole_network for a in algorithms):
-                self.warn(f"{self.system.path}: {key} lists {len(algorithms)} algorithm(s) for a {dims}-dimensional "
-                          f"network: as in ASTRA-sim, these collectives then use only dimension(s) "
-                          f"0..{len(algorithms) - 1}")
-        if needs & {0, 7} and not self.system.local_mem_bw_gbps:
-            raise InputError(f"{self.system.path}: 'local-mem-bw' (GB/s) is needed to charge the reductions of "
-                             "all-reduce and reduce-scatter collectives")
-
     def config_summary(self) -> dict[str, Any]:
+        """The configuration as run: the system as the compute model applied it (a --device turns roofline on)."""
+        compute = self.compute
+        system = replace(self.system, roofline_enabled=compute.roofline is not None,
+                         device=compute.device or self.system.device)
         return {
-            "workload": self.traces.source, "network": self.network.summary(), "system": asdict(self.system),
-            "memory": asdict(self.memory), "comm_groups": {str(k): list(v) for k, v in self.comm_groups.items()},
-            "options": asdict(self.options),
+            "workload": self.traces.source, "network": self.network.summary(), "system": asdict(system),
+            "compute": compute.summary(), "memory": asdict(self.memory),
+            "comm_groups": {str(k): list(v) for k, v in self.comm_groups.items()}, "options": asdict(self.options),
         }
 
 

@@ -1,0 +1,152 @@
+"""Checks of a workload against its configuration, made before anything is simulated.
+
+Two kinds: what would fail part-way through a run (a collective without an algorithm, an algorithm that
+cannot run on its dimension, roofline nodes without the attributes the model needs) is refused at once;
+what would give a number silently meaningless (compute nodes that nothing can time) is said in a warning
+that names the option fixing it, or refused under ``strict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compute.devices import device
+from compute.roofline import Roofline
+from network.config import NetworkConfig
+from simulator.collectives.registry import check_dimensions, check_supported, parse_algorithm
+from simulator.config import SystemConfig
+from simulator.node_table import node_table
+from workload.errors import InputError, TraceError
+from workload.graph import TraceGraph
+from workload.schema import NodeType
+from workload.traceset import TraceSet
+
+COLLECTIVE_NAMES = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeModel:
+    """How GPU compute nodes are timed in a run: by recorded durations, or by a roofline model."""
+
+    roofline: Roofline | None
+    device: str | None  # the preset whose figures the roofline uses, if any
+
+    def summary(self) -> dict[str, Any]:
+        """The effective compute configuration, as recorded with results."""
+        if self.roofline is None:
+            return {"model": "durations", "device": None, "peak_tflops": None, "memory_bw_gbps": None}
+        return {"model": "roofline", "device": self.device, "peak_tflops": self.roofline.peak_flops / 1e12,
+                "memory_bw_gbps": self.roofline.memory_bytes_per_s / 1e9}
+
+
+def compute_model(system: SystemConfig, device_name: str | None) -> ComputeModel:
+    """The compute model the system config (or a device preset) asks for. A device named on the command line
+    (``device_name``) turns the roofline model on: that is what naming one asks for."""
+    if system.replay_only or not (system.roofline_enabled or device_name):
+        return ComputeModel(None, None)
+    peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
+    name = device_name or system.device
+    if name:
+        preset = device(name)
+        peak, bw, name = preset.peak_tflops, preset.memory_bw_gbps, preset.name
+    if not peak or not bw:
+        raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s), "
+                         "or a device preset (--device or \"device\")")
+    return ComputeModel(Roofline(peak * 1e12, bw * 1e9), name)
+
+
+def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: SystemConfig, network: NetworkConfig,
+                   compute: ComputeModel, strict: bool, warn: Callable[[str], None]) -> None:
+    """Refuse what would fail part-way; warn (or, ``strict``, refuse) where compute cannot be timed."""
+    needs: set[int] = set()
+    untimed = _Untimed()
+    seen: set[int] = set()
+    for r, graph in enumerate(graphs):
+        if id(graph) in seen:
+            continue
+        seen.add(id(graph))
+        try:
+            t = node_table(graph)
+        except TraceError as e:
+            raise e.located(path=traces.file_for(r), rank=r) from None
+        types = np.asarray(t.types)
+        coll = (types == NodeType.COMM_COLL_NODE) & ~np.asarray(t.is_cpu, dtype=bool)
+        needs.update(np.asarray(t.comm_type)[coll].tolist())
+        gpu_compute = (types == NodeType.COMP_NODE) & ~np.asarray(t.is_cpu, dtype=bool)
+        if compute.roofline is not None:
+            lacking = np.flatnonzero(gpu_compute & ~(np.asarray(t.has_num_ops) & np.asarray(t.has_tensor_size)))
+            if lacking.size:
+                i = int(lacking[0])
+                raise InputError(f"{traces.file_for(r)}: rank {r}: node {graph.node_id(i)} ({graph.name(i)!r}): the "
+                                 "roofline model needs 'num_ops' and 'tensor_size' on GPU compute nodes (or turn "
+                                 "roofline-enabled off to replay durations)")
+            untimed.add(graph, traces.file_for(r), gpu_compute & (np.asarray(t.tensor_size) == 0)
+                        & (np.asarray(t.num_ops) > 0), flops=None)
+        else:
+            no_duration = gpu_compute & (graph.duration_micros == 0)
+            untimed.add(graph, traces.file_for(r), no_duration, flops=no_duration & (np.asarray(t.num_ops) > 0))
+    message = untimed.message(compute.roofline is not None, system.replay_only)
+    if message:
+        if strict:
+            raise InputError(message + " (refused under --strict)")
+        warn(message)
+    if not system.replay_only:
+        _check_algorithms(needs, system, network, warn)
+
+
+class _Untimed:
+    """GPU compute nodes no model can time, counted over the distinct traces of a run."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.with_flops = 0
+        self.example = ""
+
+    def add(self, graph: TraceGraph, path: str, mask: np.ndarray, flops: np.ndarray | None) -> None:
+        hits = np.flatnonzero(mask)
+        if not hits.size:
+            return
+        if not self.example:
+            i = int(hits[0])
+            self.example = f"e.g. {path}: node {graph.node_id(i)} ({graph.name(i)!r})"
+        self.count += int(hits.size)
+        self.with_flops += int(np.count_nonzero(flops)) if flops is not None else 0
+
+    def message(self, roofline: bool, replay_only: bool) -> str:
+        if not self.count:
+            return ""
+        if roofline:
+            return (f"{self.count} GPU compute node(s) have FLOPs but tensor_size 0, so the roofline model times them "
+                    f"at 0 ns as ASTRA-sim does ({self.example}); give them the bytes they move")
+        text = (f"{self.count} GPU compute node(s) have no recorded duration and take 1 ns each, as in ASTRA-sim "
+                f"({self.example}), so the run's compute time is close to zero")
+        if self.with_flops and not replay_only:
+            return text + f"; {self.with_flops} of them carry FLOPs: time them with --device NAME (e.g. --device H100)"
+        return text + "; they carry no FLOPs either, so only durations recorded in the trace can time them"
+
+
+def _check_algorithms(needs: set[int], system: SystemConfig, network: NetworkConfig,
+                      warn: Callable[[str], None]) -> None:
+    for ctype in sorted(needs):
+        kind = COLLECTIVE_NAMES.get(ctype)
+        if not kind:
+            continue
+        key = f"'{kind.replace('_', '-')}-implementation'"
+        algorithms = system.implementation(kind)
+        if not algorithms:
+            raise InputError(f"{system.path}: the workload has {kind.replace('_', '-')} collectives but there is no "
+                             f"{key}")
+        for name in algorithms:
+            check_supported(parse_algorithm(name), kind, f"{system.path}: {key}")
+        check_dimensions(algorithms, network.npus_count, f"{system.path}: {key}")
+        dims = network.num_dims
+        if len(algorithms) < dims and not any(parse_algorithm(a).whole_network for a in algorithms):
+            warn(f"{system.path}: {key} lists {len(algorithms)} algorithm(s) for a {dims}-dimensional network: as in "
+                 f"ASTRA-sim, these collectives then use only dimension(s) 0..{len(algorithms) - 1}")
+    if needs & {0, 7} and not system.local_mem_bw_gbps:
+        raise InputError(f"{system.path}: 'local-mem-bw' (GB/s) is needed to charge the reductions of all-reduce and "
+                         "reduce-scatter collectives")
