@@ -51,8 +51,8 @@ class CollectiveSummary:
 
     kind: str
     count_per_rank: float
-    bytes_per_rank: float  # as written in the traces (comm_size)
-    time_ns_per_rank: float  # summed durations
+    bytes_per_rank: int  # as written in the traces (comm_size), mean over ranks rounded to a byte
+    time_ns_per_rank: int  # summed durations, mean over ranks rounded to a ns
     algbw_gbps: float  # algorithm bandwidth: data size / time (nccl-tests)
     busbw_gbps: float  # bus bandwidth: algbw x the collective's factor (nccl-tests)
 
@@ -73,7 +73,7 @@ def summarize_collectives(logs: list[list[CollectiveRecord]]) -> list[Collective
             alg[r.kind] += data
             bus[r.kind] += data * BUS_FACTORS[r.kind](r.participants) if r.participants > 1 else 0.0
     ranks = max(len(logs), 1)
-    return [CollectiveSummary(kind, count[kind] / ranks, size[kind] / ranks, time[kind] / ranks,
+    return [CollectiveSummary(kind, count[kind] / ranks, round(size[kind] / ranks), round(time[kind] / ranks),
                               alg[kind] / time[kind] if time[kind] else 0.0,
                               bus[kind] / time[kind] if time[kind] else 0.0)
             for kind in sorted(count)]

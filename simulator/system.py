@@ -22,7 +22,7 @@ from simulator.collectives.registry import make_algorithm, parse_algorithm
 from simulator.collectives.topology import CollectiveTopology, LogicalRing, build_topology
 from simulator.config import SystemConfig
 from simulator.engine import Engine, RankEvents
-from workload.errors import InputError
+from workload.errors import InputError, LimitError
 
 # Message tags live in separate namespaces, so no trace tag can alias a collective's or a handshake's:
 # wire tag = 4 x tag + kind (Python integers: exact for every 64-bit tag).
@@ -37,6 +37,7 @@ def tag_kind(wire: int) -> tuple[int, int]:
     """(tag, kind) of a wire tag; a handshake's kind is HANDSHAKE plus the kind it prepares."""
     return wire >> 2, wire & 3
 RENDEZVOUS_BYTES = 8192
+MAX_STREAMS_PER_COLLECTIVE = 1 << 20  # each chunk-stream holds a few objects: a million is about a GB
 LOCAL_INJECTION_NS = 10  # a communicator-group ring's per-message delay, whatever the endpoint delay
 
 
@@ -285,6 +286,9 @@ class RankSystem:
         # ASTRA-sim waits for ceil(size / chunk) streams, computed in double precision, although its loop below
         # makes one more when huge sizes round that quotient down; the collective ends with the streams it waits for
         waited_for = math.ceil(float(size) / float(chunk))
+        if waited_for > MAX_STREAMS_PER_COLLECTIVE:
+            raise LimitError(f"'preferred-dataset-splits' {self.splits:,} cuts this collective into {waited_for:,} "
+                             f"chunk-streams (at most {MAX_STREAMS_PER_COLLECTIVE:,} fit in memory): lower it")
         dataset = DataSet(waited_for, self.engine.now)
         priority = self.priority(explicit_priority)
         dims = list(range(topo.num_dims))
