@@ -1,42 +1,65 @@
-"""Where sweep points run: in this process, in a pool of local worker processes, or as Ray tasks.
+"""Where sweep points run: in local worker processes, or as Ray tasks.
 
 Every executor yields ``(point, outcome)`` as points finish, in completion order; the caller records them.
-Outcomes come from ``worker.run_point``, so a point that fails never stops the others.
+Outcomes come from ``worker.run_point``, so a point that fails never stops the others. Local points always
+run in child processes, one point at a time per process: a point that exhausts memory, crashes or is killed
+takes only its own process down and becomes a failed outcome saying how it ended.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import multiprocessing as mp
+import multiprocessing.connection as mpc
 import os
 import signal
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from simulator.sweep import scratch, worker
 from simulator.sweep.spec import Point
 from simulator.sweep.worker import run_point
 from workload.errors import InputError
 from workload.optional import require
 
 Outcome = dict[str, Any]
+Heartbeat = Callable[[], None]
 EXECUTORS = ("local", "ray")
+HEARTBEAT_S = 30.0  # how often a long wait calls the heartbeat (the caller renews its claims)
 
 
 def default_jobs() -> int:
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
 
 
-def run_points(points: Sequence[Point], executor: str = "local", jobs: int | None = None,
-               ray_address: str | None = None) -> Iterator[tuple[Point, Outcome]]:
+def capped_jobs(requested: int | None, force: bool, warn: Callable[[str], None]) -> int:
+    """``requested`` (default: every core), at most the cores there are unless ``force``."""
+    cores = default_jobs()
+    if requested is None:
+        return cores
+    if requested < 1:
+        raise InputError("--jobs must be at least 1")
+    if requested > cores and not force:
+        warn(f"--jobs {requested} is more than the {cores} core(s) this process may use: running {cores} at once "
+             "(more would only compete for the same cores; --force-jobs runs them anyway)")
+        return cores
+    return requested
+
+
+def run_points(points: Iterable[Point], executor: str = "local", jobs: int | None = None,
+               ray_address: str | None = None, memory_limit_bytes: int | None = None,
+               heartbeat: Heartbeat | None = None) -> Iterator[tuple[Point, Outcome]]:
+    """Run ``points`` (taken lazily, as workers free up) on ``jobs`` workers."""
     if executor == "ray":
-        return run_ray(points, jobs, ray_address)
+        return run_ray(list(points), jobs, ray_address, heartbeat)
     if executor != "local":
         raise ValueError(f"unknown executor {executor!r}; valid: {', '.join(EXECUTORS)}")
-    jobs = jobs or default_jobs()
-    return run_inline(points) if jobs == 1 or len(points) <= 1 else run_pool(points, jobs)
+    return run_pool(points, jobs or default_jobs(), memory_limit_bytes, heartbeat)
 
 
 def _call(point: Point) -> Outcome:
@@ -44,17 +67,23 @@ def _call(point: Point) -> Outcome:
 
 
 def _call_batch(points: list[Point]) -> list[Outcome]:
-    return [_call(point) for point in points]
+    try:
+        return [_call(point) for point in points]
+    finally:
+        worker.discard_generated()  # a Ray worker lives on after its tasks: leave nothing behind
 
 
-def run_inline(points: Sequence[Point]) -> Iterator[tuple[Point, Outcome]]:
+def run_inline(points: Iterable[Point]) -> Iterator[tuple[Point, Outcome]]:
+    """In this process (no isolation: for tests and the API)."""
     for point in points:
         yield point, _call(point)
 
 
-def _worker_init() -> None:
+def _worker_init(memory_limit_bytes: int | None) -> None:
     # Ctrl-C is the driver's to handle (it stops the workers); and a worker must not outlive a killed driver.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)  # not the driver's handlers, inherited through fork
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -62,72 +91,159 @@ def _worker_init() -> None:
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
+    if memory_limit_bytes:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = memory_limit_bytes if hard == resource.RLIM_INFINITY else min(memory_limit_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
-def run_pool(points: Sequence[Point], jobs: int) -> Iterator[tuple[Point, Outcome]]:
-    """``jobs`` worker processes; a few points queued per worker so none idles while results are recorded."""
+def _serve(conn: mpc.Connection, folder: str, memory_limit_bytes: int | None) -> None:
+    """A worker process: run the points sent to it, one at a time, until told to stop (None)."""
+    _worker_init(memory_limit_bytes)
+    worker.use_scratch(folder, memory_limit_bytes)
+    while True:
+        try:
+            point = conn.recv()
+        except (EOFError, OSError):
+            return
+        if point is None:
+            return
+        conn.send(_call(point))
+
+
+class _Worker:
+    """One child process and the point it is running."""
+
+    def __init__(self, ctx: Any, folder: str, memory_limit_bytes: int | None) -> None:
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child, folder, memory_limit_bytes), daemon=True)
+        self.process.start()
+        child.close()
+        self.point: Point | None = None
+
+    def start(self, point: Point) -> bool:
+        try:
+            self.conn.send(point)
+        except (BrokenPipeError, OSError):  # it died while idle
+            return False
+        self.point = point
+        return True
+
+    def outcome(self) -> Outcome | None:
+        """The finished point's outcome, or None when the process died instead."""
+        try:
+            if self.conn.poll():
+                return self.conn.recv()
+        except (EOFError, OSError):
+            pass
+        return None
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+class _Beat:
+    """Calls the heartbeat when HEARTBEAT_S have passed since the last call."""
+
+    def __init__(self, heartbeat: Heartbeat | None) -> None:
+        self.heartbeat = heartbeat
+        self.due = time.monotonic() + HEARTBEAT_S
+
+    def wait_s(self) -> float:
+        return max(0.0, self.due - time.monotonic())
+
+    def __call__(self) -> None:
+        if self.heartbeat is not None and time.monotonic() >= self.due:
+            self.heartbeat()
+            self.due = time.monotonic() + HEARTBEAT_S
+
+
+def _context() -> Any:
+    # fork: workers start in milliseconds and need nothing re-imported
+    return mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+
+
+def run_pool(points: Iterable[Point], jobs: int, memory_limit_bytes: int | None = None,
+             heartbeat: Heartbeat | None = None) -> Iterator[tuple[Point, Outcome]]:
+    """``jobs`` worker processes, each given its next point when it finishes one; a dead worker is replaced."""
+    scratch.remove_stale()
+    folder = scratch.make_folder()
+    ctx = _context()
     todo = iter(points)
-    window = 2 * jobs
-    pool = cf.ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init)
-    running: dict[cf.Future[Outcome], Point] = {}
+    idle: list[_Worker] = []
+    busy: dict[Any, _Worker] = {}  # by the worker's connection
+    beat = _Beat(heartbeat)
     try:
+        exhausted = False
         while True:
-            while len(running) < window:
+            while not exhausted and len(busy) < jobs:
                 point = next(todo, None)
                 if point is None:
+                    exhausted = True
                     break
-                running[pool.submit(_call, point)] = point
-            if not running:
+                w = idle.pop() if idle else _Worker(ctx, folder, memory_limit_bytes)
+                while not w.start(point):
+                    w.kill()
+                    w = _Worker(ctx, folder, memory_limit_bytes)
+                busy[w.conn] = w
+            if not busy:
                 return
-            done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
-            broken = False
-            for future in sorted(done, key=lambda f: running[f].index):
-                point = running.pop(future)
-                try:
-                    yield point, future.result()
-                except cf.process.BrokenProcessPool:
-                    broken = True
-                    yield point, _died(point)
-            if broken:  # a worker was killed (out of memory?): the pool is gone with every point in it
-                for _future, point in sorted(running.items(), key=lambda fp: fp[1].index):
-                    yield point, _died(point)
-                running.clear()
-                pool.shutdown(wait=False)
-                pool = cf.ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init)
+            waits = list(busy) + [w.process.sentinel for w in busy.values()]
+            ready = set(mpc.wait(waits, timeout=beat.wait_s()))
+            beat()
+            for conn, w in list(busy.items()):
+                if conn not in ready and w.process.sentinel not in ready:
+                    continue
+                del busy[conn]
+                point, w.point = w.point, None
+                assert point is not None
+                outcome = w.outcome()
+                if outcome is None:
+                    w.kill()
+                    outcome = _died(w.process.exitcode)
+                else:
+                    idle.append(w)
+                yield point, outcome
     finally:
-        _stop(pool)
+        for w in [*idle, *busy.values()]:
+            w.kill()
+        scratch.remove(folder)
 
 
-def _died(point: Point) -> Outcome:
-    return {"status": "failed", "metrics": {}, "warnings": None, "wall_time_s": 0.0, "worker": None,
-            "error": "a worker process died while this point (or another one running beside it) was simulated, "
-                     "e.g. killed for using too much memory; run the sweep again to retry it"}
+def _died(exitcode: int | None) -> Outcome:
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else f"signal {-exitcode}"
+        why = {signal.SIGKILL: " (most often the kernel's out-of-memory killer: the point needs more memory than "
+                               "was free)",
+               signal.SIGSEGV: " (a crash)"}.get(-exitcode, "")
+        how = f"was killed by {name}{why}"
+    else:
+        how = f"exited with status {exitcode}"
+    return {"status": "failed", "metrics": {}, "warnings": None, "wall_time_s": 0.0, "worker": None, "compute": None,
+            "error": f"the worker process simulating this point {how}; run the sweep again to retry it"}
 
 
-def _stop(pool: cf.ProcessPoolExecutor) -> None:
-    """Stop at once: queued points are dropped and running ones killed (they are simply not recorded)."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    terminate = getattr(pool, "terminate_workers", None)  # Python >= 3.14
-    if terminate is not None:
-        terminate()
-        return
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        process.terminate()
-
-
-def run_ray(points: Sequence[Point], jobs: int | None, address: str | None) -> Iterator[tuple[Point, Outcome]]:
+def run_ray(points: Sequence[Point], jobs: int | None, address: str | None, heartbeat: Heartbeat | None = None
+            ) -> Iterator[tuple[Point, Outcome]]:
     """Each point a Ray task, on the cluster at ``address`` or on a local Ray instance with ``jobs`` CPUs.
 
-    Workers need astrasim-py installed, and trace files at the same paths (generated workloads need no files).
+    A local instance listens on 127.0.0.1 only. Workers need astrasim-py installed, and trace files at the
+    same paths (generated workloads need no files).
     """
     ray = require("ray", "ray", "--executor ray")
     started_here = not ray.is_initialized()
     if started_here:
+        scratch.remove_stale()
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "ERROR"}
         if address:
             kwargs["address"] = address
         else:
-            kwargs["num_cpus"] = jobs or default_jobs()
+            kwargs.update(num_cpus=jobs or default_jobs(), _node_ip_address="127.0.0.1")
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
@@ -139,6 +255,7 @@ def run_ray(points: Sequence[Point], jobs: int | None, address: str | None) -> I
     batch = max(1, min(16, len(points) // (8 * cpus)))
     todo = iter([list(points[i:i + batch]) for i in range(0, len(points), batch)])
     running: dict[Any, list[Point]] = {}
+    beat = _Beat(heartbeat)
     try:
         while True:
             while len(running) < 2 * cpus:
@@ -148,13 +265,14 @@ def run_ray(points: Sequence[Point], jobs: int | None, address: str | None) -> I
                 running[task.remote(group)] = group
             if not running:
                 return
-            done, _ = ray.wait(list(running), num_returns=1)
+            done, _ = ray.wait(list(running), num_returns=1, timeout=beat.wait_s())
+            beat()
             for ref in done:
                 group = running.pop(ref)
                 try:
                     outcomes = ray.get(ref)
                 except Exception as e:  # the task's worker died (Ray's errors do not share a base class we can name)
-                    outcomes = [_died(point) for point in group]
+                    outcomes = [_died(None) for _ in group]
                     for outcome in outcomes:
                         outcome["error"] = f"Ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}"
                 yield from zip(group, outcomes, strict=True)

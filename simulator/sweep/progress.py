@@ -37,6 +37,12 @@ class Progress:
             self.shown_at = now
             self._show(now)
 
+    def skip(self) -> None:
+        """One point fewer to run (another process has it)."""
+        self.total -= 1
+        if self.enabled and self.done == self.total and self.total:
+            self._show(time.monotonic())
+
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
 

@@ -19,7 +19,10 @@
       - [network.npus_count, network.topology]
 
 Relative paths are relative to the sweep file. A point's key is a hash of its resolved run, so re-running a
-sweep recognises the points it already has, whatever their order.
+sweep recognises the points it already has, whatever their order. A generated workload takes one value per
+key (``size: 1MiB``); a list of values is an axis (``workload.size: [1MiB, 64MiB]``).
+
+Points are built on demand: a sweep's size is known (the product of its axis lengths) before any point is.
 """
 
 from __future__ import annotations
@@ -27,20 +30,20 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import itertools
 import json
+import math
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import yaml
 
 from network.config import NETWORK_KEYS, network_from_dict
 from network.fabrics import FABRIC_KEYS
 from network.packet import PACKET_KEYS
 from simulator.config import DEFAULT_SYSTEM, IMPLEMENTATION_KEYS, MEMORY_KEYS, SYSTEM_KEYS
-from workload.errors import ConfigError, InputError
+from workload.errors import ConfigError, InputError, LimitError, printable, shown
+from workload.files import parse_yaml, read_json, read_text, read_yaml, shown_path
 from workload.tools.generate import GENERATOR_KEYS
 from workload.traceset import resolve_workload
 
@@ -60,6 +63,7 @@ _SECTION_KEYS: dict[str, tuple[str, ...]] = {
 _SETTING = re.compile(r"(?P<section>[a-z_]+)(?:\.(?P<key>[A-Za-z0-9_-]+))?(?:\[(?P<index>\d+)\])?")
 _TOP_KEYS = ("name", "description", "base", "axes", "zip")
 _PER_DIMENSION = ("topology", "npus_count", "bandwidth", "latency", *IMPLEMENTATION_KEYS)
+DEFAULT_MAX_POINTS = 100_000  # a sweep larger than this is a typo more often than a plan (--max-points)
 _FILE_SECTIONS = {"network": "network configuration", "system": "system configuration",
                   "memory": "remote-memory configuration", "comm_groups": "communicator group"}
 
@@ -87,20 +91,62 @@ class Point:
     error: str | None = None  # why the run could not be resolved
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Sweep:
+    """A sweep file, read and checked; its points are built on demand (``point(i)``, ``iter_points()``)."""
+
     path: str
     text: str
     name: str
     settings: tuple[Setting, ...]
-    points: tuple[Point, ...]
+    base: dict[str, Any]
+    axes: dict[str, list[Any]]
+    groups: tuple[tuple[str, ...], ...]  # axes of the product, slowest first; a zip group moves as one
+    root: str
+
+    @property
+    def count(self) -> int:
+        """How many points the sweep has: the product of its (zipped) axis lengths, without building any."""
+        return math.prod(len(self.axes[g[0]]) for g in self.groups)
+
+    def shape(self) -> str:
+        """The count as its factors, e.g. "5 x 4 x 4 x 3"."""
+        return " x ".join(str(len(self.axes[g[0]])) for g in self.groups) or "1"
+
+    def check_size(self, max_points: int) -> None:
+        if self.count > max_points:
+            raise LimitError(f"{shown_path(self.path)}: {self.count:,} points ({self.shape()}) is more than the "
+                             f"limit of {max_points:,}; shorten the axes, or raise the limit with --max-points "
+                             f"{self.count}")
+
+    def point(self, index: int) -> Point:
+        """Point ``index`` of the product in file order, the last axis fastest (as itertools.product)."""
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        values: dict[str, Any] = {}
+        rest = index
+        for group in reversed(self.groups):
+            rest, i = divmod(rest, len(self.axes[group[0]]))
+            values.update((name, self.axes[name][i]) for name in group)
+        chosen = {name: values[name] for name in self.axes}  # in file order
+        by_name = {s.name: s for s in self.settings}
+        return _point(index, self.base, [(by_name[n], v) for n, v in chosen.items()], chosen, self.root)
+
+    def iter_points(self, start: int = 0) -> Iterator[Point]:
+        for index in range(start, self.count):
+            yield self.point(index)
+
+    @functools.cached_property
+    def points(self) -> tuple[Point, ...]:
+        """Every point (check_size first: this builds them all)."""
+        return tuple(self.iter_points())
 
 
-def parse_setting(name: str, where: str) -> Setting:
+def parse_setting(name: Any, where: str) -> Setting:
     """An axis name, checked against the sections and their keys (a typo is an error, not 200 failed points)."""
-    m = _SETTING.fullmatch(name)
+    m = _SETTING.fullmatch(name) if isinstance(name, str) else None
     if m is None or m["section"] not in SECTIONS:
-        raise ConfigError(f"{where}: axis {name!r}: must be SECTION, SECTION.KEY or SECTION.KEY[i] with SECTION "
+        raise ConfigError(f"{where}: axis {shown(name)}: must be SECTION, SECTION.KEY or SECTION.KEY[i] with SECTION "
                           f"one of {', '.join(SECTIONS)}")
     section, key, index = m["section"], m["key"], m["index"]
     if index is not None and key is None:
@@ -115,80 +161,91 @@ def parse_setting(name: str, where: str) -> Setting:
 
 
 def load_sweep(path: str) -> Sweep:
-    """Read and expand a sweep file; structural mistakes raise ConfigError naming the file."""
-    text = _read_text(path, "sweep")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        raise ConfigError(f"{path}: not valid YAML" + (f" (line {mark.line + 1})" if mark else "")) from None
+    """Read and check a sweep file; structural mistakes raise ConfigError naming the file."""
+    text = read_text(path, "sweep")
+    where = shown_path(path)
+    data = parse_yaml(text, where)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with keys {', '.join(_TOP_KEYS)}")
-    unknown = sorted(set(data) - set(_TOP_KEYS))
+        raise ConfigError(f"{where}: expected a mapping with keys {', '.join(_TOP_KEYS)}")
+    unknown = sorted(_key(k) for k in set(data) - set(_TOP_KEYS))
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(_TOP_KEYS)}")
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(_TOP_KEYS)}")
     base = data.get("base")
     if not isinstance(base, dict):
-        raise ConfigError(f"{path}: 'base' must be a mapping with the run's workload, network, ...")
-    bad = sorted(set(base) - set(SECTIONS))
+        raise ConfigError(f"{where}: 'base' must be a mapping with the run's workload, network, ...")
+    bad = sorted(_key(k) for k in set(base) - set(SECTIONS))
     if bad:
-        raise ConfigError(f"{path}: base: unknown key(s) {', '.join(bad)}; valid: {', '.join(SECTIONS)}")
+        raise ConfigError(f"{where}: base: unknown key(s) {', '.join(bad)}; valid: {', '.join(SECTIONS)}")
     axes = data.get("axes") or {}
     if not isinstance(axes, dict):
-        raise ConfigError(f"{path}: 'axes' must map settings to lists of values")
-    settings = tuple(parse_setting(str(name), path) for name in axes)
+        raise ConfigError(f"{where}: 'axes' must map settings to lists of values")
+    settings = tuple(parse_setting(name, where) for name in axes)
+    axes = {s.name: axes[s.name] for s in settings}
     for s in settings:
         values = axes[s.name]
         if not isinstance(values, list) or not values:
-            raise ConfigError(f"{path}: axis {s.name!r} must be a non-empty list of values")
-    groups = _groups(path, data.get("zip") or [], [s.name for s in settings], axes)
+            raise ConfigError(f"{where}: axis {s.name!r} must be a non-empty list of values (got {shown(values)})")
+    groups = _groups(where, data.get("zip") or [], [s.name for s in settings], axes)
     for section in ("workload", "network"):
         if section not in base and not any(s.section == section and s.key is None for s in settings):
-            raise ConfigError(f"{path}: base needs a '{section}' (or an axis that sets it)")
+            raise ConfigError(f"{where}: base needs a '{section}' (or an axis that sets it)")
     root = os.path.dirname(os.path.abspath(path))
+
+    def whole(section: str) -> list[Any]:  # the base's value and every axis value that replaces the section
+        return [base.get(section)] + [v for s in settings if s.section == section and s.key is None
+                                      for v in axes[s.name]]
+
     # Read every named config file now: a missing or broken file is the sweep's error, not every point's.
     for section in _FILE_SECTIONS:
-        named = [base.get(section)] + [v for s in settings if s.section == section and s.key is None
-                                       for v in axes[s.name]]
-        for value in named:
+        for value in whole(section):
             if isinstance(value, str):
                 try:
                     _read_config(os.path.normpath(os.path.join(root, value)), section)
                 except ConfigError as e:
-                    raise ConfigError(f"{path}: {section}: {e}") from None
-    workloads = [base.get("workload")] + [v for s in settings if s.section == "workload" and s.key is None
-                                          for v in axes[s.name]]
-    for value in workloads:
-        if isinstance(value, str):
-            try:
+                    raise ConfigError(f"{where}: {section}: {e}") from None
+    for value in whole("workload"):
+        try:
+            if isinstance(value, str):
                 resolve_workload(os.path.normpath(os.path.join(root, value)))
-            except InputError as e:
-                raise ConfigError(f"{path}: workload: {e}") from None
-    by_name = {s.name: s for s in settings}
-    points = []
-    for index, combo in enumerate(itertools.product(*[range(len(axes[g[0]])) for g in groups])):
-        values = {name: axes[name][i] for g, i in zip(groups, combo, strict=True) for name in g}
-        chosen = {name: values[name] for name in axes}  # in file order
-        points.append(_point(index, base, [(by_name[n], v) for n, v in chosen.items()], chosen, root))
+            elif isinstance(value, dict):
+                check_generator(value)
+        except InputError as e:
+            raise ConfigError(f"{where}: workload: {e}") from None
     name = data.get("name") or os.path.splitext(os.path.basename(path))[0]
-    return Sweep(path, text, str(name), settings, tuple(points))
+    return Sweep(path, text, printable(str(name))[:200], settings, base, axes, tuple(map(tuple, groups)), root)
 
 
-def _groups(path: str, zips: Any, names: list[str], axes: dict[str, list[Any]]) -> list[list[str]]:
+def _key(key: Any) -> str:
+    """A mapping key for a message: as written when it is a short name, bounded and escaped otherwise."""
+    return key if isinstance(key, str) and len(key) <= 60 and key.isprintable() else shown(key, 60)
+
+
+def check_generator(spec: dict[str, Any]) -> None:
+    """A generated workload takes one value per key: a list is an axis, not a value (one line, not a crash)."""
+    for key, value in spec.items():
+        if not isinstance(key, str):
+            raise InputError(f"generated workload: key {shown(key)} must be a name, e.g. size")
+        if not (value is None or isinstance(value, (str, int, float))):
+            hint = (f"; to sweep over values, make it an axis: workload.{key}: {shown(value)}"
+                    if isinstance(value, list) and key != "generate" else "")
+            raise InputError(f"generated workload: '{key}' takes one value, not {shown(value)}{hint}")
+
+
+def _groups(where: str, zips: Any, names: list[str], axes: dict[str, list[Any]]) -> list[list[str]]:
     """Axes grouped for the product: each zip group is one axis; the rest stand alone, in file order."""
     if not isinstance(zips, list) or not all(isinstance(g, list) and g for g in zips):
-        raise ConfigError(f"{path}: 'zip' must be a list of lists of axis names")
+        raise ConfigError(f"{where}: 'zip' must be a list of lists of axis names")
     owner: dict[str, int] = {}
     for gi, group in enumerate(zips):
         for name in group:
             if name not in axes:
-                raise ConfigError(f"{path}: zip names {name!r}, which is not an axis")
+                raise ConfigError(f"{where}: zip names {shown(name)}, which is not an axis")
             if name in owner:
-                raise ConfigError(f"{path}: axis {name!r} is in more than one zip group")
+                raise ConfigError(f"{where}: axis {name!r} is in more than one zip group")
             owner[name] = gi
         lengths = {name: len(axes[name]) for name in group}
         if len(set(lengths.values())) > 1:
-            raise ConfigError(f"{path}: zipped axes must have equal lengths: "
+            raise ConfigError(f"{where}: zipped axes must have equal lengths: "
                               + ", ".join(f"{n} has {k}" for n, k in lengths.items()))
     groups: list[list[str]] = []
     seen: set[int] = set()
@@ -236,10 +293,10 @@ def resolve_run(base: dict[str, Any], chosen: list[tuple[Setting, Any]], root: s
             sources[name] = value
             sections[name] = copy.deepcopy(_read_config(os.path.normpath(path), name))
         elif value is not None and not isinstance(value, dict):
-            raise InputError(f"{name} must be a file name or a mapping (got {value!r})")
+            raise InputError(f"{name} must be a file name or a mapping (got {shown(value)})")
     workload = sections["workload"]
     if not isinstance(workload, (str, dict)):
-        raise InputError(f"workload must be a trace path or a generator mapping (got {workload!r})")
+        raise InputError(f"workload must be a trace path or a generator mapping (got {shown(workload)})")
     network = sections["network"]
     if not isinstance(network, dict):
         raise InputError("network must be a file name or a mapping")
@@ -263,20 +320,22 @@ def resolve_run(base: dict[str, Any], chosen: list[tuple[Setting, Any]], root: s
             sources["system"] = "<built-in default system>"
         target = sections[s.section]
         if not isinstance(target, dict):
-            what = "a trace path" if s.section == "workload" else repr(target)
+            what = "a trace path" if s.section == "workload" else shown(target)
             raise InputError(f"axis {s.name}: {s.section} is {what}, which has no keys to set")
         if _pass(s, value) == 1 and "fabric" not in network:  # one value for every dimension
             value = [value] * _dimensions(network)
         _assign(target, s, copy.deepcopy(value))
+    if isinstance(workload, dict):
+        check_generator(workload)
     if sections["system"] is None:
         sections["system"] = default_system_dict(_dimensions(network))
         sources["system"] = "<built-in default system>"
     for key, value in options.items():
         allowed = OPTION_TYPES.get(key)
         if allowed is None:
-            raise InputError(f"options: unknown key {key!r}; valid: {', '.join(OPTION_TYPES)}")
+            raise InputError(f"options: unknown key {shown(key)}; valid: {', '.join(OPTION_TYPES)}")
         if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-            raise InputError(f"options: {key} = {value!r} is not a {' or '.join(t.__name__ for t in allowed)}")
+            raise InputError(f"options: {key} = {shown(value)} is not a {' or '.join(t.__name__ for t in allowed)}")
     return {"workload": workload, "network": network, "system": sections["system"], "memory": sections["memory"],
             "comm_groups": sections["comm_groups"], "options": options}
 
@@ -326,23 +385,10 @@ def _assign(target: dict[str, Any], s: Setting, value: Any) -> None:
         target[s.key] = value
 
 
-def _read_text(path: str, what: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: {what} file not found") from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
-
-
 @functools.cache
 def _read_config(path: str, section: str) -> Any:
-    text = _read_text(path, _FILE_SECTIONS[section])
-    try:
-        data = yaml.safe_load(text) if section == "network" else json.loads(text)
-    except (yaml.YAMLError, json.JSONDecodeError):
-        raise ConfigError(f"{path}: not valid {'YAML' if section == 'network' else 'JSON'}") from None
+    what = _FILE_SECTIONS[section]
+    data = read_yaml(path, what) if section == "network" else read_json(path, what)
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping")
+        raise ConfigError(f"{shown_path(path)}: expected a mapping")
     return data

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing.util
 import os
-import shutil
 import socket
-import tempfile
 import time
 import traceback
 from typing import Any
@@ -16,7 +14,9 @@ from network.config import network_from_dict
 from simulator.config import MemoryConfig, memory_from_dict, system_from_dict
 from simulator.results import SimulationResult
 from simulator.simulation import RunOptions, Simulation, WallTimeExceeded
+from simulator.sweep import scratch
 from workload.errors import InputError
+from workload.files import contained_path
 from workload.groups import comm_groups_from_dict
 from workload.tools import generate
 from workload.traceset import TraceSet, resolve_workload
@@ -45,8 +45,10 @@ METRICS: dict[str, str] = {
     "collectives": "TEXT",  # JSON: per collective type, as in the results JSON
 }
 
+_scratch_parent: str | None = None  # in a pool worker: the driver's scratch folder (the driver removes it)
 _generated_dir: str | None = None
 _generated: dict[str, TraceSet] = {}
+_memory_limit_bytes: int | None = None  # this process's address-space limit, for the out-of-memory message
 
 
 def run_point(run: dict[str, Any] | None, root: str, sources: dict[str, str], error: str | None = None
@@ -54,16 +56,20 @@ def run_point(run: dict[str, Any] | None, root: str, sources: dict[str, str], er
     """Simulate one resolved run. Never raises: bad input and bugs become a failed outcome with the message."""
     started = time.perf_counter()
     notes: list[str] = []
-    outcome: dict[str, Any] = {"status": "failed", "error": error, "metrics": {}}
+    outcome: dict[str, Any] = {"status": "failed", "error": error, "metrics": {}, "compute": None}
     if run is not None:
         try:
-            outcome = {"status": "ok", "error": None, "metrics": metrics(_simulate(run, root, sources, notes.append))}
+            result = _simulate(run, root, sources, notes.append)
+            outcome = {"status": "ok", "error": None, "metrics": metrics(result),
+                       "compute": result.config.get("compute")}
         except InputError as e:
             outcome["error"] = str(e)
         except WallTimeExceeded as e:
             outcome["error"] = str(e)
         except MemoryError:
-            outcome["error"] = "out of memory"
+            outcome["error"] = "out of memory" + (
+                f" (a worker may use {_memory_limit_bytes / 2**30:.3g} GiB: --worker-memory)"
+                if _memory_limit_bytes else "")
         except Exception as e:  # a bug in astrasim-py: keep the sweep going, and keep the evidence
             frame = traceback.extract_tb(e.__traceback__)[-1]
             outcome["error"] = (f"internal error: {type(e).__name__}: {e} (at {os.path.basename(frame.filename)}:"
@@ -98,6 +104,20 @@ def _without(warn: Any, prefix: str) -> Any:
     return lambda message: None if message.startswith(prefix) else warn(message)
 
 
+def use_scratch(parent: str | None, memory_limit_bytes: int | None = None) -> None:
+    """In a pool worker: write generated traces inside the driver's scratch folder ``parent``."""
+    global _scratch_parent, _memory_limit_bytes
+    _scratch_parent, _memory_limit_bytes = parent, memory_limit_bytes
+
+
+def discard_generated() -> None:
+    """Remove this process's generated traces now (a Ray task's, when it ends)."""
+    global _generated_dir
+    scratch.remove(_generated_dir)
+    _generated_dir = None
+    _generated.clear()
+
+
 def generated_workload(spec: dict[str, Any], npus: int) -> TraceSet:
     """The traces of a generator mapping for ``npus`` ranks, written once per process to a private folder."""
     global _generated_dir
@@ -106,11 +126,11 @@ def generated_workload(spec: dict[str, Any], npus: int) -> TraceSet:
         return _generated[cache_key]
     traces = generate.from_spec(spec, npus)
     if _generated_dir is None:
-        _generated_dir = tempfile.mkdtemp(prefix="astrasim-py-generated-")
-        # runs at exit in the main process and in multiprocessing workers alike
-        multiprocessing.util.Finalize(None, shutil.rmtree, args=(_generated_dir,), kwargs={"ignore_errors": True},
-                                      exitpriority=10)
-    prefix = os.path.join(_generated_dir, f"{len(_generated)}-{generate.spec_label(spec)}-{npus}")
+        _generated_dir = scratch.make_folder(_scratch_parent)
+        # at exit of this process, whichever it is (the driver also removes its workers' parent folder)
+        multiprocessing.util.Finalize(None, scratch.remove, args=(_generated_dir,), exitpriority=10)
+    prefix = contained_path(_generated_dir, f"{len(_generated)}-{generate.spec_label(spec)}-{npus}",
+                            "generated workload name")
     if all(t == traces[0] for t in traces[1:]):
         path = prefix + ".et"
         write_trace(path, traces[0], version=generate.GENERATED_VERSION)
