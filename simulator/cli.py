@@ -15,6 +15,7 @@ scripts work unchanged.
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import os
 import sys
@@ -23,18 +24,12 @@ from dataclasses import replace
 
 from network.backends import BACKENDS
 from network.config import load_network, load_packet_config
-from simulator import compare, plot
 from simulator.config import MemoryConfig, default_system, load_memory, load_system
-from simulator.export import write_csvs
-from simulator.report import write_report
 from simulator.results import SimulationResult, format_astra_sim, format_text
 from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation, WallTimeExceeded
-from simulator.sweep import cli as sweep_cli
-from simulator.timeline import build_timeline, parse_ranks, write_timeline
 from workload.errors import InputError, printable, shown
 from workload.files import shown_path
 from workload.groups import load_comm_groups
-from workload.tools import cli as trace_cli
 from workload.traceset import resolve_workload
 
 PROG = "astrasim-py"
@@ -43,13 +38,22 @@ def run_report(argv: list[str], warn: object = None) -> int:
     p.add_argument("results", help="results JSON written by --json")
     p.add_argument("--html", required=True, metavar="FILE", help="the self-contained HTML page to write")
     args = p.parse_args(argv)
+    from simulator.report import write_report
+
     write_report(args.results, args.html)
     print(args.html)
     return 0
 
 
-SUBCOMMANDS = {"trace": trace_cli.run, "report": run_report, "sweep": sweep_cli.run, "compare": compare.run,
-               "plot": plot.run}
+# Each subcommand's module is imported only when it runs: a simulation need not load sweeps, SQLite or plots.
+SUBCOMMANDS = {"trace": "workload.tools.cli", "report": "simulator.cli", "sweep": "simulator.sweep.cli",
+               "compare": "simulator.compare", "plot": "simulator.plot"}
+
+
+def _subcommand(name: str) -> Callable[..., int]:
+    if name == "report":
+        return run_report
+    return importlib.import_module(SUBCOMMANDS[name]).run  # type: ignore[no-any-return]
 
 
 def _warn(message: str) -> None:
@@ -182,6 +186,8 @@ def run_simulation(argv: list[str]) -> int:
     if args.json_path:
         result.write_json(args.json_path)
     if args.csv:
+        from simulator.export import write_csvs
+
         write_csvs(args.csv, result, sim.workloads, sim.backend)
     if args.timeline:
         _write_timeline(args, sim, result, network.num_npus)
@@ -190,6 +196,8 @@ def run_simulation(argv: list[str]) -> int:
 
 
 def _write_timeline(args: argparse.Namespace, sim: Simulation, result: SimulationResult, npus: int) -> None:
+    from simulator.timeline import build_timeline, parse_ranks, write_timeline
+
     spec = args.timeline_ranks or ("all" if npus <= 256 else "0-15")
     try:
         ranks = parse_ranks(spec, npus)
@@ -212,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv[:1] and argv[0] in SUBCOMMANDS:
-            return SUBCOMMANDS[argv[0]](argv[1:], _warn)
+            return _subcommand(argv[0])(argv[1:], _warn)
         return run_simulation(argv)
     except InputError as e:
         lines = str(e).split("\n")  # a deadlock report has a line per rank; nothing else may break lines
