@@ -39,7 +39,7 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300) -> subpro
 @pytest.fixture
 def reference() -> Path:
     if not REFERENCE.is_dir():
-        pytest.skip("../shared/reference is not beside this checkout")
+        pytest.skip("needs ../shared/reference (ASTRA-sim's reference cases) beside this checkout, as CI has it")
     return REFERENCE
 
 

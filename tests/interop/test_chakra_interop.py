@@ -14,7 +14,7 @@ from workload.writer import make_node, write_trace
 
 pytestmark = pytest.mark.interop
 et_def = pytest.importorskip("chakra.schema.protobuf.et_def_pb2", reason="mlc-chakra is not installed")
-protolib = pytest.importorskip("chakra.src.third_party.utils.protolib")
+protolib = pytest.importorskip("chakra.src.third_party.utils.protolib", reason="mlc-chakra is not installed")
 
 
 def _write_with_chakra(path: Path, messages: list) -> None:

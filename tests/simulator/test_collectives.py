@@ -14,6 +14,7 @@ from simulator.collectives import plans
 from simulator.config import system_from_dict
 from simulator.engine import Engine
 from simulator.system import RankSystem, SystemSetup
+from workload.errors import InputError
 
 KINDS = {
     "ring": ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"),
@@ -74,16 +75,23 @@ def executor_traffic(algorithm: str, kind: str, n: int, size: int) -> tuple[list
     return [messaging.sent.get(r, []) for r in range(n)], len(done)
 
 
-@pytest.mark.parametrize("algorithm,family", [("ring", "ring"), ("direct", "direct"), ("direct2", "direct"),
-                                              ("halvingDoubling", "halvingDoubling"),
-                                              ("doubleBinaryTree", "doubleBinaryTree")])
-@pytest.mark.parametrize("n", [2, 4, 8, 6])
+ALGORITHMS = [("ring", "ring"), ("direct", "direct"), ("direct2", "direct"), ("halvingDoubling", "halvingDoubling"),
+              ("doubleBinaryTree", "doubleBinaryTree")]
+
+
+@pytest.mark.parametrize("algorithm,family,n", [(a, f, n) for a, f in ALGORITHMS for n in (2, 4, 8, 6)
+                                                if f not in POWER_OF_TWO or not n & (n - 1)])
 def test_executor_sends_what_the_plan_describes(algorithm: str, family: str, n: int) -> None:
-    if family in POWER_OF_TWO and n & (n - 1):
-        pytest.skip("needs a power-of-two number of NPUs")
     size = 4096 * n
     for kind in KINDS[family]:
         sent, finished = executor_traffic(algorithm, kind, n, size)
         assert finished == n, (algorithm, kind, n)
         want = plans.sends_per_rank(plans.describe(family, kind, n, size), n)
         assert sent == want, (algorithm, kind, n)
+
+
+@pytest.mark.parametrize("algorithm", ["halvingDoubling", "doubleBinaryTree"])
+@pytest.mark.parametrize("n", [3, 5, 6, 7])
+def test_power_of_two_algorithms_refuse_other_sizes_clearly(algorithm: str, n: int) -> None:
+    with pytest.raises(InputError, match=f"power-of-two number of NPUs.*{n}"):
+        executor_traffic(algorithm, "all_reduce", n, 4096 * n)
