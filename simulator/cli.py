@@ -57,7 +57,7 @@ def _subcommand(name: str) -> Callable[..., int]:
 
 
 def _warn(message: str) -> None:
-    print(f"{PROG}: warning: {message}", file=sys.stderr)
+    print(f"{PROG}: warning: {printable(message)}", file=sys.stderr)
 
 
 def _bool(text: str) -> bool:
