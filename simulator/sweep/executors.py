@@ -205,7 +205,7 @@ def run_pool(points: Iterable[Point], jobs: int, memory_limit_bytes: int | None 
                 outcome = w.outcome()
                 if outcome is None:
                     w.kill()
-                    outcome = _died(w.process.exitcode)
+                    outcome = _died(w.process.exitcode, memory_limit_bytes)
                 else:
                     idle.append(w)
                 yield point, outcome
@@ -215,12 +215,25 @@ def run_pool(points: Iterable[Point], jobs: int, memory_limit_bytes: int | None 
         scratch.remove(folder)
 
 
-def _died(exitcode: int | None) -> Outcome:
+LOOPBACK = "127.0.0.1"
+
+
+def _loopback_only(ray: Any) -> None:
+    """The same switch as the environment variable, for a Ray imported before it was set."""
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    if constants is not None and hasattr(constants, "ENABLE_RAY_CLUSTER"):
+        constants.ENABLE_RAY_CLUSTER = False
+
+
+def _died(exitcode: int | None, memory_limit_bytes: int | None = None) -> Outcome:
     if exitcode is not None and exitcode < 0:
         name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else f"signal {-exitcode}"
-        why = {signal.SIGKILL: " (most often the kernel's out-of-memory killer: the point needs more memory than "
-                               "was free)",
-               signal.SIGSEGV: " (a crash)"}.get(-exitcode, "")
+        why = " (a crash)" if -exitcode in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT) else ""
+        if why and memory_limit_bytes:
+            why = (f" (a crash, most often an allocation refused by the --worker-memory limit of "
+                   f"{memory_limit_bytes / 2**30:.3g} GiB)")
+        elif -exitcode == signal.SIGKILL:
+            why = " (most often the kernel's out-of-memory killer: the point needed more memory than was free)"
         how = f"was killed by {name}{why}"
     else:
         how = f"exited with status {exitcode}"
@@ -235,6 +248,10 @@ def run_ray(points: Sequence[Point], jobs: int | None, address: str | None, hear
     A local instance listens on 127.0.0.1 only. Workers need astrasim-py installed, and trace files at the
     same paths (generated workloads need no files).
     """
+    if not address:
+        # Ray's own switch for a node reachable from this machine only (its default on macOS and Windows):
+        # every service it starts then listens on 127.0.0.1. Read at import, and by the processes Ray starts.
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     ray = require("ray", "ray", "--executor ray")
     started_here = not ray.is_initialized()
     if started_here:
@@ -243,12 +260,17 @@ def run_ray(points: Sequence[Point], jobs: int | None, address: str | None, hear
         if address:
             kwargs["address"] = address
         else:
-            kwargs.update(num_cpus=jobs or default_jobs(), _node_ip_address="127.0.0.1")
+            _loopback_only(ray)
+            kwargs.update(num_cpus=jobs or default_jobs(), _node_ip_address=LOOPBACK)
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError) as e:
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             raise InputError(f"--executor ray: cannot start or reach {where}: {e}") from None
+        if not address and {n.get("NodeManagerAddress") for n in ray.nodes()} != {LOOPBACK}:
+            ray.shutdown()
+            raise InputError("--executor ray: this Ray version would listen on more than 127.0.0.1; start a Ray "
+                             "cluster as you need it and give its --ray-address")
     task = ray.remote(num_cpus=1, max_retries=1)(_call_batch)
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
     # Several points per task when there are many: a Ray task costs milliseconds, a small point about as much.
@@ -272,7 +294,7 @@ def run_ray(points: Sequence[Point], jobs: int | None, address: str | None, hear
                 try:
                     outcomes = ray.get(ref)
                 except Exception as e:  # the task's worker died (Ray's errors do not share a base class we can name)
-                    outcomes = [_died(None) for _ in group]
+                    outcomes = [_died(None) for _ in group]  # the message is replaced below
                     for outcome in outcomes:
                         outcome["error"] = f"Ray task failed: {type(e).__name__}: {str(e).splitlines()[0]}"
                 yield from zip(group, outcomes, strict=True)
