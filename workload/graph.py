@@ -13,6 +13,9 @@ import numpy as np
 
 from workload import schema
 from workload.attributes import AttributeTable
+from workload.protoscan import message_fields
+
+_IO_FIELDS = {1: "values", 2: "shapes", 3: "types"}
 
 
 @dataclass(slots=True, eq=False)
@@ -79,12 +82,18 @@ class TraceGraph:
         number = 8 if which == "inputs" else 9
         lo = int(np.searchsorted(self.io_node, index, side="left"))
         hi = int(np.searchsorted(self.io_node, index, side="right"))
-        parts = [self.buf[self.io_offset[k] : self.io_offset[k] + self.io_length[k]].tobytes()
-                 for k in range(lo, hi) if int(self.io_field[k]) == number]
-        if not parts:
-            return None
-        msg = schema.IOInfo.FromString(b"".join(parts))  # concatenation = protobuf merge semantics
-        return {"values": msg.values, "shapes": msg.shapes, "types": msg.types}
+        found = False
+        out = {"values": "", "shapes": "", "types": ""}
+        for k in range(lo, hi):  # pieces merge as protobuf merges messages: the last value of a field wins
+            if int(self.io_field[k]) != number:
+                continue
+            found = True
+            base = int(self.io_offset[k])
+            data = self.buf[base : base + int(self.io_length[k])].tobytes()
+            for field_number, wire, _, first, last in message_fields(data, base, which):
+                if wire == 2 and 1 <= field_number <= 3:
+                    out[_IO_FIELDS[field_number]] = data[first:last].decode("utf-8", "replace")
+        return out if found else None
 
     def attributes(self, index: int) -> list[tuple[str, str, Any]]:
         """The node's attributes in file order as (name, value type such as ``int64_val``, value)."""

@@ -17,6 +17,8 @@ from workload.errors import TraceError
 
 PADDING = 16  # zero bytes appended to every buffer so that reads a little past a message end stay in bounds
 _U64 = np.uint64
+_COMPARED_IN_BULK = 64  # string bytes compared position by position across all strings; longer tails one by one
+MAX_VARINT_BYTES = 10
 
 
 def padded_buffer(data: bytes) -> np.ndarray:
@@ -226,9 +228,12 @@ def intern_strings(buf: np.ndarray, offset: np.ndarray, length: np.ndarray) -> t
     # (length, first 8 bytes, bytes 8..15) is exact up to 16 bytes; compare longer strings in full
     same = (length == length[rep]) & (head == head[rep]) & (tail == tail[rep])
     long = np.flatnonzero(same & (length > 16))
-    for j in range(16, int(length.max())):
+    for j in range(16, min(int(length.max()), _COMPARED_IN_BULK)):
         live = long[length[long] > j]
         same[live] &= buf[offset[live] + j] == buf[offset[rep[live]] + j]
+    for k in long[length[long] > _COMPARED_IN_BULK].tolist():  # rare: compare whole, not byte by byte
+        o, r, n = int(offset[k]), int(offset[rep[k]]), int(length[k])
+        same[k] = same[k] and bytes(buf[o : o + n]) == bytes(buf[r : r + n])
     if not same.all():  # a hash collision, never seen in practice: fall back to exact Python hashing
         texts = [bytes(buf[o : o + n]) for o, n in zip(offset.tolist(), length.tolist(), strict=True)]
         table: dict[bytes, int] = {}
@@ -247,3 +252,77 @@ def _gather8(buf: np.ndarray, offset: np.ndarray, width: np.ndarray) -> np.ndarr
     raw = read_fixed(buf, offset, 8)
     keep = np.where(width >= 8, ~_U64(0), (_U64(1) << (width.astype(_U64) * _U64(8))) - _U64(1))
     return raw & keep
+
+
+def message_fields(data: bytes, base: int = 0, what: str = "message") -> list[tuple[int, int, int, int, int]]:
+    """The fields of one serialized message, in order, decoded in plain Python (for the few messages read one at a
+    time): (field number, wire type, varint or fixed bits, payload start, payload end); payload positions index
+    ``data`` and are only set for length-delimited fields. Malformed data raises TraceError with the byte offset
+    (``base`` + position in ``data``); ``what`` names the message."""
+    out: list[tuple[int, int, int, int, int]] = []
+    pos, end = 0, len(data)
+
+    def varint(at: int) -> tuple[int, int]:
+        value = shift = 0
+        for k in range(at, min(at + MAX_VARINT_BYTES, end)):
+            b = data[k]
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value & 0xFFFFFFFFFFFFFFFF, k + 1
+            shift += 7
+        problem = "a number longer than 10 bytes" if end - at >= MAX_VARINT_BYTES else "data ending inside a number"
+        raise TraceError(f"malformed {what}: {problem}", offset=base + at, hint=_CORRUPT)
+
+    while pos < end:
+        start = pos
+        tag, pos = varint(pos)
+        number, wire = tag >> 3, tag & 7
+        value, first, last = 0, 0, 0
+        if number == 0 or wire in (3, 4, 6, 7):
+            kind = "field number 0" if number == 0 else f"wire type {wire} (field {number})"
+            raise TraceError(f"malformed {what}: invalid {kind}", offset=base + start, hint=_CORRUPT)
+        if wire == 0:
+            value, pos = varint(pos)
+        elif wire == 1 or wire == 5:
+            width = 8 if wire == 1 else 4
+            if pos + width > end:
+                raise TraceError(f"malformed {what}: field {number} runs past its end", offset=base + start,
+                                 hint=_CORRUPT)
+            value, pos = int.from_bytes(data[pos : pos + width], "little"), pos + width
+        else:
+            length, first = varint(pos)
+            if length > end - first:
+                raise TraceError(f"malformed {what}: field {number} claims {length} bytes, {end - first} are left",
+                                 offset=base + start, hint=_CORRUPT)
+            last = pos = first + length
+        out.append((number, wire, value, first, last))
+    return out
+
+
+_CORRUPT = "the file is corrupt or not a Chakra ET file"
+
+
+def packed_values(data: bytes, wire: int, base: int = 0, what: str = "packed list") -> list[int]:
+    """The values of a packed repeated field's payload: varints (wire 0) or little-endian fixed 8 / 4 byte
+    values (wire 1 / 5), as unsigned integers. Malformed payloads raise TraceError with the byte offset."""
+    if wire in (1, 5):
+        width = 8 if wire == 1 else 4
+        if len(data) % width:
+            raise TraceError(f"malformed {what}: {len(data)} bytes are no whole number of {width}-byte values",
+                             offset=base, hint=_CORRUPT)
+        return np.frombuffer(data, dtype="<u8" if width == 8 else "<u4").tolist()
+    values, pos, end = [], 0, len(data)
+    while pos < end:
+        value = shift = 0
+        for k in range(pos, min(pos + MAX_VARINT_BYTES, end)):
+            b = data[k]
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        else:
+            raise TraceError(f"malformed {what}: a number is cut off or longer than 10 bytes", offset=base + pos,
+                             hint=_CORRUPT)
+        values.append(value & 0xFFFFFFFFFFFFFFFF)
+        pos = k + 1
+    return values

@@ -7,8 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from workload import schema
-from workload.attributes import AttributeTable, expected_wire_type
+from workload.attributes import AttributeTable, build_attribute_table
 from workload.errors import TraceError
 from workload.graph import TraceGraph
 from workload.protoscan import (
@@ -16,7 +15,6 @@ from workload.protoscan import (
     MalformedMessage,
     Round,
     expand_packed_varints,
-    intern_strings,
     padded_buffer,
     scan_fields,
 )
@@ -62,33 +60,27 @@ def _decode_metadata(buf: np.ndarray, start: int, end: int) -> tuple[str, dict[s
     problem = "the first message is not a GlobalMetadata"
     hint = "Chakra ET files start with a GlobalMetadata message; is this a Chakra ET file, and is it complete?"
     version = ""
-    attributes = False
+    attr_starts: list[int] = []
+    attr_ends: list[int] = []
     try:
         for r in scan_fields(buf, np.array([start]), np.array([end]), "GlobalMetadata"):
             if not ((r.field == 1) | (r.field == 2)).all() or not (r.wire == 2).all():
                 raise TraceError(problem + " (it looks like a Node): the file lacks its metadata header",
                                  offset=start, hint=hint)
+            off, n = int(r.offset[0]), int(r.length[0])
             if r.field[0] == 1:
-                off, n = int(r.offset[0]), int(r.length[0])
                 version = buf[off : off + n].tobytes().decode("utf-8", "replace")
             else:
-                attributes = True
+                attr_starts.append(off)
+                attr_ends.append(off + n)
     except MalformedMessage:
         raise TraceError(problem, offset=start, hint=hint) from None
-    if not attributes:
+    if not attr_starts:
         return version, {}
-    from google.protobuf.message import DecodeError  # attributes are rare here: decode them the plain way
-
-    try:
-        meta = schema.GlobalMetadata.FromString(buf[start:end].tobytes())
-    except DecodeError:
-        raise TraceError(problem, offset=start, hint=hint) from None
-    attrs = {}
-    for a in meta.attr:
-        kind = a.WhichOneof("value")
-        value = getattr(a, kind) if kind else None
-        attrs[a.name] = list(value.values) if kind and kind.endswith("_list") else value
-    return meta.version, attrs
+    count = len(attr_starts)
+    table = build_attribute_table(buf, np.zeros(count, dtype=np.int64), np.array(attr_starts, dtype=np.int64),
+                                  np.array(attr_ends, dtype=np.int64), np.zeros(1, dtype=_U64), "GlobalMetadata")
+    return version, {table.names[int(table.name_id[k])]: table.value_at(k) for k in range(count)}
 
 
 class _Pieces:
@@ -159,6 +151,7 @@ class _NodeColumns:
         io_field = np.concatenate((np.full(len(in_msg), 8, np.int8), np.full(len(out_msg), 9, np.int8)))
         io_sort = np.lexsort((io_seq, io_node))
         ids = self.ids[order]
+        self._check_io(ids, new)
         return TraceGraph(
             path=path, version=version, metadata=metadata, ids=ids, record=order,
             types=types[order], start_time_micros=self.start_time[order], duration_micros=self.duration[order],
@@ -188,44 +181,16 @@ class _NodeColumns:
         node = new[msg]
         order = np.lexsort((seq, node))
         node, starts = node[order], offset[order]
-        ends = starts + length[order]
-        del msg, seq, offset, length, order
-        count = len(node)
-        buf = self.buf
-        name_offset = np.zeros(count, dtype=np.int64)
-        name_length = np.zeros(count, dtype=np.int64)
-        field = np.zeros(count, dtype=np.int16)
-        raw = np.zeros(count, dtype=_U64)
-        value_offset = np.zeros(count, dtype=np.int64)
-        value_length = np.zeros(count, dtype=np.int64)
-        values_seen = np.zeros(count, dtype=np.int8)
-        expected = np.full(64, -1, dtype=np.int8)
-        for number in range(3, 33):
-            expected[number] = expected_wire_type(number)
-        try:
-            for r in scan_fields(buf, starts, ends, "attribute"):
-                w = r.where(1, 2)
-                name_offset[r.message[w]] = r.offset[w]
-                name_length[r.message[w]] = r.length[w]
-                in_range = (r.field >= 3) & (r.field <= 32)
-                w = np.flatnonzero(in_range & (expected[np.where(in_range, r.field, 0)] == r.wire))
-                m = r.message[w]
-                field[m] = r.field[w]
-                raw[m] = r.value[w]
-                value_offset[m] = r.offset[w]
-                value_length[m] = r.length[w]
-                values_seen[m] = np.minimum(values_seen[m] + 1, 2)
-        except MalformedMessage as e:
-            raise TraceError(f"{e.problem} (attribute of node {int(ids[node[e.message_index]])})",
-                             offset=e.offset, hint=e.hint) from None
-        names, name_id = intern_strings(buf, name_offset, name_length)
-        table = AttributeTable(buf=buf, ids=ids, names=names, node=node, name_id=name_id, field=field, raw=raw,
-                               offset=value_offset, length=value_length)
-        # An attribute written with more than one value field (never done by Chakra's writers) follows
-        # protobuf's oneof and merge rules exactly: decode those few with the protobuf runtime.
-        for k in np.flatnonzero(values_seen > 1).tolist():
-            msg = schema.AttributeProto.FromString(buf[starts[k] : ends[k]].tobytes())
-            kind = msg.WhichOneof("value")
-            value = getattr(msg, kind)
-            table.override[k] = list(value.values) if kind.endswith("_list") else value
-        return table
+        return build_attribute_table(self.buf, node, starts, starts + length[order], ids)
+
+    def _check_io(self, ids: np.ndarray, new: np.ndarray) -> None:
+        """Check the wire format of every inputs / outputs IOInfo message (their strings are read on demand)."""
+        for number, what in ((8, "inputs"), (9, "outputs")):
+            msg, _, _, offset, length = self.io[number].arrays()
+            try:
+                for _ in scan_fields(self.buf, offset, offset + length, f"{what} (IOInfo)"):
+                    pass
+            except MalformedMessage as e:
+                node_id = int(ids[new[msg[e.message_index]]])
+                raise TraceError(f"{e.problem} of node {node_id}", node_id=node_id, offset=e.offset,
+                                 hint=e.hint) from None

@@ -40,6 +40,16 @@ class CollectiveType(enum.IntEnum):
     BARRIER = 9
 
 
+def node_type_name(value: int) -> str:
+    """The NodeType name of a node's type number, or the number itself when no type has it."""
+    return NodeType(value).name if 0 <= value <= max(NodeType) else str(value)
+
+
+def collective_name(value: int) -> str:
+    """The CollectiveType name of a comm_type value, or the number itself when no collective has it."""
+    return CollectiveType(value).name if 0 <= value <= max(CollectiveType) else str(value)
+
+
 # The AttributeProto value oneof: (scalar type, list element type) pairs numbered 3.., in this order.
 # Each entry: (type name used in field names, protobuf FieldDescriptorProto type, wire type of one scalar).
 ATTRIBUTE_VALUE_TYPES: tuple[tuple[str, int, int], ...] = (

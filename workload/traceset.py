@@ -15,14 +15,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workload.errors import InputError, TraceError
+from workload.errors import InputError, LimitError, TraceError, shown
+from workload.files import shown_path
 from workload.graph import TraceGraph
+from workload.limits import env_limit, format_bytes
 from workload.protoscan import PADDING
 from workload.reader import decode_trace
 from workload.validate import validate
 from workload.wire import read_trace_buffer
 
-_RANK_FILE = re.compile(r"^(?P<name>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+_RANK_FILE = re.compile(r"^(?P<name>.+)\.(?P<rank>[0-9]+)\.et(?P<gz>\.gz)?$")
+DEFAULT_MAX_RANKS = 1 << 20  # far beyond any simulated system; a mistyped count is refused before loading
+MAX_RANKS_ENV = "ASTRASIM_PY_MAX_RANKS"
+_MIN_RANK_STATE_BYTES = 1024  # what a simulated rank holds besides its nodes (queues, counters, results)
+_NODE_STATE_BYTES = 24  # per node and rank: dependency counters and issue heaps
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +84,17 @@ def _rank_files(directory: str, name: str | None) -> dict[str, dict[int, str]]:
 
 def _per_rank(source: str, prefix_name: str, ranks: dict[int, str]) -> TraceSet:
     count = max(ranks) + 1
-    missing = [r for r in range(count) if r not in ranks]
-    if missing:
-        shown = ", ".join(str(r) for r in missing[:10]) + (" ..." if len(missing) > 10 else "")
-        raise InputError(f"workload {source}: trace files for rank(s) {shown} are missing "
-                         f"(found {len(ranks)} of {prefix_name}.0.et ... {prefix_name}.{count - 1}.et)")
+    if len(ranks) != count:  # name the first gaps without walking a range as long as the largest rank number
+        missing: list[int] = []
+        expected = 0
+        for r in sorted(ranks):
+            missing.extend(range(expected, min(r, expected + 11 - len(missing))))
+            if len(missing) > 10:
+                break
+            expected = r + 1
+        listed = ", ".join(str(r) for r in missing[:10]) + (" ..." if count - len(ranks) > 10 else "")
+        raise InputError(f"workload {shown_path(source)}: trace files for rank(s) {listed} are missing (found "
+                         f"{len(ranks):,} of {shown_path(prefix_name)}.0.et ... {count - 1}.et)")
     return TraceSet(source, tuple(ranks[r] for r in range(count)), shared=False)
 
 
@@ -92,11 +104,12 @@ def resolve_workload(workload: str) -> TraceSet:
     if os.path.isdir(workload):
         groups = _rank_files(workload, None)
         if not groups:
-            raise InputError(f"workload folder {workload} holds no per-rank trace files (<name>.<rank>.et)")
+            raise InputError(f"workload folder {shown_path(workload)} holds no per-rank trace files "
+                             "(<name>.<rank>.et)")
         if len(groups) > 1:
-            names = ", ".join(sorted(groups))
-            raise InputError(f"workload folder {workload} holds several traces ({names}): "
-                             f"name one as {os.path.join(workload, '<name>')}")
+            names = ", ".join(shown(n) for n in sorted(groups)[:10]) + (" ..." if len(groups) > 10 else "")
+            raise InputError(f"workload folder {shown_path(workload)} holds several traces ({names}): "
+                             f"name one as {shown_path(os.path.join(workload, '<name>'))}")
         (name, ranks), = groups.items()
         return _per_rank(source, os.path.join(workload, name), ranks)
 
@@ -111,18 +124,24 @@ def resolve_workload(workload: str) -> TraceSet:
             return _per_rank(source, prefix, ranks)
     if os.path.isfile(workload):
         return TraceSet(source, (workload,), shared=True)
-    raise InputError(f"workload {workload}: no such file, and no per-rank traces {workload}.0.et, "
-                     f"{workload}.1.et, ...")
+    if os.path.exists(workload):
+        raise InputError(f"workload {shown_path(workload)}: not a regular file (a trace must be a file, a "
+                         "prefix of per-rank files or a folder of them)")
+    raise InputError(f"workload {shown_path(workload)}: no such file, and no per-rank traces "
+                     f"{shown_path(workload)}.0.et, .1.et, ...")
 
 
 class TraceLoader:
-    """Loads and validates traces, decoding each distinct file content only once.
+    """Loads traces, decoding each distinct file content only once, and (``checks``, the default) validates
+    them for simulation; inspection tools load without checks, to show any trace that decodes.
 
     Identical per-rank files (common for microbenchmarks) share one immutable TraceGraph.
     """
 
-    def __init__(self, *, drop_dangling: bool = False, warn: Callable[[str], None] | None = None) -> None:
+    def __init__(self, *, drop_dangling: bool = False, warn: Callable[[str], None] | None = None,
+                 checks: bool = True) -> None:
         self.drop_dangling = drop_dangling
+        self.checks = checks
         self._warn = warn or (lambda message: None)
         self._by_content: dict[tuple[int, int, int], list[TraceGraph]] = {}
 
@@ -135,20 +154,34 @@ class TraceLoader:
                 return graph
         try:
             graph = decode_trace(data, path)
-            deps = validate(graph, drop_dangling=self.drop_dangling)
+            deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
         except TraceError as e:
             raise e.located(path=path, rank=rank) from None
         for w in graph.warnings:
             self._warn(f"{path}: {w}")
-        if deps.dropped_dangling:
+        if deps is not None and deps.dropped_dangling:
             self._warn(f"{path}: dropped {deps.dropped_dangling} dependencies on {deps.dangling_parents} "
                        "node(s) absent from the file")
-        if deps.dropped_self:
+        if deps is not None and deps.dropped_self:
             self._warn(f"{path}: dropped {deps.dropped_self} dependencies of nodes on themselves")
         self._by_content.setdefault(key, []).append(graph)
         return graph
 
     def load_set(self, traces: TraceSet, num_ranks: int) -> list[TraceGraph]:
-        """One validated graph per rank (the same object for ranks with identical files)."""
+        """One graph per rank (the same object for ranks with identical files; a shared file is read once)."""
         traces.check_ranks(num_ranks)
-        return [self.load(traces.file_for(r), r) for r in range(num_ranks)]
+        first = self.load(traces.file_for(0), 0) if num_ranks else None
+        check_rank_count(num_ranks, first.num_nodes if first is not None else 0, traces.source)
+        if traces.shared:
+            return [first] * num_ranks  # type: ignore[list-item]
+        return [first] + [self.load(traces.file_for(r), r) for r in range(1, num_ranks)]  # type: ignore[list-item]
+
+
+def check_rank_count(num_ranks: int, nodes_per_rank: int, source: str) -> None:
+    """Refuse, with an estimate of the memory it needs, a run over more ranks than the limit."""
+    limit = env_limit(MAX_RANKS_ENV, DEFAULT_MAX_RANKS)
+    if num_ranks > limit:
+        need = num_ranks * (_MIN_RANK_STATE_BYTES + _NODE_STATE_BYTES * nodes_per_rank)
+        raise LimitError(f"workload {shown_path(source)} on {num_ranks:,} ranks: the per-rank state alone needs at "
+                         f"least {format_bytes(need)}; the limit is {limit:,} ranks (set {MAX_RANKS_ENV}=N to "
+                         "raise it)")

@@ -2,48 +2,20 @@
 
 from __future__ import annotations
 
-import gzip
 import os
-import zlib
 from array import array
 from collections.abc import Iterable
 
 import numpy as np
 
 from workload.errors import TraceError
-
-GZIP_MAGIC = b"\x1f\x8b"
+from workload.limits import read_trace_bytes
 
 
 def read_trace_buffer(path: str | os.PathLike[str], padding: int) -> np.ndarray:
     """The file's bytes (gunzipped when gzip-compressed, whatever its name) in a uint8 array followed by
-    ``padding`` zero bytes, read without an intermediate copy for plain files."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            buf = np.zeros(size + padding, dtype=np.uint8)
-            got = f.readinto(memoryview(buf)[:size])
-            if got != size:
-                raise TraceError("the file changed while it was read", path=str(path))
-    except FileNotFoundError:
-        raise TraceError("file not found", path=str(path)) from None
-    except IsADirectoryError:
-        raise TraceError("is a directory, not a trace file", path=str(path)) from None
-    except OSError as e:
-        raise TraceError(f"cannot read: {e.strerror}", path=str(path)) from None
-    if buf[:2].tobytes() == GZIP_MAGIC:
-        data = _gunzip(buf[:size].tobytes(), path)
-        buf = np.zeros(len(data) + padding, dtype=np.uint8)
-        buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
-    return buf
-
-
-def _gunzip(data: bytes, path: str | os.PathLike[str]) -> bytes:
-    try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as e:
-        raise TraceError(f"corrupt gzip data ({e})", path=str(path),
-                         hint="re-create or re-download the file") from None
+    ``padding`` zero bytes. Only regular files are read, and gzip output is capped (workload.limits)."""
+    return np.frombuffer(read_trace_bytes(path, padding), dtype=np.uint8)
 
 
 def frame_messages(data: bytes | memoryview) -> tuple[array, array]:

@@ -152,9 +152,7 @@ def test_zero_length_message_is_read_with_a_warning(tmp_path: Path) -> None:
     assert graph.ids.tolist() == [0, 3] and "zero-length" in graph.warnings[0]
 
 
-@pytest.mark.parametrize("case", ["truncated", "text", "cycle", "dangling", "missing-attr", "no-such-file"])
-def test_cli_reports_bad_input_on_one_line_without_traceback(tmp_path: Path, case: str) -> None:
-    path = tmp_path / "t.0.et"
+def _broken(path: Path, case: str) -> None:
     if case == "truncated":
         path.write_bytes(trace_bytes([make_node(i, "n", 4) for i in range(5)])[:-2])
     elif case == "text":
@@ -165,9 +163,32 @@ def test_cli_reports_bad_input_on_one_line_without_traceback(tmp_path: Path, cas
         write_trace_file(path, [make_node(1, "a", 4, data_deps=[7])])
     elif case == "missing-attr":
         write_trace_file(path, [make_node(1, "a", NodeType.COMM_COLL_NODE)])
-    target = str(tmp_path / "nothing") if case == "no-such-file" else str(tmp_path / "t")
-    result = run_cli("trace", "inspect", target)
+
+
+def _one_line_error(result: object) -> str:
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("astrasim-py: error:")
+    assert len(lines) == 1 and lines[0].startswith("astrasim-py: error:"), result.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", ["truncated", "text", "no-such-file"])
+def test_cli_reports_undecodable_traces_on_one_line_without_traceback(tmp_path: Path, case: str) -> None:
+    _broken(tmp_path / "t.0.et", case)
+    target = str(tmp_path / "nothing") if case == "no-such-file" else str(tmp_path / "t")
+    for tool in ("inspect", "jsonize", "analyze"):
+        _one_line_error(run_cli("trace", tool, target))
+
+
+@pytest.mark.parametrize("case", ["cycle", "dangling", "missing-attr"])
+def test_semantic_problems_stop_a_simulation_but_not_the_inspection_tools(tmp_path: Path, case: str) -> None:
+    _broken(tmp_path / "t.0.et", case)
+    _broken(tmp_path / "t.1.et", case)
+    network = tmp_path / "two.yml"
+    network.write_text("topology: [ Ring ]\nnpus_count: [ 2 ]\nbandwidth: [ 50 ]\nlatency: [ 500 ]\n")
+    line = _one_line_error(run_cli("--workload", str(tmp_path / "t"), "--network", str(network)))
+    assert "rank 0" in line and "node" in line
+    shown = run_cli("trace", "inspect", str(tmp_path / "t"))
+    assert shown.returncode == 0, shown.stderr
+    assert "would not simulate as is:" in shown.stdout and line.split("node", 1)[1] in shown.stdout

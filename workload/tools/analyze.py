@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from workload.errors import printable
 from workload.graph import TraceGraph
 from workload.optional import pyplot
-from workload.schema import CollectiveType, NodeType
+from workload.schema import NodeType, collective_name
+from workload.tools.inspect_trace import exact_sum
 
 Slot = tuple[str, str, int]  # (group, collective, ordinal)
 
@@ -47,15 +49,14 @@ class Imbalance:
 def _slots(graph: TraceGraph, by_group: bool = True) -> dict[Slot, int]:
     """This rank's collectives as {(group, type, ordinal): bytes} (group "*" unless ``by_group``)."""
     n = graph.num_nodes
-    ctype, _ = graph.attrs.integers("comm_type", n)
-    size, _ = graph.attrs.integers("comm_size", n)
-    cpu, _ = graph.attrs.integers("is_cpu_op", n)
-    groups = graph.attrs.strings("pg_name")
+    ctype, _ = graph.attrs.integers("comm_type", n, strict=False)
+    size, _ = graph.attrs.integers("comm_size", n, strict=False)
+    cpu, _ = graph.attrs.integers("is_cpu_op", n, strict=False)
+    groups = graph.attrs.strings("pg_name", strict=False)
     seen: dict[tuple[str, str], int] = defaultdict(int)
     out: dict[Slot, int] = {}
     for i in np.flatnonzero((graph.types == NodeType.COMM_COLL_NODE) & (cpu == 0)).tolist():
-        t = int(ctype[i])
-        name = CollectiveType(t).name.lower() if 0 <= t <= max(CollectiveType) else str(t)
+        name = collective_name(int(ctype[i])).lower()
         group = (groups.get(i, "") or "all") if by_group else "*"
         k = seen[(group, name)]
         seen[(group, name)] += 1
@@ -65,15 +66,15 @@ def _slots(graph: TraceGraph, by_group: bool = True) -> dict[Slot, int]:
 
 def rank_totals(rank: int, graph: TraceGraph) -> RankTotals:
     n = graph.num_nodes
-    ops, _ = graph.attrs.integers("num_ops", n)
-    size, _ = graph.attrs.integers("comm_size", n)
+    ops, _ = graph.attrs.integers("num_ops", n, strict=False)
+    size, _ = graph.attrs.integers("comm_size", n, strict=False)
     comp = graph.types == NodeType.COMP_NODE
     per: dict[str, int] = defaultdict(int)
     for (group, name, _), nbytes in _slots(graph).items():
         per[f"{group}/{name}"] += nbytes
-    return RankTotals(rank, int(graph.duration_micros[comp].sum()), int(ops[comp].sum()), dict(sorted(per.items())),
-                      int(size[graph.types == NodeType.COMM_SEND_NODE].sum()),
-                      int(size[graph.types == NodeType.COMM_RECV_NODE].sum()))
+    return RankTotals(rank, exact_sum(graph.duration_micros[comp]), exact_sum(ops[comp]), dict(sorted(per.items())),
+                      exact_sum(size[graph.types == NodeType.COMM_SEND_NODE]),
+                      exact_sum(size[graph.types == NodeType.COMM_RECV_NODE]))
 
 
 def imbalances(ranks: list[tuple[int, TraceGraph]], by_group: bool = False
@@ -102,7 +103,7 @@ def as_json(totals: list[RankTotals], found: list[Imbalance]) -> dict[str, Any]:
 def format_text(totals: list[RankTotals], found: list[Imbalance], top: int = 20) -> str:
     lines = [f"{'rank':>5} {'compute µs':>12} {'compute ops':>12} {'send B':>12} {'recv B':>12}  collective bytes"]
     for t in totals:
-        colls = ", ".join(f"{k} {v}" for k, v in t.collective_bytes.items())
+        colls = printable(", ".join(f"{k} {v}" for k, v in t.collective_bytes.items()))
         lines.append(f"{t.rank:>5} {t.compute_micros:>12} {t.compute_ops:>12.3e} {t.send_bytes:>12} "
                      f"{t.recv_bytes:>12}  {colls}")
     lines.append("")
@@ -112,7 +113,7 @@ def format_text(totals: list[RankTotals], found: list[Imbalance], top: int = 20)
     lines.append(f"{len(found)} collective(s) differ between ranks (largest ratio first):")
     for i in found[:top]:
         missing = f"; absent on rank(s) {i.missing_on}" if i.missing_on else ""
-        group = f"group {i.group} " if i.group != "*" else ""
+        group = f"group {printable(i.group)} " if i.group != "*" else ""
         lines.append(f"  {group}{i.collective} #{i.ordinal}: {i.min_bytes} B (ranks {i.ranks_at_min[:8]}) "
                      f"to {i.max_bytes} B (ranks {i.ranks_at_max[:8]}), x{i.ratio:.3g}{missing}")
     if len(found) > top:
@@ -138,8 +139,8 @@ def write_heatmap(path: str, slots: list[Slot], by_rank: dict[int, dict[Slot, in
     if len(ranks) <= 64:
         ax.set_yticks(range(len(ranks)), [str(r) for r in ranks])
     if len(slots) <= 40:
-        ax.set_xticks(range(len(slots)), [f"{g}/{c}/{k}".lstrip("*/") for g, c, k in slots], rotation=90,
-                      fontsize=7)
+        ax.set_xticks(range(len(slots)), [printable(f"{g}/{c}/{k}".lstrip("*/")) for g, c, k in slots],
+                      rotation=90, fontsize=7)
     fig.colorbar(image, ax=ax, label="size / median over ranks (blank: absent)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -11,12 +11,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from workload.errors import InputError
+from workload.errors import InputError, TraceError, printable, shown
+from workload.files import contained_path
 from workload.graph import TraceGraph
+from workload.limits import add_output_limits, check_output, output_limits, parse_size, require_int
 from workload.tools import analyze, inspect_trace, jsonize
 from workload.tools import generate as gen
-from workload.traceset import TraceLoader, resolve_workload
-from workload.validate import validate
+from workload.traceset import TraceLoader, check_rank_count, resolve_workload
 
 Warn = Callable[[str], None]
 
@@ -47,8 +48,9 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
 
     p = sub.add_parser("visualize", help="the dependency graph as GraphML or Graphviz DOT text")
     _workload_args(p)
-    p.add_argument("--output", "-o", required=True, help="FILE.graphml or FILE.dot")
-    p.add_argument("--format", choices=("graphml", "dot"), help="default: from the output file's extension")
+    p.add_argument("--output", "-o", required=True, help="FILE.graphml, FILE.dot or FILE.gv")
+    p.add_argument("--format", choices=("graphml", "dot"),
+                   help="default: from the output file's extension (.graphml; .dot or .gv)")
     p.add_argument("--rank", type=int, default=0, help="which rank's trace (default 0)")
 
     p = sub.add_parser("generate", help="microbenchmark traces, one <name>.<rank>.et file per rank")
@@ -61,6 +63,7 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     k.add_argument("--repeat", type=int, default=1, help="collectives per rank, issued one after another")
     k.add_argument("--pg-name", help="communicator group of the collectives (pg_name attribute)")
     k.add_argument("--output", "-o", required=True, help="output folder")
+    add_output_limits(k)
     k = kinds.add_parser("compute", help="compute-only nodes; writes OUT/<name>.<rank>.et")
     k.add_argument("--npus", type=int, required=True)
     k.add_argument("--count", type=int, default=1, help="compute nodes per rank")
@@ -109,19 +112,21 @@ def _hook(name: str) -> Any:
 def _workload_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("workload", help="trace prefix (dir/trace for dir/trace.<r>.et), folder, or single file")
     p.add_argument("--drop-dangling-deps", action="store_true",
-                   help="ignore dependencies that can never be met (on nodes absent from the file, or of a node "
-                        "on itself) with a warning that counts them, instead of failing")
+                   help="as in a simulation: dependencies that can never be met (on nodes absent from the file, or "
+                        "of a node on itself) do not count as a reason the trace would not simulate")
 
 
 def _output_args(p: argparse.ArgumentParser, name: str) -> None:
     p.add_argument("--output", "-o", required=True, help="output folder")
     p.add_argument("--name", default=name, help=f"file name stem (default {name})")
+    add_output_limits(p)
 
 
 def _load(args: argparse.Namespace, warn: Warn, ranks: list[int] | None = None
           ) -> tuple[list[tuple[int, str, TraceGraph]], bool]:
+    """The graphs of the wanted ranks, decoded without the simulation's checks: tools show any trace."""
     traces = resolve_workload(args.workload)
-    loader = TraceLoader(drop_dangling=args.drop_dangling_deps, warn=warn)
+    loader = TraceLoader(warn=warn, checks=False)
     count = traces.num_ranks or 1
     wanted = ranks if ranks is not None else list(range(count))
     if traces.shared:
@@ -129,13 +134,13 @@ def _load(args: argparse.Namespace, warn: Warn, ranks: list[int] | None = None
     for r in wanted:
         if not 0 <= r < count:
             raise InputError(f"rank {r} is out of range: {traces.describe()}")
+    check_rank_count(len(wanted), 0, traces.source)
     return [(r, traces.file_for(r), loader.load(traces.file_for(r), r)) for r in wanted], traces.shared
 
 
 def _inspect(args: argparse.Namespace, warn: Warn) -> None:
     ranks, shared = _load(args, warn)
-    summaries = [inspect_trace.summarize_rank(r, path, g, validate(g, drop_dangling=args.drop_dangling_deps))
-                 for r, path, g in ranks]
+    summaries = [inspect_trace.summarize_rank(r, path, g, args.drop_dangling_deps) for r, path, g in ranks]
     if args.json:
         json.dump(inspect_trace.as_json(summaries, shared), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -144,6 +149,7 @@ def _inspect(args: argparse.Namespace, warn: Warn) -> None:
 
 
 def _analyze(args: argparse.Namespace, warn: Warn) -> None:
+    require_int("--top", args.top, 0)
     ranks, _ = _load(args, warn)
     graphs = [(r, g) for r, _, g in ranks]
     totals = [analyze.rank_totals(r, g) for r, g in graphs]
@@ -171,74 +177,90 @@ def _jsonize(args: argparse.Namespace, warn: Warn) -> None:
 
 
 def _visualize(args: argparse.Namespace, warn: Warn) -> None:
-    ((_, path, graph),), _ = _load(args, warn, [args.rank])
     from workload.tools import visualize  # networkx is only needed here
 
-    fmt = args.format or ("dot" if args.output.endswith((".dot", ".gv")) else "graphml")
+    fmt = visualize.output_format(args.output, args.format)
+    ((rank, path, graph),), _ = _load(args, warn, [args.rank])
     if graph.num_nodes > 100_000:
         warn(f"{path}: {graph.num_nodes} nodes; graph viewers struggle with graphs this large")
-    if fmt == "graphml":
-        visualize.write_graphml(graph, args.output)
-    else:
-        with open(args.output, "w", encoding="utf-8") as out:
-            visualize.write_dot(graph, out, title=os.path.basename(path))
-    print(args.output)
-
-
-def _sizes(text: str) -> list[int]:
     try:
-        return [gen.parse_size(s) for s in text.split(",")]
+        if fmt == "graphml":
+            visualize.write_graphml(graph, args.output)
+        else:
+            with open(args.output, "w", encoding="utf-8") as out:
+                visualize.write_dot(graph, out, title=os.path.basename(path))
+    except TraceError as e:
+        raise e.located(path=path, rank=rank) from None
+    print(printable(args.output))
+
+
+def _sizes(flag: str, text: str) -> list[int]:
+    try:
+        return [parse_size(s) for s in text.split(",")]
     except ValueError as e:
-        raise InputError(str(e)) from None
+        raise InputError(f"{flag}: {e}") from None
 
 
-def _counts(text: str) -> list[int]:
+def _counts(flag: str, text: str) -> list[int]:
     try:
         values = [int(s) for s in text.split(",")]
     except ValueError:
-        raise InputError(f"not a list of NPU counts: {text!r}") from None
+        raise InputError(f"{flag}: not a list of NPU counts: {shown(text)}") from None
     if any(v < 1 for v in values):
-        raise InputError(f"NPU counts must be positive: {text!r}")
+        raise InputError(f"{flag}: NPU counts must be positive: {shown(text)}")
     return values
+
+
+def _check_counts(args: argparse.Namespace, names: tuple[str, ...]) -> None:
+    """The generator's whole-number flags within their ranges (gen.LIMITS), as one-line errors."""
+    for name in names:
+        low, high = gen.LIMITS[name]
+        require_int(f"--{name.replace('_', '-')}", getattr(args, name), low, high)
 
 
 def _generate(args: argparse.Namespace, warn: Warn) -> None:
     if args.kind == "llm":
         _hook("llm").main(args, warn)
         return
-    prefixes: list[str] = []
+    limits = output_limits(args)
+    jobs: list[tuple[str, gen.RankTraces]] = []
     if args.kind == "collective":
         types = [t.strip() for t in args.type.split(",")]
         for t in types:
             if t not in gen.COLLECTIVE_NAMES:
-                raise InputError(f"unknown collective type {t!r}; valid: {', '.join(gen.COLLECTIVE_NAMES)}")
+                raise InputError(f"unknown collective type {shown(t)}; valid: {', '.join(gen.COLLECTIVE_NAMES)}")
+        _check_counts(args, ("repeat",))
+        sizes, counts = _sizes("--size", args.size), _counts("--npus", args.npus)
         for t in types:
-            for size in _sizes(args.size):
-                for npus in _counts(args.npus):
+            for size in sizes:
+                for npus in counts:
                     prefix = os.path.join(args.output, t, f"{npus}npus_{gen.size_label(size)}", t)
-                    gen.write_rank_traces(prefix, gen.collective(npus, gen.COLLECTIVE_NAMES[t], size,
-                                                                 repeat=args.repeat, pg_name=args.pg_name))
-                    prefixes.append(prefix)
+                    jobs.append((prefix, gen.collective(npus, gen.COLLECTIVE_NAMES[t], size, repeat=args.repeat,
+                                                        pg_name=args.pg_name)))
     else:
-        (npus,) = _counts(str(args.npus))
+        prefix = contained_path(args.output, args.name, "--name")
+        (npus,) = _counts("--npus", str(args.npus))
         if args.kind == "compute":
-            (tensor,) = _sizes(args.tensor_size)
+            _check_counts(args, ("count", "duration_us", "num_ops"))
+            (tensor,) = _sizes("--tensor-size", args.tensor_size)
             traces = gen.compute(npus, args.count, duration_micros=args.duration_us, num_ops=args.num_ops,
                                  tensor_size=tensor, independent=args.independent)
         elif args.kind == "sendrecv":
-            (size,) = _sizes(args.size)
-            try:
-                traces = gen.sendrecv_ring(npus, size, iterations=args.iterations)
-            except ValueError as e:
-                raise InputError(str(e)) from None
+            _check_counts(args, ("iterations",))
+            (size,) = _sizes("--size", args.size)
+            if npus < 2:
+                raise InputError("--npus: a send/recv ring needs at least 2 NPUs")
+            traces = gen.sendrecv_ring(npus, size, iterations=args.iterations)
         else:
-            (tensor,) = _sizes(args.tensor_size)
+            _check_counts(args, ("count",))
+            (tensor,) = _sizes("--tensor-size", args.tensor_size)
             traces = gen.memory(npus, tensor, kind=args.access, count=args.count)
-        prefix = os.path.join(args.output, args.name)
+        jobs.append((prefix, traces))
+    check_output(f"trace generate {args.kind}", sum(len(t) for _, t in jobs),
+                 sum(t.estimated_bytes() for _, t in jobs), limits)
+    for prefix, traces in jobs:
         gen.write_rank_traces(prefix, traces)
-        prefixes.append(prefix)
-    for prefix in prefixes:
-        print(prefix)
+        print(printable(prefix))
 
 
 COMMANDS = {"inspect": _inspect, "analyze": _analyze, "jsonize": _jsonize, "visualize": _visualize,
@@ -250,5 +272,5 @@ COMMANDS = {"inspect": _inspect, "analyze": _analyze, "jsonize": _jsonize, "visu
 
 def run(argv: list[str], warn: Warn) -> int:
     args = build_parser().parse_args(argv)
-    COMMANDS[args.tool](args, warn)
+    COMMANDS[args.tool](args, lambda message: warn(printable(message)))  # warnings quote trace names and paths
     return 0

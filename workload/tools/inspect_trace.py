@@ -1,4 +1,8 @@
-"""``astrasim-py trace inspect``: what a trace set holds, per rank and in total."""
+"""``astrasim-py trace inspect``: what a trace set holds, per rank and in total.
+
+Any trace that decodes is summarised: what would stop a simulation (a send without its destination, a
+dependency on an absent node, a cycle, ...) is reported beside the summary, not instead of it.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from workload.errors import TraceError, printable
 from workload.graph import TraceGraph
-from workload.schema import CollectiveType, NodeType
-from workload.validate import Dependencies, topological_order
+from workload.limits import format_bytes
+from workload.schema import NodeType, collective_name, node_type_name
+from workload.validate import Dependencies, resolve_dependencies, topological_order, validate
 
 
 @dataclass(slots=True)
@@ -29,9 +35,10 @@ class RankSummary:
     depth: int  # nodes on the longest dependency chain
     roots: int
     edges: int
-    dropped_dangling: int
+    dropped_dangling: int  # dependencies on absent nodes (or of a node on itself), left out of the summary
     version: str
     warnings: list[str] = field(default_factory=list)
+    problem: str | None = None  # the first reason the trace would not simulate, if any
 
 
 def dependency_depth(deps: Dependencies) -> int:
@@ -53,36 +60,52 @@ def dependency_depth(deps: Dependencies) -> int:
     return max(depth)
 
 
-def summarize_rank(rank: int, path: str, graph: TraceGraph, deps: Dependencies) -> RankSummary:
+def summarize_rank(rank: int, path: str, graph: TraceGraph, drop_dangling: bool = False) -> RankSummary:
+    """What one rank's trace holds; attributes of unexpected types count as absent here, and what would stop
+    a simulation is recorded in ``problem``."""
     n = graph.num_nodes
     types = graph.types
-    by_type = Counter(int(t) for t in types.tolist()) if n < 10_000 else dict(
-        zip(*np.unique(types, return_counts=True), strict=True))
-    nodes_by_type = {NodeType(int(t)).name: int(c) for t, c in sorted(by_type.items())}
-    size, _ = graph.attrs.integers("comm_size", n)
-    ctype, _ = graph.attrs.integers("comm_type", n)
-    tensor, _ = graph.attrs.integers("tensor_size", n)
-    ops, _ = graph.attrs.integers("num_ops", n)
+    kinds, counts = np.unique(types, return_counts=True)
+    nodes_by_type = {node_type_name(int(t)): int(c) for t, c in zip(kinds.tolist(), counts.tolist(), strict=True)}
+    size, _ = graph.attrs.integers("comm_size", n, strict=False)
+    ctype, _ = graph.attrs.integers("comm_type", n, strict=False)
+    tensor, _ = graph.attrs.integers("tensor_size", n, strict=False)
+    ops, _ = graph.attrs.integers("num_ops", n, strict=False)
     coll = types == NodeType.COMM_COLL_NODE
     collectives: dict[str, dict[int, int]] = {}
     if coll.any():
         pairs, counts = np.unique(np.stack((ctype[coll], size[coll])), axis=1, return_counts=True)
         for (t, s), c in zip(pairs.T.tolist(), counts.tolist(), strict=True):
-            collectives.setdefault(CollectiveType(t).name, {})[s] = c
+            collectives.setdefault(collective_name(t), {})[s] = c
     comp = types == NodeType.COMP_NODE
     memory = (types == NodeType.MEM_LOAD_NODE) | (types == NodeType.MEM_STORE_NODE)
+    deps = resolve_dependencies(graph, drop_dangling=True)
     return RankSummary(
         rank=rank, file=path, nodes=n, nodes_by_type=nodes_by_type, collectives=collectives,
-        collective_bytes=int(size[coll].sum()),
-        send_bytes=int(size[types == NodeType.COMM_SEND_NODE].sum()),
-        recv_bytes=int(size[types == NodeType.COMM_RECV_NODE].sum()),
-        memory_bytes=int(tensor[memory].sum()),
-        compute_micros=int(graph.duration_micros[comp].sum()),
-        compute_ops=int(ops[comp].sum()),
+        collective_bytes=exact_sum(size[coll]),
+        send_bytes=exact_sum(size[types == NodeType.COMM_SEND_NODE]),
+        recv_bytes=exact_sum(size[types == NodeType.COMM_RECV_NODE]),
+        memory_bytes=exact_sum(tensor[memory]),
+        compute_micros=exact_sum(graph.duration_micros[comp]),
+        compute_ops=exact_sum(ops[comp]),
         depth=dependency_depth(deps), roots=int(np.count_nonzero(deps.num_parents == 0)),
-        edges=len(deps.parents), dropped_dangling=deps.dropped_dangling, version=graph.version,
-        warnings=list(graph.warnings),
+        edges=len(deps.parents), dropped_dangling=deps.dropped_dangling + deps.dropped_self, version=graph.version,
+        warnings=list(graph.warnings), problem=simulation_problem(rank, path, graph, drop_dangling),
     )
+
+
+def simulation_problem(rank: int, path: str, graph: TraceGraph, drop_dangling: bool = False) -> str | None:
+    """The first reason the trace would not simulate (as the simulator says it), or None."""
+    try:
+        validate(graph, drop_dangling=drop_dangling)
+    except TraceError as e:
+        return str(e.located(path=path, rank=rank))
+    return None
+
+
+def exact_sum(values: np.ndarray) -> int:
+    """An exact sum (numpy's int64 sum would wrap around silently)."""
+    return sum(values.tolist())
 
 
 def total(summaries: list[RankSummary]) -> dict[str, Any]:
@@ -107,36 +130,31 @@ def as_json(summaries: list[RankSummary], shared: bool) -> dict[str, Any]:
     return {"shared_file": shared, "total": total(summaries), "ranks": [asdict(s) for s in summaries]}
 
 
-def _bytes(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
 def format_text(summaries: list[RankSummary], shared: bool, per_rank: bool) -> str:
     t = total(summaries)
     lines = []
     if shared:
-        lines.append(f"one trace file, run by every rank: {summaries[0].file}")
+        lines.append(f"one trace file, run by every rank: {printable(summaries[0].file)}")
     lines.append(f"ranks: {t['ranks']}   nodes: {t['nodes']}   dependency edges: {t['edges']}   "
                  f"longest dependency chain: {t['max_depth']} nodes")
     lines.append("nodes by type: " + ", ".join(f"{k} {v}" for k, v in t["nodes_by_type"].items()))
     if t["collectives"]:
         lines.append("collectives (type: size x count, over all ranks):")
         for ctype, sizes in t["collectives"].items():
-            lines.append(f"  {ctype}: " + ", ".join(f"{_bytes(s)} x {c}" for s, c in sizes.items()))
-    lines.append(f"bytes: collectives {_bytes(t['collective_bytes'])}, sends {_bytes(t['send_bytes'])}, "
-                 f"receives {_bytes(t['recv_bytes'])}, remote memory {_bytes(t['memory_bytes'])}")
+            lines.append(f"  {ctype}: " + ", ".join(f"{format_bytes(s)} x {c}" for s, c in sizes.items()))
+    lines.append(f"bytes: collectives {format_bytes(t['collective_bytes'])}, sends {format_bytes(t['send_bytes'])}, "
+                 f"receives {format_bytes(t['recv_bytes'])}, remote memory {format_bytes(t['memory_bytes'])}")
     lines.append(f"compute: {t['compute_micros']} µs recorded duration, {t['compute_ops']:.3e} ops")
     if t["dropped_dangling"]:
-        lines.append(f"dropped dangling dependencies: {t['dropped_dangling']}")
+        lines.append(f"dependencies on absent nodes or of nodes on themselves, left out: {t['dropped_dangling']}")
+    problems = [s.problem for s in summaries if s.problem]
+    if problems:
+        more = f" (and {len(problems) - 1} more rank(s))" if len(problems) > 1 else ""
+        lines.append(f"would not simulate as is: {printable(problems[0])}{more}")
     if per_rank and len(summaries) > 1:
         lines.append("")
         lines.append(f"{'rank':>5} {'nodes':>9} {'depth':>7} {'coll bytes':>12} {'compute µs':>12}  file")
         for s in summaries:
-            lines.append(f"{s.rank:>5} {s.nodes:>9} {s.depth:>7} {_bytes(s.collective_bytes):>12} "
-                         f"{s.compute_micros:>12}  {s.file}")
+            lines.append(f"{s.rank:>5} {s.nodes:>9} {s.depth:>7} {format_bytes(s.collective_bytes):>12} "
+                         f"{s.compute_micros:>12}  {printable(s.file)}")
     return "\n".join(lines)

@@ -12,8 +12,9 @@ import math
 from collections.abc import Iterator
 from typing import Any, TextIO
 
+from workload.errors import TraceError
 from workload.graph import TraceGraph
-from workload.schema import NodeType
+from workload.schema import node_type_name
 
 
 def _plain(value: Any) -> Any:
@@ -31,7 +32,7 @@ def node_record(graph: TraceGraph, index: int) -> dict[str, Any]:
     record: dict[str, Any] = {
         "id": graph.node_id(index),
         "name": graph.name(index),
-        "type": NodeType(t).name if 0 <= t <= max(NodeType) else t,
+        "type": node_type_name(t) if 0 <= t <= 7 else t,
         "ctrl_deps": graph.ctrl_deps_of(index),
         "data_deps": graph.data_deps_of(index),
         "start_time_micros": int(graph.start_time_micros[index]),
@@ -54,10 +55,20 @@ def file_order(graph: TraceGraph) -> list[int]:
     return graph.record.argsort(kind="stable").tolist()
 
 
+def node_records(rank: int, path: str, graph: TraceGraph) -> Iterator[dict[str, Any]]:
+    """The records of a rank's nodes in file order; a value that does not decode is a TraceError naming the
+    file, rank and node."""
+    try:
+        for i in file_order(graph):
+            yield node_record(graph, i)
+    except TraceError as e:
+        raise e.located(path=path, rank=rank) from None
+
+
 def write_document(ranks: list[tuple[int, str, TraceGraph]], out: TextIO, indent: int | None = 1) -> None:
     """One JSON document: {"ranks": [{"rank", "file", "metadata", "nodes": [...]}, ...]}."""
     doc = {"ranks": [{"rank": rank, "file": path, "metadata": metadata_record(g),
-                      "nodes": [node_record(g, i) for i in file_order(g)]} for rank, path, g in ranks]}
+                      "nodes": list(node_records(rank, path, g))} for rank, path, g in ranks]}
     json.dump(doc, out, indent=indent, allow_nan=False)
     out.write("\n")
 
@@ -66,8 +77,8 @@ def jsonl_records(ranks: list[tuple[int, str, TraceGraph]]) -> Iterator[dict[str
     """JSON Lines records: per rank a {"rank", "file", "metadata"} line, then one {"rank", "node"} per node."""
     for rank, path, g in ranks:
         yield {"rank": rank, "file": path, "metadata": metadata_record(g)}
-        for i in file_order(g):
-            yield {"rank": rank, "node": node_record(g, i)}
+        for record in node_records(rank, path, g):
+            yield {"rank": rank, "node": record}
 
 
 def write_jsonl(ranks: list[tuple[int, str, TraceGraph]], out: TextIO) -> None:

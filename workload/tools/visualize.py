@@ -1,14 +1,22 @@
-"""``astrasim-py trace visualize``: the dependency graph as GraphML (via networkx) or Graphviz DOT text."""
+"""``astrasim-py trace visualize``: the dependency graph as GraphML (via networkx) or Graphviz DOT text.
+
+Names come from the trace and may hold anything: they are written with control and format characters escaped,
+so the GraphML is well-formed XML 1.0 and the DOT file a valid Graphviz graph.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import TextIO
 
 import networkx as nx
 
+from workload.errors import InputError, printable
+from workload.files import shown_path
 from workload.graph import TraceGraph
-from workload.schema import NodeType
+from workload.schema import NodeType, node_type_name
 
+FORMATS = {".graphml": "graphml", ".dot": "dot", ".gv": "dot"}
 _COLORS = {
     NodeType.COMP_NODE: "lightblue",
     NodeType.COMM_COLL_NODE: "orange",
@@ -19,16 +27,22 @@ _COLORS = {
 }
 
 
-def _type_name(graph: TraceGraph, i: int) -> str:
-    t = int(graph.types[i])
-    return NodeType(t).name if 0 <= t <= max(NodeType) else str(t)
+def output_format(path: str, given: str | None) -> str:
+    """The format to write ``path`` in: ``given``, else the one its extension names; InputError otherwise."""
+    if given:
+        return given
+    fmt = FORMATS.get(os.path.splitext(path)[1].lower())
+    if fmt is None:
+        raise InputError(f"{shown_path(path)}: cannot tell the graph format from the extension; supported: "
+                         f"{', '.join(FORMATS)} (or give --format graphml|dot)")
+    return fmt
 
 
 def to_networkx(graph: TraceGraph) -> nx.MultiDiGraph:
     """Nodes keyed by Chakra id with name/type/duration attributes; edges parent -> child, kind data/ctrl."""
     g = nx.MultiDiGraph()
     for i in range(graph.num_nodes):
-        g.add_node(graph.node_id(i), name=graph.name(i), type=_type_name(graph, i),
+        g.add_node(graph.node_id(i), name=printable(graph.name(i)), type=node_type_name(int(graph.types[i])),
                    duration_micros=int(graph.duration_micros[i]))
     for i in range(graph.num_nodes):
         child = graph.node_id(i)
@@ -43,8 +57,8 @@ def write_graphml(graph: TraceGraph, path: str) -> None:
 
 
 def _quote(*lines: str) -> str:
-    """A DOT quoted string; several lines are joined with DOT's centred line break."""
-    escaped = (ln.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ") for ln in lines)
+    """A DOT quoted string of ``lines`` (control characters escaped), joined with DOT's centred line break."""
+    escaped = (printable(ln).replace("\\", "\\\\").replace('"', '\\"') for ln in lines)
     return '"' + "\\n".join(escaped) + '"'
 
 
@@ -54,7 +68,7 @@ def write_dot(graph: TraceGraph, out: TextIO, title: str = "trace") -> None:
     for i in range(graph.num_nodes):
         t = int(graph.types[i])
         color = _COLORS.get(NodeType(t), "white") if 0 <= t <= max(NodeType) else "red"
-        label = _quote(f"{graph.node_id(i)}: {graph.name(i)}", _type_name(graph, i))
+        label = _quote(f"{graph.node_id(i)}: {graph.name(i)}", node_type_name(t))
         out.write(f"  n{graph.node_id(i)} [label={label}, fillcolor={color}];\n")
     for i in range(graph.num_nodes):
         child = graph.node_id(i)
