@@ -4,9 +4,11 @@
                         --algorithms ring,direct,halvingDoubling,doubleBinaryTree [--plot FILE.png]
     astrasim-py compare --network N.yml --system S.json --workload W --algorithms ring,ring/direct
 
-An algorithm is one name for every dimension or one per dimension joined by "/". Times and bandwidths
-follow nccl-tests: a collective's time is averaged over the ranks, algbw = data size / time, busbw = algbw
-x the collective's bus factor (2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter, all-to-all).
+An algorithm is one name for every dimension or one per dimension joined by "/". Sizes, times and
+bandwidths follow nccl-tests: a size is the whole buffer (all-gather: the gathered output, n x what each
+rank sends), a collective's time is averaged over the ranks, algbw = size / time and busbw = algbw x the
+collective's bus factor (2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter, all-to-all), both
+in GB/s with GB = 10^9 bytes.
 """
 
 from __future__ import annotations
@@ -20,24 +22,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from compute.devices import device as device_preset
 from network.config import load_network
 from simulator.collectives.registry import FAMILIES, parse_algorithm
 from simulator.config import IMPLEMENTATION_KEYS
 from simulator.results import format_ns
-from simulator.sweep.executors import default_jobs, run_points
+from simulator.sweep.executors import capped_jobs, run_points
 from simulator.sweep.spec import Point, parse_setting, resolve_run
 from workload.errors import InputError
+from workload.files import inert_row
 from workload.optional import pyplot
 from workload.tools.generate import parse_size, size_label
 
 PROG = "astrasim-py compare"
 KEYS = {collective: key for key, collective in IMPLEMENTATION_KEYS.items()}  # all_reduce -> all-reduce-implementation
+BANDWIDTHS = "algbw and busbw in GB/s, GB = 10^9 bytes (as nccl-tests)"
 
 
 @dataclass(frozen=True, slots=True)
 class Row:
     algorithm: str
-    size_bytes: int | None  # None: a workload
+    size_bytes: int | None  # nccl-tests' size: the whole buffer (all-gather: the gathered output); None: a workload
     outcome: dict[str, Any]
 
     @property
@@ -54,24 +59,34 @@ class Row:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Compare collective algorithms on one network: time, "
-                                                       "algorithm and bus bandwidth (nccl-tests), speed-up.")
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Compare collective algorithms on one network: time, algorithm and bus bandwidth, "
+                               "speed-up. As in nccl-tests: a size is the whole buffer (all_gather: the gathered "
+                               "output, ranks x what each rank sends), the time is the mean over ranks, algbw = "
+                               "size / time, busbw = algbw x the bus factor (2(n-1)/n all_reduce, (n-1)/n "
+                               f"all_gather, reduce_scatter, all_to_all); {BANDWIDTHS}.")
     p.add_argument("--network", required=True, help="network YAML")
     p.add_argument("--system", help="system JSON the algorithms are put into (default: the built-in one)")
     p.add_argument("--memory", help="remote-memory JSON")
     p.add_argument("--comm-groups", dest="comm_groups", help="communicator groups JSON")
     p.add_argument("--backend", default="analytical-unaware", help="network backend (default analytical-unaware)")
+    p.add_argument("--device", help="time GPU compute nodes of a --workload with this device preset's roofline "
+                                    "model (as astrasim-py --device)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--workload", help="a workload (trace prefix, folder or file)")
     what.add_argument("--collective", help=f"a generated microbenchmark: {', '.join(KEYS)}")
-    p.add_argument("--sizes", default="1MiB,16MiB,256MiB", help="sizes for --collective (default 1MiB,16MiB,256MiB)")
+    p.add_argument("--sizes", default="1MiB,16MiB,256MiB",
+                   help="sizes for --collective, each the whole buffer as nccl-tests' -b/-e (all_gather: the "
+                        "gathered output; each rank sends size/ranks) (default 1MiB,16MiB,256MiB)")
     p.add_argument("--algorithms", required=True,
                    help="comma-separated, e.g. ring,direct,halvingDoubling,doubleBinaryTree; ring/direct for one "
                         "per dimension")
     p.add_argument("--metric", choices=("time", "busbw"), default="time", help="what --plot draws (default time)")
-    p.add_argument("--plot", metavar="FILE.png", help="draw the comparison (needs matplotlib)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw the comparison (needs matplotlib: pip install 'astrasim-py[plot]')")
     p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
-    p.add_argument("--jobs", "-j", type=int, help="simulations at once (default: all cores)")
+    p.add_argument("--jobs", "-j", type=int, help="simulations at once (default and most: all cores)")
+    p.add_argument("--force-jobs", action="store_true", help="run --jobs simulations at once even above the cores")
     return p
 
 
@@ -88,6 +103,10 @@ def per_dimension(text: str, dims: int) -> list[str]:
 
 def run(argv: list[str], warn: Callable[[str], None]) -> int:
     args = build_parser().parse_args(argv)
+    if args.plot:
+        pyplot("--plot")  # before any simulation: a missing matplotlib must not cost the whole comparison
+    jobs = capped_jobs(args.jobs, args.force_jobs, warn)
+    device = device_preset(args.device).name if args.device else None
     network = load_network(args.network, warn)
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if not algorithms:
@@ -101,12 +120,15 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
             sizes = [parse_size(s) for s in args.sizes.split(",")]
         except ValueError as e:
             raise InputError(f"--sizes: {e}") from None
+        sizes = list(dict.fromkeys(buffer_size(args.collective, s, network.num_npus, warn) for s in sizes))
         kinds = [args.collective]
     else:
         sizes, kinds = [None], list(KEYS)
     base = {"workload": ({"generate": "collective", "type": args.collective} if args.collective
                          else os.path.abspath(args.workload)),
             "network": os.path.abspath(args.network), "backend": args.backend}
+    if device:
+        base["options"] = {"device": device}
     for section in ("system", "memory", "comm_groups"):
         if getattr(args, section):
             base[section] = os.path.abspath(getattr(args, section))
@@ -124,7 +146,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
                 continue
             chosen = [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm]) for k in usable[algorithm]]
             if size is not None:
-                chosen.append((parse_setting("workload.size", PROG), size))
+                chosen.append((parse_setting("workload.size", PROG), rank_bytes(args.collective, size,
+                                                                                network.num_npus)))
             run_spec = resolve_run(base, chosen, os.getcwd())
             points.append(Point(len(points), str(len(points)), {"algorithm": algorithm, "size": size}, run_spec,
                                 os.getcwd()))
@@ -133,7 +156,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     if not points:
         raise InputError("nothing to compare: " + "; ".join(skipped))
     print(f"{PROG}: {len(points)} simulations on {network.describe()}, {args.backend}", file=sys.stderr)
-    outcomes = {p.index: o for p, o in run_points(points, "local", args.jobs or default_jobs())}
+    outcomes = {p.index: o for p, o in run_points(points, "local", jobs)}
     rows = [Row(p.settings["algorithm"], p.settings["size"], outcomes[p.index]) for p in points]
     for r in rows:
         others = sorted(set(_kinds(r)) - set(usable[r.algorithm]))
@@ -141,14 +164,34 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
             warn(f"{r.algorithm} does not implement {', '.join(others)}: those collectives of the workload ran with "
                  "the system's algorithms")
     title = (f"{args.collective} on {network.describe()}" if args.collective
-             else f"{args.workload} on {network.describe()}") + f", {args.backend}"
+             else f"{args.workload} on {network.describe()}") + f", {args.backend}" + (f", {device}" if device else "")
     print(format_table(rows, title))
     if args.csv:
-        write_csv(args.csv, rows)
+        write_csv(args.csv, rows, args.collective)
     if args.plot:
         plot(args.plot, rows, title, args.metric)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0 if all(r.ok for r in rows) else 1
+
+
+def rank_bytes(collective: str | None, size_bytes: int, ranks: int) -> int:
+    """What each rank's trace node carries (comm_size) for nccl-tests' ``size_bytes``: all-gather's size is the
+    gathered output, every other collective's the buffer each rank holds."""
+    return size_bytes // ranks if collective == "all_gather" else size_bytes
+
+
+def buffer_size(collective: str, size_bytes: int, ranks: int, warn: Callable[[str], None]) -> int:
+    """``size_bytes`` as nccl-tests runs it: an all-gather's output rounded down to a multiple of the ranks."""
+    if collective != "all_gather":
+        return size_bytes
+    if size_bytes < ranks:
+        raise InputError(f"--sizes: an all_gather of {size_bytes} bytes over {ranks} ranks sends nothing per rank "
+                         f"(the size is the gathered output; give at least {ranks} bytes)")
+    rounded = size_bytes // ranks * ranks
+    if rounded != size_bytes:
+        warn(f"--sizes {size_label(size_bytes)}: all_gather over {ranks} ranks gathers {rounded} bytes "
+             f"({rounded // ranks} per rank), as nccl-tests rounds")
+    return rounded
 
 
 def _kinds(row: Row) -> list[str]:
@@ -170,9 +213,9 @@ def format_table(rows: list[Row], title: str) -> str:
     width = max(9, *(len(r.algorithm) for r in rows))
     head = f"{'size':>9}  " if micro else ""
     what = "time: per collective, mean over ranks (as nccl-tests)" if micro else "time: end to end"
-    lines = [f"{title}; {what}",
-             f"{head}{'algorithm':<{width}}  {'time':>12}  {'algbw':>12}  {'busbw':>12}  {'speed-up':>8}"
-             + ("" if micro else f"  {'exposed comm':>12}")]
+    lines = [f"{title}; {what}; {BANDWIDTHS}",
+             f"{head}{'algorithm':<{width}}  {'time':>12}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}  "
+             f"{'speed-up':>8}" + ("" if micro else f"  {'exposed comm':>12}")]
     previous = object()
     for i, r in enumerate(rows):
         size = "" if r.size_bytes == previous else size_label(r.size_bytes) if micro else ""
@@ -183,22 +226,28 @@ def format_table(rows: list[Row], title: str) -> str:
             continue
         alg, bus = r.metric("algbw_gbps"), r.metric("busbw_gbps")
         lines.append(f"{lead}{r.algorithm:<{width}}  {format_ns(r.time_ns):>12}  "
-                     + (f"{alg:>7.2f} GB/s  {bus:>7.2f} GB/s" if alg is not None else f"{'-':>12}  {'-':>12}")
+                     + (f"{alg:>12.2f}  {bus:>12.2f}" if alg is not None else f"{'-':>12}  {'-':>12}")
                      + f"  {up.get(i, 0):>7.2f}x"
                      + ("" if micro else f"  {format_ns(r.metric('exposed_comm_ns_mean')):>12}"))
     return "\n".join(lines)
 
 
-def write_csv(path: str, rows: list[Row]) -> None:
+def write_csv(path: str, rows: list[Row], collective: str | None = None) -> None:
+    """The table as CSV: size_bytes is nccl-tests' size, rank_bytes what each rank's trace carries, bandwidths
+    in GB/s (10^9 B/s); formula-like cells made inert."""
     up = speedups(rows)
+    ranks = {r.metric("npus") for r in rows if r.ok}
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["algorithm", "size_bytes", "status", "time_ns", "finish_ns", "algbw_gbps", "busbw_gbps",
-                    "speedup", "exposed_comm_ns_mean", "error"])
+        w.writerow(["algorithm", "size_bytes", "rank_bytes", "status", "time_ns", "finish_ns", "algbw_gbps",
+                    "busbw_gbps", "speedup", "exposed_comm_ns_mean", "error"])
         for i, r in enumerate(rows):
-            w.writerow([r.algorithm, r.size_bytes, r.outcome["status"], r.time_ns if r.ok else None,
-                        r.metric("finish_ns"), r.metric("algbw_gbps"), r.metric("busbw_gbps"), up.get(i),
-                        r.metric("exposed_comm_ns_mean"), r.outcome["error"]])
+            per_rank = None if r.size_bytes is None or len(ranks) != 1 else \
+                rank_bytes(collective, r.size_bytes, next(iter(ranks)))
+            w.writerow(inert_row([r.algorithm, r.size_bytes, per_rank, r.outcome["status"],
+                                  r.time_ns if r.ok else None, r.metric("finish_ns"), r.metric("algbw_gbps"),
+                                  r.metric("busbw_gbps"), up.get(i), r.metric("exposed_comm_ns_mean"),
+                                  r.outcome["error"]]))
 
 
 def plot(path: str, rows: list[Row], title: str, metric: str) -> None:
@@ -208,7 +257,7 @@ def plot(path: str, rows: list[Row], title: str, metric: str) -> None:
     if rows[0].size_bytes is None:  # one workload: a bar per algorithm
         values = [r.time_ns / 1e6 if metric == "time" else r.metric("busbw_gbps") or 0 for r in ok]
         ax.barh([r.algorithm for r in ok], values, color="#4477aa")
-        ax.set_xlabel("end-to-end time (ms)" if metric == "time" else "bus bandwidth (GB/s)")
+        ax.set_xlabel("end-to-end time (ms)" if metric == "time" else "bus bandwidth (GB/s, GB = 10^9 B)")
         ax.invert_yaxis()
     else:
         for algorithm in dict.fromkeys(r.algorithm for r in ok):
@@ -222,7 +271,7 @@ def plot(path: str, rows: list[Row], title: str, metric: str) -> None:
         if metric == "time":
             ax.set_yscale("log")
         ax.set_xlabel("message size")
-        ax.set_ylabel("time (µs)" if metric == "time" else "bus bandwidth (GB/s)")
+        ax.set_ylabel("time (µs)" if metric == "time" else "bus bandwidth (GB/s, GB = 10^9 B)")
         ax.legend(title="algorithm")
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)

@@ -1,43 +1,56 @@
-"""CSV exports of a result: per-rank times, per-rank collective statistics, per-link usage."""
+"""CSV exports of a result: per-rank times, per-rank collective statistics, per-link usage, messages.
+
+Cells a spreadsheet would run as a formula are made inert (they start with ').
+"""
 
 from __future__ import annotations
 
 import csv
-from dataclasses import asdict, fields
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import fields
 from typing import Any
 
 from simulator.breakdown import summarize_collectives
 from simulator.results import RankStats, SimulationResult
+from workload.files import inert_row
+
+LINK_COLUMNS = ("link", "bytes", "messages", "busy_ns", "utilization", "max_queue")
 
 
-def write_csvs(prefix: str, result: SimulationResult, workloads: list[Any], backend: Any = None) -> list[str]:
-    """Write PREFIX.ranks.csv, PREFIX.collectives.csv, (when there are links) PREFIX.links.csv and (packet
-    backend) PREFIX.messages.csv: every message's source, destination, bytes, start and end."""
-    paths = [f"{prefix}.ranks.csv", f"{prefix}.collectives.csv"]
-    with open(paths[0], "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, [x.name for x in fields(RankStats)])
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in result.ranks)
-    with open(paths[1], "w", newline="", encoding="utf-8") as f:
+def _note(message: str) -> None:
+    print(f"astrasim-py: note: {message}", file=sys.stderr)
+
+
+def _write(path: str, header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
-        writer.writerow(["rank", "collective", "count", "bytes", "time_ns", "algbw_gbps", "busbw_gbps"])
-        for w in workloads:
-            for c in summarize_collectives([w.collective_log]):
-                writer.writerow([w.rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank,
-                                 round(c.algbw_gbps, 4), round(c.busbw_gbps, 4)])
-    if result.links:
+        writer.writerow(inert_row(header))
+        writer.writerows(inert_row(row) for row in rows)
+
+
+def write_csvs(prefix: str, result: SimulationResult, workloads: list[Any], backend: Any = None,
+               note: Callable[[str], None] = _note) -> list[str]:
+    """Write PREFIX.ranks.csv, PREFIX.collectives.csv, PREFIX.links.csv (backends with a link model:
+    analytical-aware, packet; otherwise ``note`` says why there is none) and, on the packet backend,
+    PREFIX.messages.csv: every message's source, destination, bytes, start and end. Returns the paths."""
+    paths = [f"{prefix}.ranks.csv", f"{prefix}.collectives.csv"]
+    names = [x.name for x in fields(RankStats)]
+    _write(paths[0], names, ([getattr(r, n) for n in names] for r in result.ranks))
+    _write(paths[1], ["rank", "collective", "count", "bytes", "time_ns", "algbw_gbps", "busbw_gbps"],
+           ([w.rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_gbps, 4),
+             round(c.busbw_gbps, 4)] for w in workloads for c in summarize_collectives([w.collective_log])))
+    if result.links or getattr(backend, "links", None) is not None:
+        columns = list(result.links[0]) if result.links else list(LINK_COLUMNS)
         paths.append(f"{prefix}.links.csv")
-        with open(paths[2], "w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, list(result.links[0]))
-            writer.writeheader()
-            writer.writerows(result.links)
+        _write(paths[-1], columns, ([row.get(c) for c in columns] for row in result.links))
+    else:
+        note(f"{prefix}.links.csv not written: the {result.backend} network has no link model (per-link usage "
+             "needs --backend analytical-aware or packet)")
     log = getattr(backend, "log", None)
     if log is not None:
         paths.append(f"{prefix}.messages.csv")
-        with open(paths[-1], "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["src", "dst", "bytes", "start_ns", "end_ns", "latency_ns"])
-            for src, dst, size, start, end in zip(log["src"], log["dst"], log["size"], log["start_ns"], log["end_ns"],
-                                                  strict=True):
-                writer.writerow([src, dst, size, start, end, end - start])
+        _write(paths[-1], ["src", "dst", "bytes", "start_ns", "end_ns", "latency_ns"],
+               ([src, dst, size, start, end, end - start] for src, dst, size, start, end
+                in zip(log["src"], log["dst"], log["size"], log["start_ns"], log["end_ns"], strict=True)))
     return paths

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -11,7 +12,8 @@ from typing import Any
 
 from simulator.sweep.store import ResultStore
 from simulator.sweep.worker import METRICS
-from workload.errors import InputError
+from workload.errors import ConfigError, InputError, shown
+from workload.files import contained_path, parse_yaml
 from workload.optional import pyplot
 
 PROG = "astrasim-py plot"
@@ -20,28 +22,53 @@ _NOT_SETTINGS = {"key", "idx", "status", "error", "warnings", "version", *METRIC
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Chart a sweep's results: one line per --hue value.")
-    p.add_argument("dir", help="the sweep's results folder (--out of astrasim-py sweep)")
+    p.add_argument("dir", help="the sweep's results folder (--out of astrasim-py sweep; read only)")
     p.add_argument("--x", required=True, metavar="SETTING", help="swept setting on the x axis")
     p.add_argument("--y", default="finish_ns", metavar="METRIC", help="metric on the y axis (default finish_ns)")
     p.add_argument("--hue", metavar="SETTING", help="swept setting that tells lines apart")
     p.add_argument("--where", action="append", default=[], metavar="SETTING=VALUE",
-                   help="keep only points with this value (repeatable)")
+                   help="keep only points with this value (repeatable); a list value as written in the sweep or "
+                        "plainly: system.all-reduce-implementation=ring,direct or =[ring, direct]")
     p.add_argument("--out", metavar="FILE.png", help="image to write (default DIR/<y>_by_<x>.png)")
     p.add_argument("--logx", action="store_true", help="logarithmic x axis")
     p.add_argument("--logy", action="store_true", help="logarithmic y axis")
     return p
 
 
-def _value(text: str) -> Any:
-    """A --where value as stored: a number if it reads as one, JSON for lists, else the text."""
+def _spellings(text: str) -> list[Any]:
+    """What a --where value may mean: the text, a number or list as YAML/JSON reads it, a comma-separated list."""
+    values: list[Any] = [text]
+    with contextlib.suppress(ValueError):
+        values.append(json.loads(text))
+    with contextlib.suppress(ConfigError):
+        values.append(parse_yaml(text, "--where"))
+    if "," in text and not text.lstrip().startswith(("[", "{")):
+        values.append([_scalar(item.strip()) for item in text.split(",")])
+    return values
+
+
+def _scalar(text: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        value = json.loads(text)
+    except ValueError:
         return text
+    return value if isinstance(value, (int, float)) else text
 
 
-def _stored(value: Any) -> Any:
-    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
+def _parsed(cell: Any) -> Any:
+    """A stored setting as its value (lists and mappings are stored as JSON)."""
+    if isinstance(cell, str) and cell[:1] in "[{":
+        try:
+            return json.loads(cell)
+        except ValueError:
+            return cell
+    return cell
+
+
+def _matches(cell: Any, wanted: list[Any]) -> bool:
+    """Whether a stored setting is one of the spellings (booleans are stored as 0/1, and match true/false)."""
+    value = _parsed(cell)
+    return str(cell) == wanted[0] or any(value == w for w in wanted)
 
 
 def select(store: ResultStore, x: str, y: str, hue: str | None, where: list[str]
@@ -58,14 +85,22 @@ def select(store: ResultStore, x: str, y: str, hue: str | None, where: list[str]
     if y not in numeric:
         raise InputError(f"--y {y!r} is not a metric; valid: {', '.join(numeric)}")
     col = {n: i for i, n in enumerate(names)}
-    for clause in where:
+    if not rows:
+        raise InputError(f"{store.path}: no successful points")
+    for k, clause in enumerate(where):
         name, sep, text = clause.partition("=")
         if not sep or name not in settings:
-            raise InputError(f"--where {clause!r}: expected SETTING=VALUE with SETTING one of {', '.join(settings)}")
-        want = _stored(_value(text))
-        rows = [r for r in rows if r[col[name]] == want or str(r[col[name]]) == text]
-    if not rows:
-        raise InputError(f"{store.path}: no successful points" + (" match --where" if where else ""))
+            raise InputError(f"--where {shown(clause)}: expected SETTING=VALUE with SETTING one of "
+                             f"{', '.join(settings)}")
+        wanted = _spellings(text)
+        kept = [r for r in rows if _matches(r[col[name]], wanted)]
+        if not kept:
+            values = list(dict.fromkeys(r[col[name]] for r in rows))
+            listed = ", ".join(shown(_parsed(v), 60) for v in values[:20]) + (" ..." if len(values) > 20 else "")
+            within = " (among the points the --where before it keeps)" if k else ""
+            raise InputError(f"--where {shown(clause)}: no successful point has {name} = {shown(text, 60)}; its "
+                             f"values{within}: {listed}")
+        rows = kept
     fixed = {x, hue} | {c.partition("=")[0] for c in where}
     varying = [s for s in settings if s not in fixed and len({r[col[s]] for r in rows}) > 1]
     seen: dict[tuple[Any, Any], int] = {}
@@ -133,7 +168,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         lines = select(store, args.x, args.y, args.hue, args.where)
     finally:
         store.close()
-    out = args.out or os.path.join(args.dir, f"{args.y}_by_{args.x}.png".replace("/", "_"))
+    out = args.out or contained_path(args.dir, f"{args.y}_by_{args.x}.png".replace("/", "_"), "chart name")
     title = os.path.basename(os.path.normpath(args.dir)) + ("" if not args.where else " (" + ", ".join(args.where)
                                                             + ")")
     draw(out, lines, args.x, args.y, args.hue, args.logx, args.logy, title)

@@ -6,15 +6,18 @@ Readable in any browser without a server or network access: no scripts, no exter
 from __future__ import annotations
 
 import html
-import json
+import math
 from typing import Any
 
 from simulator.results import format_bytes, format_ns
+from workload.errors import InputError
+from workload.files import parse_json, read_text, shown_path
 
 COLORS = {"compute": "#4e79a7", "exposed communication": "#e15759", "memory": "#edc948", "idle": "#bab0ac",
           "overlapped communication": "#f28e2b", "comm": "#e15759"}
 PARTS = (("compute", "compute_busy_ns"), ("exposed communication", "comm_exposed_ns"),
          ("memory", "memory_exposed_ns"), ("idle", "idle_ns"))
+MAX_RESULTS_BYTES = 256 << 20  # a results JSON of 100,000 ranks is a few tens of MiB
 
 
 def _esc(value: Any) -> str:
@@ -104,11 +107,22 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def compute_text(compute: dict[str, Any]) -> str:
+    """The compute model a run used, as the results' config records it."""
+    if compute.get("model") != "roofline":
+        return "durations recorded in the trace"
+    device = compute.get("device") or "the system configuration's figures"
+    return (f"roofline model: {device}, {compute.get('peak_tflops', 0):g} TFLOP/s peak, "
+            f"{compute.get('memory_bw_gbps', 0):g} GB/s memory (GB = 10^9 B)")
+
+
 def render(result: dict[str, Any], title: str = "astrasim-py report") -> str:
+    """The page of a results mapping already checked by ``check_shape``."""
     ranks, finish = result["ranks"], result["finish_ns"]
     cfg = result.get("config", {})
     net = cfg.get("network", {})
     system = cfg.get("system", {})
+    compute = cfg.get("compute")
     run = result.get("run", {})
     summary = [["end-to-end time", f"{format_ns(finish)} ({finish} ns)"], ["ranks", len(ranks)],
                ["network", " x ".join(f"{t}({n})" for t, n in zip(net.get("topology", []), net.get("npus_count", []),
@@ -116,6 +130,8 @@ def render(result: dict[str, Any], title: str = "astrasim-py report") -> str:
                ["backend", result.get("backend", "")], ["engine", run.get("engine", "")],
                ["workload", cfg.get("workload", "")], ["astrasim-py", result.get("version", "")],
                ["simulation wall time", f"{run.get('wall_time_s', 0)} s"]]
+    if compute:
+        summary.insert(4, ["compute", compute_text(compute)])
     settings = [[k, v] for k, v in system.items() if k not in ("path", "defaults_used") and v not in (None, {}, ())]
     sections = [f"<h1>{_esc(title)}</h1>", _table(["", ""], summary),
                 "<h2>Where the time went</h2>",
@@ -143,7 +159,10 @@ def render(result: dict[str, Any], title: str = "astrasim-py report") -> str:
         sections += ["<h2>Timeline overview</h2>",
                      "<p>Darker cells: a larger share of the time slice spent computing (top strip) or "
                      "communicating (bottom strip).</p>", activity_chart(result["activity"], finish)]
-    sections += ["<h2>Configuration</h2>", _table(["system setting", "value"], settings),
+    sections += ["<h2>Configuration</h2>"]
+    if compute:
+        sections.append(_table(["compute setting (as run)", "value"], [[k, v] for k, v in compute.items()]))
+    sections += [_table(["system setting", "value"], settings),
                  _table(["network setting", "value"], [[k, v] for k, v in net.items()])]
     style = ("body{font-family:system-ui,sans-serif;margin:24px;max-width:960px;color:#222}"
              "table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px 8px;"
@@ -153,15 +172,81 @@ def render(result: dict[str, Any], title: str = "astrasim-py report") -> str:
             + "</body></html>\n")
 
 
-def write_report(results_path: str, html_path: str) -> None:
-    from workload.errors import InputError
+class _Shape(Exception):
+    """Where a results mapping differs from what astrasim-py writes."""
 
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Shape(f"{where} is not a mapping")
+    return value
+
+
+def _records(value: Any, where: str, numbers: tuple[str, ...], texts: tuple[str, ...] = ()) -> list[Any]:
+    """A list of mappings, each with these number and text fields."""
+    if not isinstance(value, list):
+        raise _Shape(f"{where} is not a list")
+    for k, item in enumerate(value):
+        _mapping(item, f"{where}[{k}]")
+        for key in numbers:
+            if not _is_number(item.get(key)):
+                raise _Shape(f"{where}[{k}].{key} is not a number")
+        for key in texts:
+            if not isinstance(item.get(key), (str, int)):
+                raise _Shape(f"{where}[{k}].{key} is missing")
+    return value
+
+
+def _numbers(value: Any, where: str) -> None:
+    if not isinstance(value, list) or not all(_is_number(v) for v in value):
+        raise _Shape(f"{where} is not a list of numbers")
+
+
+def check_shape(result: Any) -> None:
+    """Raise _Shape unless ``result`` has every field the report draws, of the type it draws."""
+    result = _mapping(result, "the document")
+    if not _is_number(result.get("finish_ns")):
+        raise _Shape("finish_ns is not a number")
+    if not _records(result.get("ranks"), "ranks", ("rank", "finish_ns", *(key for _, key in PARTS))):
+        raise _Shape("ranks is empty")
+    _records(result.get("collectives", []), "collectives",
+             ("count_per_rank", "bytes_per_rank", "time_ns_per_rank", "algbw_gbps", "busbw_gbps"), ("kind",))
+    _records(result.get("links", []), "links", ("utilization", "bytes", "messages", "max_queue"), ("link",))
+    activity = _mapping(result.get("activity") or {}, "activity")
+    if activity:
+        bins = activity.get("bins")
+        if not (isinstance(bins, int) and not isinstance(bins, bool) and 0 < bins <= 100_000):
+            raise _Shape("activity.bins is not a count of time slices")
+        rows = _records(activity.get("ranks", []), "activity.ranks", ("rank",)) or [
+            _mapping(activity.get("mean"), "activity.mean")]
+        for k, row in enumerate(rows):
+            for name in ("compute", "comm"):
+                _numbers(row.get(name), f"activity row {k}.{name}")
+    cfg = _mapping(result.get("config", {}), "config")
+    net = _mapping(cfg.get("network", {}), "config.network")
+    for key in ("topology", "npus_count"):
+        if not isinstance(net.get(key, []), list):
+            raise _Shape(f"config.network.{key} is not a list")
+    _mapping(cfg.get("system", {}), "config.system")
+    compute = _mapping(cfg.get("compute") or {}, "config.compute")
+    for key in ("peak_tflops", "memory_bw_gbps"):
+        if compute.get(key) is not None and not _is_number(compute[key]):
+            raise _Shape(f"config.compute.{key} is not a number")
+    _mapping(result.get("run", {}), "run")
+
+
+def write_report(results_path: str, html_path: str) -> None:
+    """Read a results JSON (from --json) and write its page; a file of another shape is a one-line error."""
+    where = shown_path(results_path)
+    result = parse_json(read_text(results_path, "results JSON", MAX_RESULTS_BYTES), where)
     try:
-        with open(results_path, encoding="utf-8") as f:
-            result = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"{results_path}: cannot read results JSON ({e})") from None
-    if not isinstance(result, dict) or "ranks" not in result or "finish_ns" not in result:
-        raise InputError(f"{results_path}: not an astrasim-py results file (write one with --json)")
+        check_shape(result)
+    except _Shape as e:
+        raise InputError(f"{where}: not an astrasim-py results file: {e} (write one with astrasim-py ... --json "
+                         "FILE)") from None
     with open(html_path, "w", encoding="utf-8") as f:
         f.write(render(result))
