@@ -67,17 +67,22 @@ def run_point(run: dict[str, Any] | None, root: str, sources: dict[str, str], er
         except WallTimeExceeded as e:
             outcome["error"] = str(e)
         except MemoryError:
-            outcome["error"] = "out of memory" + (
-                f" (a worker may use {_memory_limit_bytes / 2**30:.3g} GiB: --worker-memory)"
-                if _memory_limit_bytes else "")
+            outcome["error"] = "out of memory" + (f" ({_limit_note()})" if _memory_limit_bytes else "")
         except Exception as e:  # a bug in astrasim-py: keep the sweep going, and keep the evidence
             frame = traceback.extract_tb(e.__traceback__)[-1]
             outcome["error"] = (f"internal error: {type(e).__name__}: {e} (at {os.path.basename(frame.filename)}:"
-                                f"{frame.lineno}); please report it")
+                                f"{frame.lineno}); " + (
+                                    # C extensions (protobuf) fail in their own ways when an allocation is refused
+                                    f"{_limit_note()}, most likely the cause" if _memory_limit_bytes
+                                    else "please report it"))
     outcome["warnings"] = "\n".join(dict.fromkeys(notes)) or None
     outcome["wall_time_s"] = time.perf_counter() - started
     outcome["worker"] = f"{socket.gethostname()}:{os.getpid()}"
     return outcome
+
+
+def _limit_note() -> str:
+    return f"a worker may use {(_memory_limit_bytes or 0) / 2**30:.3g} GiB of memory (--worker-memory)"
 
 
 def _simulate(run: dict[str, Any], root: str, sources: dict[str, str], warn: Any) -> SimulationResult:
