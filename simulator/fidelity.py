@@ -1,5 +1,9 @@
 """How closely a synthetic workload matches its original: node-type mix, value distributions (two-sample
 Kolmogorov-Smirnov distance and quantiles), graph shape, and the iteration time both simulate to on one system.
+
+An iteration time is only a fair comparison when the simulator could time the compute: GPU compute nodes with
+no recorded duration (and no device to time them by) take about 0 ns. The report then says so, compares the
+iteration times as communication only, and passes no overall verdict.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from network.config import NetworkConfig
 from simulator.api import simulate
 from simulator.results import format_ns
 from workload.graph import TraceGraph
+from workload.schema import NodeType
 from workload.synthesis.stats import TraceStats, ks_distance, trace_stats
 from workload.traceset import TraceLoader, resolve_workload
 
@@ -44,6 +49,7 @@ class FidelityReport:
     synthetic_ns: int | None = None
     expected_ratio: float = 1.0
     resolution: float = KS_RESOLUTION
+    untimed_compute: int = 0  # GPU compute nodes of the two simulations that no model could time
 
     @property
     def time_error(self) -> float | None:
@@ -53,19 +59,32 @@ class FidelityReport:
         return self.synthetic_ns / (self.original_ns * self.expected_ratio) - 1.0
 
     @property
+    def compute_timed(self) -> bool:
+        return not self.untimed_compute
+
+    @property
     def ok(self) -> bool:
-        return all(m.ok is not False for m in self.metrics)
+        """Every metric within its tolerance, and the iteration times comparable (compute timed)."""
+        return self.compute_timed and all(m.ok is not False for m in self.metrics)
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "expected_ratio": self.expected_ratio, "ks_resolution": self.resolution,
+        return {"ok": self.ok, "compute_timed": self.compute_timed, "untimed_compute_nodes": self.untimed_compute,
+                "expected_ratio": self.expected_ratio, "ks_resolution": self.resolution,
                 "original_ns": self.original_ns,
                 "synthetic_ns": self.synthetic_ns, "time_error": self.time_error,
                 "metrics": [asdict(m) for m in self.metrics]}
 
+    def verdict(self) -> str:
+        if not self.compute_timed:
+            return (f"not judged: {self.untimed_compute:,} GPU compute node(s) could not be timed (no recorded "
+                    "duration and no device), so the iteration times compare communication only; simulate with "
+                    "--device NAME (e.g. --device H100)")
+        return "within tolerance" if self.ok else "OUTSIDE tolerance"
+
     def format_text(self) -> str:
         rows = [("metric", "original", "synthetic", "difference", "")]
         for m in self.metrics:
-            if m.name == "iteration time":
+            if m.name.startswith("iteration time"):
                 orig, synth = format_ns(int(m.original)), format_ns(int(m.synthetic))
             else:
                 orig, synth = _number(m.original), _number(m.synthetic)
@@ -78,7 +97,7 @@ class FidelityReport:
                  for r in rows]
         lines.insert(1, "-" * len(lines[0]))
         lines.append(f"KS: Kolmogorov-Smirnov distance, values within {self.resolution:.1%} counted as equal")
-        lines.append(f"overall: {'within tolerance' if self.ok else 'OUTSIDE tolerance'}")
+        lines.append(f"overall: {self.verdict()}")
         return "\n".join(lines)
 
 
@@ -120,27 +139,48 @@ def compare_workloads(original: str | os.PathLike[str], synthetic: str | os.Path
                       expected_ratio: float = 1.0, num_ranks: int | None = None, resolution: float = KS_RESOLUTION,
                       warn: Callable[[str], None] | None = None, **options: Any) -> FidelityReport:
     """Compare two workloads (prefixes, folders or files); with a network, also simulate both on it (the original
-    with ``comm_groups``, the synthetic one with the groups its traces declare)."""
-    report = compare_stats(_stats(original, num_ranks, warn), _stats(synthetic, num_ranks, warn), expected_ratio,
-                           resolution)
+    with ``comm_groups``, the synthetic one with the groups its traces declare). ``options`` are the simulator's
+    RunOptions (``backend``, ``device``, ...)."""
+    graphs_o, graphs_s = _graphs(original, num_ranks, warn), _graphs(synthetic, num_ranks, warn)
+    report = compare_stats(trace_stats(graphs_o), trace_stats(graphs_s), expected_ratio, resolution)
     if network is not None:
         o = simulate(original, network, system, comm_groups=comm_groups, warn=warn, **options)
         s = simulate(synthetic, network, system, warn=warn, **options)
         report.original_ns, report.synthetic_ns = o.finish_ns, s.finish_ns
+        report.untimed_compute = untimed_compute(graphs_o, o.config) + untimed_compute(graphs_s, s.config)
         error = report.time_error
         assert error is not None
-        report.metrics.append(Metric("iteration time", o.finish_ns, s.finish_ns, error, "relative",
-                                     abs(error) <= TIME_TOLERANCE))
+        timed = report.compute_timed
+        report.metrics.append(Metric("iteration time" if timed else "iteration time (communication only)",
+                                     o.finish_ns, s.finish_ns, error, "relative",
+                                     abs(error) <= TIME_TOLERANCE if timed else None))
     return report
 
 
-def _stats(workload: str | os.PathLike[str], num_ranks: int | None, warn: Callable[[str], None] | None
-           ) -> TraceStats:
+def untimed_compute(graphs: Sequence[TraceGraph], config: dict[str, Any]) -> int:
+    """GPU compute nodes a run with this configuration (its compute model) cannot time, over the distinct traces:
+    without a roofline model those with no recorded duration, with one those with FLOPs but no bytes."""
+    roofline = (config.get("compute") or {}).get("model") == "roofline"
+    count = 0
+    for graph in {id(g): g for g in graphs}.values():
+        n = graph.num_nodes
+        cpu, _ = graph.attrs.integers("is_cpu_op", n, strict=False)
+        gpu = (graph.types == NodeType.COMP_NODE) & (cpu == 0)
+        if roofline:
+            ops, _ = graph.attrs.integers("num_ops", n, strict=False)
+            size, _ = graph.attrs.integers("tensor_size", n, strict=False)
+            count += int(np.count_nonzero(gpu & (ops > 0) & (size == 0)))
+        else:
+            count += int(np.count_nonzero(gpu & (graph.duration_micros == 0)))
+    return count
+
+
+def _graphs(workload: str | os.PathLike[str], num_ranks: int | None, warn: Callable[[str], None] | None
+            ) -> list[TraceGraph]:
     traces = resolve_workload(os.fspath(workload))
     loader = TraceLoader(warn=warn)
     count = traces.num_ranks or num_ranks or 1
-    graphs: list[TraceGraph] = [loader.load(traces.file_for(r), r) for r in range(count)]
-    return trace_stats(graphs)
+    return loader.load_set(traces, count)
 
 
 def _distribution(report: FidelityReport, name: str, o: Sequence[int], s: Sequence[int]) -> None:

@@ -195,13 +195,15 @@ def output_limits(args: argparse.Namespace) -> tuple[int, int]:
     return max_files, max_bytes
 
 
-def check_output(what: str, files: int, estimated_bytes: int, limits: tuple[int, int]) -> None:
-    """Refuse with a one-line estimate, before writing, output beyond ``limits`` (max files, max bytes)."""
+def check_output(what: str, files: int, estimated_bytes: int | None, limits: tuple[int, int]) -> None:
+    """Refuse, with a one-line estimate and before writing, output beyond ``limits`` (max files, max bytes);
+    ``estimated_bytes`` None checks the file count alone."""
     max_files, max_bytes = limits
+    about = f" (about {format_bytes(estimated_bytes)})" if estimated_bytes is not None else ""
     if files > max_files:
-        raise LimitError(f"{what} would write {files:,} files (about {format_bytes(estimated_bytes)}); the limit is "
-                         f"{max_files:,} files: raise it with --max-files N if you mean it")
-    if estimated_bytes > max_bytes:
+        raise LimitError(f"{what} would write {files:,} files{about}; the limit is {max_files:,} files: raise it "
+                         "with --max-files N if you mean it")
+    if estimated_bytes is not None and estimated_bytes > max_bytes:
         raise LimitError(f"{what} would write about {format_bytes(estimated_bytes)} in {files:,} file(s); the limit "
                          f"is {format_bytes(max_bytes)}: raise it with --max-bytes SIZE if you mean it")
 

@@ -18,9 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from workload.convert.text_build import Clock
-from workload.errors import InputError
+from workload.errors import InputError, printable
 from workload.graph import TraceGraph
 from workload.groups import load_comm_groups, metadata_groups, process_groups_node
+from workload.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, add_output_limits, check_output, output_limits
+from workload.protoscan import PADDING
 from workload.rescale_plan import Tiling, classify, peer_offsets, size_factor
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, resolve_workload
@@ -45,12 +47,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--comm-groups", metavar="FILE.json",
                         help="the input's communicator groups, when they are not in the traces; the rescaled "
                              "groups are written to PREFIX.comm_groups.json")
+    add_output_limits(parser)
 
 
 def main(args: argparse.Namespace, warn: Warn) -> None:
     for path in rescale(args.workload, args.output, args.npus, strong=args.strong_scaling, strict=args.strict,
-                        comm_groups=args.comm_groups, warn=warn):
-        print(path)
+                        comm_groups=args.comm_groups, warn=warn, limits=output_limits(args)):
+        print(printable(path))
 
 
 class _Report:
@@ -79,11 +82,15 @@ class _Groups:
 
 
 def rescale(source: str, prefix: str, npus: int, *, strong: bool = False, strict: bool = False,
-            comm_groups: str | None = None, warn: Warn | None = None) -> list[str]:
-    """Write ``<prefix>.<r>.et`` for ``npus`` ranks; returns the prefix (and the comm-group file written)."""
+            comm_groups: str | None = None, warn: Warn | None = None,
+            limits: tuple[int, int] = (DEFAULT_MAX_FILES, DEFAULT_MAX_BYTES)) -> list[str]:
+    """Write ``<prefix>.<r>.et`` for ``npus`` ranks; returns the prefix (and the comm-group file written).
+    ``limits`` (max files, max bytes) bound the output, estimated before anything is written."""
     warn = warn or (lambda message: None)
     if npus < 1:
         raise InputError(f"--npus must be at least 1 (got {npus})")
+    what = f"trace rescale to {npus:,} ranks"
+    check_output(what, npus, None, limits)
     traces = resolve_workload(source)
     if traces.shared:
         raise InputError(f"{source} is one file run by every rank; rescaling needs the per-rank traces "
@@ -91,6 +98,8 @@ def rescale(source: str, prefix: str, npus: int, *, strong: bool = False, strict
     loader = TraceLoader(warn=warn)
     graphs = [loader.load(traces.file_for(r), r) for r in range(traces.num_ranks or 0)]
     old = len(graphs)
+    sizes = [len(g.buf) - PADDING for g in graphs]  # an output rank is about as large as its input rank
+    check_output(what, npus, (npus // old) * sum(sizes) + sum(sizes[: npus % old]), limits)
     declared = _input_groups(graphs, comm_groups, old)
     tilings = {pg: classify(members, old) for pg, members in declared.items()}
     offsets = peer_offsets(graphs)

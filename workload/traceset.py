@@ -171,17 +171,18 @@ class TraceLoader:
         """One graph per rank (the same object for ranks with identical files; a shared file is read once)."""
         traces.check_ranks(num_ranks)
         first = self.load(traces.file_for(0), 0) if num_ranks else None
-        check_rank_count(num_ranks, first.num_nodes if first is not None else 0, traces.source)
+        check_rank_count(num_ranks, first.num_nodes if first is not None else 0,
+                         f"workload {shown_path(traces.source)}")
         if traces.shared:
             return [first] * num_ranks  # type: ignore[list-item]
         return [first] + [self.load(traces.file_for(r), r) for r in range(1, num_ranks)]  # type: ignore[list-item]
 
 
-def check_rank_count(num_ranks: int, nodes_per_rank: int, source: str) -> None:
-    """Refuse, with an estimate of the memory it needs, a run over more ranks than the limit."""
+def check_rank_count(num_ranks: int, nodes_per_rank: int, what: str) -> None:
+    """Refuse, with an estimate of the memory it needs, work over more ranks than the limit; ``what`` names the
+    work in the message (e.g. "workload dir/trace")."""
     limit = env_limit(MAX_RANKS_ENV, DEFAULT_MAX_RANKS)
     if num_ranks > limit:
         need = num_ranks * (_MIN_RANK_STATE_BYTES + _NODE_STATE_BYTES * nodes_per_rank)
-        raise LimitError(f"workload {shown_path(source)} on {num_ranks:,} ranks: the per-rank state alone needs at "
-                         f"least {format_bytes(need)}; the limit is {limit:,} ranks (set {MAX_RANKS_ENV}=N to "
-                         "raise it)")
+        raise LimitError(f"{what} on {num_ranks:,} ranks: the per-rank state alone needs at least "
+                         f"{format_bytes(need)}; the limit is {limit:,} ranks (set {MAX_RANKS_ENV}=N to raise it)")

@@ -407,8 +407,8 @@ def test_bad_inputs_give_one_line_errors(tmp_path: Path) -> None:
     (tmp_path / "text.json").write_text("not json")
     out = str(tmp_path / "o")
     cases = [
-        (["--from-profile", str(tmp_path / "missing.json"), "-o", out], "cannot read"),
-        (["--from-profile", str(tmp_path / "text.json"), "-o", out], "not JSON"),
+        (["--from-profile", str(tmp_path / "missing.json"), "-o", out], "profile file not found"),
+        (["--from-profile", str(tmp_path / "text.json"), "-o", out], "not valid JSON"),
         (["--from-profile", str(tmp_path / "bad.json"), "-o", out], "layout must be an object"),
         ([str(original), "-o", out, "--npus", "5"], "use a multiple of 4"),
         ([str(original), "-o", out, "--compare"], "--compare needs --network"),

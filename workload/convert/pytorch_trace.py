@@ -14,13 +14,14 @@ on host nodes and device nodes with a ``cat`` such as ``kernel``.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from workload.errors import InputError
+from workload.files import shown_path
+from workload.limits import DEFAULT_MAX_TRACE_BYTES, MAX_TRACE_BYTES_ENV, env_limit, read_capped
 
 SUPPORTED_SCHEMAS = ((1, 0, 2), (1, 1, 1))
 THREAD_ROOT = "[pytorch|profiler|execution_trace|thread]"
@@ -61,13 +62,16 @@ class Argument:
 
 
 def _collect_tensors(value: Any, found: list[Tensor]) -> None:
-    if type(value) is list:
+    stack = [value]  # depth-first without recursion: argument lists may nest arbitrarily deep
+    while stack:
+        value = stack.pop()
+        if type(value) is not list:
+            continue
         if len(value) == 6 and type(value[5]) is str and \
                 type(value[0]) is type(value[1]) is type(value[2]) is type(value[3]) is type(value[4]) is int:
             found.append(Tensor(value[0], value[1], value[2], value[3], value[4]))
-            return
-        for item in value:
-            _collect_tensors(item, found)
+        else:
+            stack.extend(reversed(value))
 
 
 @dataclass(slots=True, eq=False)
@@ -132,24 +136,19 @@ class HostTrace:
 
 
 def read_json(path: str, what: str) -> Any:
-    """Parse a plain or gzip-compressed JSON file; one-line InputError naming the file otherwise."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the {what}: {e.strerror or e}") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise InputError(f"{path}: a broken gzip file ({e})") from None
+    """Parse a plain or gzip-compressed JSON file (a regular file, at most the trace size limit once
+    decompressed); one-line InputError naming the file otherwise."""
+    limit = env_limit(MAX_TRACE_BYTES_ENV, DEFAULT_MAX_TRACE_BYTES)
+    data = read_capped(path, what, limit, f"set {MAX_TRACE_BYTES_ENV}=SIZE (e.g. 8GiB) to allow larger traces")
     try:
         return json.loads(data)
     except UnicodeDecodeError:
-        raise InputError(f"{path}: not JSON (binary data): expected a {what}") from None
+        raise InputError(f"{shown_path(path)}: not JSON (binary data): expected a {what}") from None
     except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not JSON (line {e.lineno}, column {e.colno}: {e.msg}): expected a "
+        raise InputError(f"{shown_path(path)}: not JSON (line {e.lineno}, column {e.colno}: {e.msg}): expected a "
                          f"{what}") from None
+    except RecursionError:
+        raise InputError(f"{shown_path(path)}: JSON nested too deeply to be a {what}") from None
 
 
 def schema_version(schema: Any) -> tuple[int, int, int] | None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 from workload.convert.text_build import PHASE_GROUPS, Plan, build_rank
 from workload.convert.text_format import (
@@ -27,8 +28,16 @@ from workload.convert.text_format import (
     unknown_parameters,
 )
 from workload.convert.text_layout import GroupTable, make_layout
-from workload.errors import InputError
-from workload.writer import write_trace
+from workload.errors import InputError, printable
+from workload.limits import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_FILES,
+    add_output_limits,
+    check_output,
+    output_limits,
+    require_int,
+)
+from workload.writer import serialize, write_trace
 
 Warn = Callable[[str], None]
 CONVERTED_VERSION = "1.0.0"
@@ -64,24 +73,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "(use 1 for AICB/SimAI files, whose layer list already holds every micro-batch)")
     parser.add_argument("--time-unit", choices=("ns", "us"), default="ns",
                         help="unit of the file's compute times: ns = ASTRA-sim 1.0 cycles (default) or us")
+    add_output_limits(parser)
 
 
 def main(args: argparse.Namespace, warn: Warn) -> None:
     convert(args.input, args.output, args.num_npus, args.num_passes, model_parallel_npus=args.model_parallel_npus,
-            ga=args.ga, time_unit=args.time_unit, warn=warn)
-    print(args.output)
+            ga=args.ga, time_unit=args.time_unit, warn=warn, limits=output_limits(args))
+    print(printable(args.output))
 
 
 def convert(path: str, prefix: str, num_npus: int, num_passes: int = 1, *, model_parallel_npus: int | None = None,
-            ga: int | None = None, time_unit: str = "ns", warn: Warn | None = None) -> list[str]:
-    """Convert the text workload at ``path`` and write ``<prefix>.<rank>.et``; returns the paths."""
+            ga: int | None = None, time_unit: str = "ns", warn: Warn | None = None,
+            limits: tuple[int, int] = (DEFAULT_MAX_FILES, DEFAULT_MAX_BYTES)) -> list[str]:
+    """Convert the text workload at ``path`` and write ``<prefix>.<rank>.et``; returns the paths. ``limits``
+    (max files, max bytes) bound the output, estimated before anything is written."""
     warn = warn or (lambda message: None)
-    if num_npus < 1:
-        raise InputError(f"--num-npus must be at least 1 (got {num_npus})")
-    if num_passes < 1:
-        raise InputError(f"--num-passes must be at least 1 (got {num_passes})")
+    require_int("--num-npus", num_npus, 1)
+    require_int("--num-passes", num_passes, 1)
+    what = f"trace convert text for {num_npus:,} NPUs"
+    check_output(what, num_npus, None, limits)
     workload = read_text_workload(path, 1000.0 if time_unit == "us" else 1.0)
     plan = make_plan(workload, num_npus, num_passes, model_parallel_npus, ga, warn)
+    check_output(what, num_npus, _estimated_bytes(plan), limits)
     directory = os.path.dirname(prefix)
     if directory:
         os.makedirs(directory, exist_ok=True)
@@ -101,6 +114,17 @@ def convert(path: str, prefix: str, num_npus: int, num_passes: int = 1, *, model
         warn(f"{path}: compute times are rounded to whole µs with the remainder carried to the next compute, so "
              f"each rank's total stays within 0.5 µs; single nodes move by up to {max_shift_ns:.0f} ns")
     return paths
+
+
+def _estimated_bytes(plan: Plan) -> int:
+    """The output's size from one pass of the ranks of each distinct group layout position (rank 0, and the
+    last rank, which differ in the pipeline); every pass emits the same nodes."""
+    one = replace(plan, passes=1)
+    sizes = []
+    for rank in sorted({0, plan.layout.npus - 1}):
+        nodes = build_rank(one, rank, GroupTable(plan.layout.npus)).finished_nodes()
+        sizes.append(sum(len(serialize(n)) + 4 for n in nodes))
+    return max(sizes) * plan.passes * plan.layout.npus
 
 
 def make_plan(wl: TextWorkload, npus: int, passes: int, model_parallel_npus: int | None = None,

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from workload.errors import InputError
+from workload.files import read_text
 from workload.schema import CollectiveType
 
 Warn = Callable[[str], None]
@@ -108,13 +109,7 @@ class TextWorkload:
 
 def read_text_workload(path: str, time_scale_ns: float = 1.0) -> TextWorkload:
     """Parse an ASTRA-sim 1.0 text workload; compute and update times are multiplied by ``time_scale_ns``."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise InputError(f"cannot read text workload {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not a text file (an ASTRA-sim 1.0 workload is plain text)") from None
+    lines = read_text(path, "text workload").splitlines()
     numbered = [(n, text) for n, text in enumerate(lines, 1) if text.strip()]
     if not numbered:
         raise InputError(f"{path}: the file is empty (expected a parallelism keyword such as DATA on line 1)")

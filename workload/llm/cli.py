@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
-from workload.errors import InputError
-from workload.files import read_yaml
+from workload.errors import InputError, printable
+from workload.files import contained_path, read_yaml
+from workload.limits import add_output_limits, check_output, output_limits
 from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
 from workload.llm.plan import DIMENSIONS, ParallelPlan, RankMap, batch_split
 from workload.llm.presets import PRESETS, preset
+from workload.traceset import check_rank_count
 
 # flag -> ModelConfig field (every field can be given or overridden on the command line)
 MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads": "num_heads",
@@ -63,6 +64,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                     "(A100, H100, ...); default: durations 0, simulate with --device")
     o.add_argument("--summary", action="store_true",
                    help="print parameters, FLOPs, bytes per communicator group kind and node counts")
+    add_output_limits(o)
 
 
 def _model(args: argparse.Namespace) -> ModelConfig:
@@ -133,24 +135,55 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
         return
     if not args.output and not args.summary:
         raise InputError("give --output FOLDER (or --summary to only print the summary)")
+    limits = output_limits(args)
     model = _model(args)
     plan = plan_from_args(args)
     plan.validate(model)
+    prefix = contained_path(args.output, args.model_name or model.name, "--name") if args.output else None
+    what = f"trace generate llm ({model.name}, dp={plan.dp} tp={plan.tp} pp={plan.pp})"
+    if prefix:
+        check_output(what, plan.world_size, None, limits)  # the file count first: it costs nothing
+        check_output(what, plan.world_size, estimated_bytes(model, plan), limits)
+    else:
+        check_rank_count(plan.world_size, 0, what)
     if plan.zero_stage and plan.dp == 1:
         warn(f"ZeRO stage {plan.zero_stage} with dp=1 shards nothing: no gradient or parameter collectives")
     device = device_preset(args.device) if args.device else None
     started = time.perf_counter()
     programs = build_programs(model, plan)
     ranks = RankMap(plan, model)
-    if args.output:
-        prefix = os.path.join(args.output, args.model_name or model.name)
+    if prefix:
         metadata = {"generator": "astrasim-py trace generate llm", "model": model.name,
                     "plan": f"dp={plan.dp} tp={plan.tp} pp={plan.pp} ep={plan.ep} zero={plan.zero_stage}"}
         TraceEmitter(programs, ranks, device, metadata).write(prefix)
-        print(prefix)
+        print(printable(prefix))
+        if device is None:
+            warn("the compute nodes carry FLOPs and bytes but no duration: simulate them with --device NAME (e.g. "
+                 "--device H100), or they take about 0 time; or generate with --device NAME to record durations")
     elapsed = time.perf_counter() - started
     if args.summary:
         roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
-        print(format_summary(summarize(model, plan, programs, ranks, roofline)))
+        print(printable(format_summary(summarize(model, plan, programs, ranks, roofline))))
         if args.output:
             print(f"generated {plan.world_size} trace files in {elapsed:.2f} s")
+
+
+_ATTRIBUTE_BYTES = 48  # the attributes of a generated node (is_cpu_op, sizes, type, group, peers) at most
+
+
+def estimated_bytes(model: ModelConfig, plan: ParallelPlan) -> int:
+    """The bytes the traces of ``plan`` take, from the programs of one and two micro-batches (a program grows
+    by the same ops with every micro-batch), without building the whole iteration."""
+    from workload.llm.build import build_programs
+    from workload.writer import make_node, serialize
+
+    def program_bytes(program: Any) -> int:
+        return sum(len(serialize(make_node(i + 1, op.name, op.node_type, data_deps=op.deps, ctrl_deps=op.ctrl)))
+                   + _ATTRIBUTE_BYTES for i, op in enumerate(program.ops))
+
+    one, two = (build_programs(model, replace(plan, num_micro_batches=m)) for m in (1, 2))
+    total = 0
+    for p1, p2 in zip(one, two, strict=True):
+        b1, b2 = program_bytes(p1), program_bytes(p2)
+        total += (b1 + (plan.num_micro_batches - 1) * max(b2 - b1, 0)) * plan.dp * plan.tp
+    return total

@@ -1,7 +1,7 @@
 """``astrasim-py trace synthesize``: learn a profile of traces and generate obfuscated look-alikes of any size.
 
     astrasim-py trace synthesize INPUT --output PREFIX [--npus M] [--scale X] [--seed S] [--noise F]
-        [--save-profile FILE.json] [--compare --network N.yml [--system S.json]]
+        [--save-profile FILE.json] [--compare --network N.yml [--system S.json] [--device NAME]]
     astrasim-py trace synthesize --from-profile FILE.json --output PREFIX [--npus M] [--scale X] [--seed S]
 """
 
@@ -14,13 +14,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from workload.errors import InputError
+from workload.errors import InputError, printable
+from workload.files import shown_path
 from workload.groups import load_comm_groups
-from workload.synthesis.generate import generate
+from workload.limits import add_output_limits, check_output, output_limits, require_int
+from workload.synthesis.generate import generate, nodes_per_rank
 from workload.synthesis.learn import learn
 from workload.synthesis.profile import Profile, load_profile
 from workload.tools.generate import write_rank_traces
 from workload.traceset import TraceLoader, resolve_workload
+
+_NODE_BYTES = 64  # a generated node's size in a file, about (ids, dependencies, a few attributes)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +53,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--network", metavar="N.yml", help="network for --compare")
     parser.add_argument("--system", metavar="S.json", help="system for --compare (default: the built-in one)")
     parser.add_argument("--backend", help="network backend for --compare (default: the simulator's)")
+    parser.add_argument("--device",
+                        help="for --compare: time compute nodes with the roofline model of this device preset (A100, "
+                             "H100, ...), as the simulator's --device does; without it, compute nodes that have no "
+                             "recorded duration cannot be timed and the comparison covers communication only")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document (outputs written, and the comparison) instead of text")
+    add_output_limits(parser)
 
 
 def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
@@ -65,20 +74,25 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
         try:
             profile.save(args.save_profile)
         except OSError as e:
-            raise InputError(f"cannot write profile {args.save_profile}: {e.strerror or e}") from None
+            raise InputError(f"cannot write profile {shown_path(args.save_profile)}: {e.strerror or e}") from None
         written.append(args.save_profile)
     if args.output:
+        npus = args.npus or profile.layout.num_ranks
+        check_output(f"trace synthesize of {npus:,} ranks", npus,
+                     npus * nodes_per_rank(profile, args.scale) * _NODE_BYTES, output_limits(args))
         traces = generate(profile, args.npus, args.scale, args.seed)
         try:
             write_rank_traces(args.output, traces)
         except OSError as e:
-            raise InputError(f"cannot write traces {args.output}.<rank>.et: {e.strerror or e}") from None
+            raise InputError(f"cannot write traces {shown_path(args.output)}.<rank>.et: {e.strerror or e}") from None
         written.append(args.output)
     report = None
     if args.compare:
         from simulator.fidelity import KS_RESOLUTION, compare_workloads  # only needed to compare
 
         options: dict[str, Any] = {"backend": args.backend} if args.backend else {}
+        if args.device:
+            options["device"] = args.device
         # values moved on purpose (noise, rounding) do not count against the distributions
         resolution = max(KS_RESOLUTION, (1 + args.noise) * (1 + 0.5 * 10.0 ** (1 - args.digits)) - 1)
         report = compare_workloads(args.workload, args.output, args.network, args.system, args.comm_groups,
@@ -93,7 +107,7 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
         sys.stdout.write("\n")
         return
     for path in written:
-        print(path)
+        print(printable(path))
     if report is not None:
         print(report.format_text())
 
@@ -113,6 +127,7 @@ def _check(args: argparse.Namespace) -> None:
         raise InputError(f"--noise must be at least 0 and below 1 (got {args.noise})")
     if not 1 <= args.digits <= 15:
         raise InputError(f"--digits must be between 1 and 15 (got {args.digits})")
+    require_int("--seed", args.seed, 0, (1 << 63) - 1)
     if args.compare:
         if args.from_profile:
             raise InputError("--compare needs the original traces (INPUT), not --from-profile")
@@ -120,8 +135,8 @@ def _check(args: argparse.Namespace) -> None:
             raise InputError("--compare needs --output PREFIX (the synthetic traces to compare)")
         if not args.network:
             raise InputError("--compare needs --network N.yml to simulate both workloads on")
-    elif args.network or args.system or args.backend:
-        raise InputError("--network, --system and --backend are only used with --compare")
+    elif args.network or args.system or args.backend or args.device:
+        raise InputError("--network, --system, --backend and --device are only used with --compare")
     if args.from_profile and args.comm_groups:
         raise InputError("--comm-groups describes INPUT's groups; a profile already holds its own")
 

@@ -23,6 +23,7 @@ from workload.schema import CollectiveType, NodeType
 from workload.synthesis.layout import Layout
 from workload.synthesis.profile import Profile, Token
 from workload.synthesis.values import Deck, keyed_uniform
+from workload.tools.generate import RankLists
 from workload.writer import make_node
 
 _TYPES = {"comp": NodeType.COMP_NODE, "cpu": NodeType.COMP_NODE, "coll": NodeType.COMM_COLL_NODE,
@@ -49,8 +50,9 @@ class _Template:
     families: set[int] = field(default_factory=set)
 
 
-def generate(profile: Profile, npus: int | None = None, scale: float = 1.0, seed: int = 0) -> list[list[Any]]:
-    """Node messages per rank for ``npus`` ranks (default: the profile's) at ``scale`` times the nodes per rank."""
+def generate(profile: Profile, npus: int | None = None, scale: float = 1.0, seed: int = 0) -> RankLists:
+    """Node messages per rank for ``npus`` ranks (default: the profile's) at ``scale`` times the nodes per rank;
+    each rank's list is built when it is asked for."""
     if not (scale > 0 and math.isfinite(scale)):
         raise InputError(f"--scale must be a positive number (got {scale})")
     npus = profile.layout.num_ranks if npus is None else npus
@@ -70,7 +72,13 @@ def generate(profile: Profile, npus: int | None = None, scale: float = 1.0, seed
                 members = layout.group(r, f)
                 assert members is not None
                 gids.setdefault((f, members), len(gids) + 1)
-    return [_instantiate(r, layout, templates[rank_class[r]], gids) for r in range(npus)]
+    return RankLists(npus, lambda r: _instantiate(r, layout, templates[rank_class[r]], gids))
+
+
+def nodes_per_rank(profile: Profile, scale: float = 1.0) -> int:
+    """The most nodes a generated rank can have at ``scale`` (its METADATA node included)."""
+    longest = max((len(c.sequence) for c in profile.classes), default=0)
+    return math.ceil(longest * scale) + 1
 
 
 def growth_order(profile: Profile) -> list[int]:

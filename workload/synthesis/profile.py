@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workload.errors import InputError
+from workload.files import parse_json, read_text, shown_path
 from workload.synthesis.layout import Family, Layout
 from workload.synthesis.values import Bin
 
@@ -108,14 +109,8 @@ class Profile:
 def load_profile(path: str | os.PathLike[str]) -> Profile:
     """Read and check a profile written by ``Profile.save``; any problem is an InputError naming file and key."""
     where = os.fspath(path)
-    try:
-        with open(where, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        raise InputError(f"profile {where}: cannot read it ({e.strerror or e})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"profile {where}: not JSON ({e})") from None
-    return profile_from_json(doc, f"profile {where}")
+    doc = parse_json(read_text(where, "profile"), f"profile {shown_path(where)}")
+    return profile_from_json(doc, f"profile {shown_path(where)}")
 
 
 def profile_from_json(doc: Any, where: str = "profile") -> Profile:

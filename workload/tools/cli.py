@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workload.errors import InputError, TraceError, printable, shown
-from workload.files import contained_path
+from workload.files import contained_path, shown_path
 from workload.graph import TraceGraph
 from workload.limits import add_output_limits, check_output, output_limits, parse_size, require_int
 from workload.tools import analyze, inspect_trace, jsonize
@@ -134,7 +134,7 @@ def _load(args: argparse.Namespace, warn: Warn, ranks: list[int] | None = None
     for r in wanted:
         if not 0 <= r < count:
             raise InputError(f"rank {r} is out of range: {traces.describe()}")
-    check_rank_count(len(wanted), 0, traces.source)
+    check_rank_count(len(wanted), 0, f"workload {shown_path(traces.source)}")
     return [(r, traces.file_for(r), loader.load(traces.file_for(r), r)) for r in wanted], traces.shared
 
 

@@ -85,6 +85,23 @@ class RankTraces(Sequence[list[Any]]):
         return self.npus * (header + self.nodes_per_rank * (sample + len(encode_varint(sample))))
 
 
+class RankLists(Sequence[list[Any]]):
+    """Per-rank node lists, each built by ``build(rank)`` when asked for and not kept: written rank by rank,
+    they never occupy memory all at once."""
+
+    def __init__(self, npus: int, build: Callable[[int], list[Any]]) -> None:
+        self.npus = npus
+        self.build = build
+
+    def __len__(self) -> int:
+        return self.npus
+
+    def __getitem__(self, rank: Any) -> Any:
+        if isinstance(rank, slice):
+            return [self[r] for r in range(*rank.indices(self.npus))]
+        return self.build(range(self.npus)[rank])
+
+
 def collective(npus: int, comm_type: CollectiveType, size_bytes: int, *, repeat: int = 1,
                pg_name: str | None = None, involved_dim: Sequence[bool] | None = None,
                duration_micros: int = 0) -> RankTraces:
