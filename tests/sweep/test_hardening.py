@@ -20,8 +20,10 @@ from simulator.sweep import executors, worker
 from simulator.sweep.spec import Point, load_sweep
 from simulator.sweep.store import ResultStore
 from tests.conftest import REPO, run_cli
+from tests.sweep.in_process import cli
 from tests.sweep.test_spec import write_sweep
 
+Cap = pytest.CaptureFixture[str]
 RING4 = {"topology": ["Ring"], "npus_count": [4], "bandwidth": [50], "latency": [500]}
 TORUS = {"topology": ["Ring", "Ring"], "npus_count": [4, 8], "bandwidth": [50, 50], "latency": [500, 500]}
 
@@ -90,22 +92,23 @@ def test_sigterm_leaves_no_scratch_folders_and_the_next_sweep_removes_stale_ones
 
 
 def test_two_sweeps_on_one_folder_run_each_point_once(tmp_path: Path) -> None:
-    sweep = sweep_file(tmp_path, {"network.bandwidth": list(range(10, 70))}, {
-        "workload": {"generate": "collective", "type": "all_reduce", "size": "64MiB"}, "network": TORUS})
+    sweep = sweep_file(tmp_path, {"network.bandwidth": list(range(10, 30))}, {  # about 0.3 s a point
+        "workload": {"generate": "collective", "type": "all_reduce", "size": "64MiB"},
+        "network": {**TORUS, "npus_count": [8, 8]}, "options": {"engine": "message"}})
     out = tmp_path / "out"
     first = start("sweep", sweep, "--out", str(out), "--jobs", "1", "--quiet")
-    wait_for_points(first, out, 3)
+    wait_for_points(first, out, 2)
     second = start("sweep", sweep, "--out", str(out), "--jobs", "1", "--quiet")
     errors = [p.communicate(timeout=120)[1] for p in (first, second)]
     assert first.returncode == second.returncode == 0, errors
-    assert query(out, "SELECT COUNT(*), COUNT(DISTINCT key) FROM runs") == [(60, 60)]
-    assert query(out, "SELECT COUNT(*) FROM points WHERE status = 'ok'") == [(60,)]
+    assert query(out, "SELECT COUNT(*), COUNT(DISTINCT key) FROM runs") == [(20, 20)]
+    assert query(out, "SELECT COUNT(*) FROM points WHERE status = 'ok'") == [(20,)]
     ran = [int(e.split(" run now in")[0].rsplit("(", 1)[1]) for e in errors]
-    assert sum(ran) == 60 and min(ran) > 0, errors  # both worked, neither repeated the other's points
+    assert sum(ran) == 20 and min(ran) > 0, errors  # both worked, neither repeated the other's points
     assert query(out, "SELECT COUNT(*) FROM claims") == [(0,)]
 
 
-def test_claims_of_live_and_dead_processes(tmp_path: Path) -> None:
+def test_claims_of_live_and_dead_processes(tmp_path: Path, capsys: Cap) -> None:
     sweep = sweep_file(tmp_path, {"network.bandwidth": [10, 20, 30]})
     keys = [p.key for p in load_sweep(sweep).points]
     out = tmp_path / "out"
@@ -118,7 +121,7 @@ def test_claims_of_live_and_dead_processes(tmp_path: Path) -> None:
         store.db.execute("INSERT INTO claims VALUES (?, 'hung', 'elsewhere', 1, ?)", (keys[2], time.time() - 1))
     finally:
         store.close()
-    done = run_cli("sweep", sweep, "--out", str(out), "--jobs", "1")
+    done = cli(capsys, "sweep", sweep, "--out", str(out), "--jobs", "1")
     assert done.returncode == 0, done.stderr
     assert "2 of 3 points ok, 0 failed, 1 running in another sweep process on this folder" in done.stderr
     assert sorted(k for (k,) in query(out, "SELECT key FROM points")) == sorted(keys[1:])
@@ -157,35 +160,35 @@ def test_a_point_over_the_worker_memory_limit_fails_alone(tmp_path: Path) -> Non
     assert "Traceback" not in done.stderr
 
 
-def test_jobs_are_capped_at_the_cores_unless_forced(tmp_path: Path) -> None:
+def test_jobs_are_capped_at_the_cores_unless_forced(tmp_path: Path, capsys: Cap) -> None:
     sweep = sweep_file(tmp_path, {"network.bandwidth": [10]})
     cores = executors.default_jobs()
-    capped = run_cli("sweep", sweep, "--out", str(tmp_path / "o"), "--jobs", str(cores + 62), "--dry-run")
+    capped = cli(capsys, "sweep", sweep, "--out", str(tmp_path / "o"), "--jobs", str(cores + 62), "--dry-run")
     assert capped.returncode == 0
     assert f"--jobs {cores + 62} is more than the {cores} core(s)" in capped.stderr and "--force-jobs" in capped.stderr
     assert f"on {cores} local worker(s)" in capped.stderr
-    forced = run_cli("sweep", sweep, "--out", str(tmp_path / "o"), "--jobs", str(cores + 62), "--force-jobs",
+    forced = cli(capsys, "sweep", sweep, "--out", str(tmp_path / "o"), "--jobs", str(cores + 62), "--force-jobs",
                      "--dry-run")
     assert f"on {cores + 62} local worker(s)" in forced.stderr and "warning" not in forced.stderr
     assert not (tmp_path / "o").exists()  # a dry run writes nothing
 
 
-def test_a_billion_point_sweep_is_counted_not_built(tmp_path: Path) -> None:
+def test_a_billion_point_sweep_is_counted_not_built(tmp_path: Path, capsys: Cap) -> None:
     sweep = sweep_file(tmp_path, {"network.latency[0]": list(range(1000)), "network.bandwidth": list(range(1, 1001)),
                                   "workload.repeat": list(range(1, 1001))})
     started = time.monotonic()
-    dry = run_cli("sweep", sweep, "--out", str(tmp_path / "o"), "--dry-run")
+    dry = cli(capsys, "sweep", sweep, "--out", str(tmp_path / "o"), "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "1,000,000,000 points (1000 x 1000 x 1000), more than --max-points 100,000" in dry.stderr
     assert "#0: network.latency[0]=0, network.bandwidth=1, workload.repeat=1" in dry.stdout
     assert "... and 999,999,980 more" in dry.stdout
-    real = run_cli("sweep", sweep, "--out", str(tmp_path / "o"))
+    real = cli(capsys, "sweep", sweep, "--out", str(tmp_path / "o"))
     assert real.returncode == 1
     assert real.stderr.strip().endswith("1,000,000,000 points (1000 x 1000 x 1000) is more than the limit of "
                                         "100,000; shorten the axes, or raise the limit with --max-points 1000000000")
     assert time.monotonic() - started < 20
     assert not (tmp_path / "o").exists()
-    small = run_cli("sweep", sweep_file(tmp_path, {"network.bandwidth": [1, 2, 3]}, name="small"), "--out",
+    small = cli(capsys, "sweep", sweep_file(tmp_path, {"network.bandwidth": [1, 2, 3]}, name="small"), "--out",
                     str(tmp_path / "o"), "--max-points", "2")
     assert "3 points (3) is more than the limit of 2" in small.stderr
 
@@ -199,40 +202,40 @@ def test_a_billion_point_sweep_is_counted_not_built(tmp_path: Path) -> None:
     ({"generate": ["collective"], "type": "all_reduce", "size": "1MiB"}, "'generate' takes one value"),
 ])
 def test_list_values_in_generated_workloads_are_one_line_errors(tmp_path: Path, workload: dict[str, Any],
-                                                                message: str) -> None:
-    done = run_cli("sweep", sweep_file(tmp_path, {"network.bandwidth": [10]}, {"workload": workload,
+                                                                message: str, capsys: Cap) -> None:
+    done = cli(capsys, "sweep", sweep_file(tmp_path, {"network.bandwidth": [10]}, {"workload": workload,
                                                                                "network": RING4}),
                    "--out", str(tmp_path / "o"))
     assert done.returncode == 1
     assert message in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
 
 
-def test_a_list_from_an_axis_fails_its_point_with_the_reason(tmp_path: Path) -> None:
+def test_a_list_from_an_axis_fails_its_point_with_the_reason(tmp_path: Path, capsys: Cap) -> None:
     out = tmp_path / "o"
-    done = run_cli("sweep", sweep_file(tmp_path, {"workload.size": ["1MiB", ["1MiB", "2MiB"]]}), "--out", str(out))
+    done = cli(capsys, "sweep", sweep_file(tmp_path, {"workload.size": ["1MiB", ["1MiB", "2MiB"]]}), "--out", str(out))
     assert done.returncode == 1 and "1 of 2 points ok, 1 failed" in done.stderr
     ((error,),) = query(out, "SELECT error FROM points WHERE status = 'failed'")
     assert error.startswith("generated workload: 'size' takes one value, not ['1MiB', '2MiB']")
 
 
-def test_yaml_alias_bombs_are_refused_and_quoted_values_bounded(tmp_path: Path) -> None:
+def test_yaml_alias_bombs_are_refused_and_quoted_values_bounded(tmp_path: Path, capsys: Cap) -> None:
     bomb = tmp_path / "bomb.yaml"
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1},"
               f" *a{i - 1}, *a{i - 1}]" for i in range(1, 9)]
     bomb.write_text("\n".join(lines) + "\nbase: {network: *a8}\n")
     started = time.monotonic()
-    done = run_cli("sweep", str(bomb), "--out", str(tmp_path / "o"))
+    done = cli(capsys, "sweep", str(bomb), "--out", str(tmp_path / "o"))
     assert done.returncode == 1 and "YAML aliases expand to more than 1,000,000 values" in done.stderr
     assert time.monotonic() - started < 20
     wide = tmp_path / "wide.yaml"  # a few thousand values, quoted in a message
     wide.write_text("big: &big [" + ", ".join(["word"] * 3000) + "]\nbase: {workload: *big, network: {}}\n"
                     "axes: {network.bandwidth: [1]}\n")
-    done = run_cli("sweep", str(wide), "--out", str(tmp_path / "o"))
+    done = cli(capsys, "sweep", str(wide), "--out", str(tmp_path / "o"))
     assert done.returncode == 1 and len(done.stderr) < 400, done.stderr
 
 
-def test_results_of_another_schema_are_refused_in_one_line(tmp_path: Path) -> None:
+def test_results_of_another_schema_are_refused_in_one_line(tmp_path: Path, capsys: Cap) -> None:
     sweep = sweep_file(tmp_path, {"network.bandwidth": [10]})
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -242,20 +245,20 @@ def test_results_of_another_schema_are_refused_in_one_line(tmp_path: Path) -> No
     db.close()
     for args in (["sweep", sweep, "--out", str(foreign)], ["sweep", "export", str(foreign), "--csv", "-"],
                  ["plot", str(foreign), "--x", "network.bandwidth"]):
-        done = run_cli(*args)
+        done = cli(capsys, *args)
         assert done.returncode == 1
         assert "results.db: a database of another schema (tables results), not the sweep results this " \
                "astrasim-py writes" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "results.db").write_text("not a database at all " * 100)
-    junk = run_cli("sweep", sweep, "--out", str(tmp_path / "junk"))
+    junk = cli(capsys, "sweep", sweep, "--out", str(tmp_path / "junk"))
     assert junk.returncode == 1 and "not a usable results database" in junk.stderr
 
 
-def test_results_of_the_first_schema_are_completed_and_kept(tmp_path: Path) -> None:
+def test_results_of_the_first_schema_are_completed_and_kept(tmp_path: Path, capsys: Cap) -> None:
     sweep = sweep_file(tmp_path, {"network.bandwidth": [10, 20]})
     out = tmp_path / "old"
-    assert run_cli("sweep", sweep, "--out", str(out), "--jobs", "1").returncode == 0
+    assert cli(capsys, "sweep", sweep, "--out", str(out), "--jobs", "1").returncode == 0
     db = sqlite3.connect(out / "results.db")  # back to what an earlier astrasim-py wrote
     db.execute("DROP TABLE claims")
     db.execute("DELETE FROM meta WHERE name = 'schema'")
@@ -263,7 +266,7 @@ def test_results_of_the_first_schema_are_completed_and_kept(tmp_path: Path) -> N
     db.execute("DELETE FROM points WHERE idx = 1")
     db.commit()
     db.close()
-    again = run_cli("sweep", sweep, "--out", str(out), "--jobs", "1")
+    again = cli(capsys, "sweep", sweep, "--out", str(out), "--jobs", "1")
     assert again.returncode == 0, again.stderr
     assert "2 points, 1 already done, 1 to run" in again.stderr
     assert query(out, "SELECT idx, config_compute IS NULL FROM points ORDER BY idx") == [(0, 1), (1, 0)]
@@ -286,11 +289,11 @@ def test_export_and_plot_read_a_read_only_folder(tmp_path: Path) -> None:
     assert sorted(os.listdir(out)) == before
 
 
-def test_exported_cells_never_run_as_formulas(tmp_path: Path) -> None:
+def test_exported_cells_never_run_as_formulas(tmp_path: Path, capsys: Cap) -> None:
     sweep = sweep_file(tmp_path, {"system.all-reduce-implementation": ["ring", "=HYPERLINK(\"x\")", "+1", "@A1"]})
     out = tmp_path / "out"
-    run_cli("sweep", sweep, "--out", str(out), "--jobs", "1")
-    done = run_cli("sweep", "export", str(out), "--csv", "-")
+    cli(capsys, "sweep", sweep, "--out", str(out), "--jobs", "1")
+    done = cli(capsys, "sweep", "export", str(out), "--csv", "-")
     assert done.returncode == 0
     lines = done.stdout.splitlines()
     for evil in ('\'=HYPERLINK(""x"")', "'+1", "'@A1"):
