@@ -26,7 +26,7 @@ from workload.convert.pytorch_build import RankBuilder, Report, find_units, regi
 from workload.convert.pytorch_groups import GroupTable
 from workload.convert.pytorch_kineto import DeviceTrace, load_kineto, pair_traces
 from workload.convert.pytorch_trace import HostTrace, load_host_trace
-from workload.errors import InputError
+from workload.errors import InputError, printable
 from workload.writer import write_trace
 
 Warn = Callable[[str], None]
@@ -53,7 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, warn: Warn) -> None:
     convert(expand_inputs(args.inputs, "host"), args.output,
             expand_inputs(args.kineto, "kineto") if args.kineto else None, warn=warn)
-    print(args.output)
+    print(printable(args.output))
 
 
 def convert(host_paths: list[str], prefix: str, kineto_paths: list[str] | None = None,

@@ -163,7 +163,8 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     elapsed = time.perf_counter() - started
     if args.summary:
         roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
-        print(printable(format_summary(summarize(model, plan, programs, ranks, roofline))))
+        summary = format_summary(summarize(model, plan, programs, ranks, roofline))
+        print("\n".join(printable(line) for line in summary.split("\n")))  # the model name is the user's
         if args.output:
             print(f"generated {plan.world_size} trace files in {elapsed:.2f} s")
 

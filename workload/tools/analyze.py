@@ -97,7 +97,9 @@ def imbalances(ranks: list[tuple[int, TraceGraph]], by_group: bool = False
 
 
 def as_json(totals: list[RankTotals], found: list[Imbalance]) -> dict[str, Any]:
-    return {"ranks": [asdict(t) for t in totals], "imbalances": [asdict(i) for i in found]}
+    """Valid JSON: the ratio of a collective absent (size 0) on some rank is null, not Infinity."""
+    imbalances = [asdict(i) | ({"ratio": None} if i.ratio == float("inf") else {}) for i in found]
+    return {"ranks": [asdict(t) for t in totals], "imbalances": imbalances}
 
 
 def format_text(totals: list[RankTotals], found: list[Imbalance], top: int = 20) -> str:
