@@ -56,7 +56,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         raise InputError("--ray-address needs --executor ray")
     if args.max_points < 1:
         raise InputError("--max-points must be at least 1")
-    jobs = capped_jobs(args.jobs, args.force_jobs, warn)
+    # a cluster's size is its own; only work on this machine is capped at its cores
+    jobs = (args.jobs or default_jobs()) if args.ray_address else capped_jobs(args.jobs, args.force_jobs, warn)
     memory = _size(args.worker_memory) if args.worker_memory else None
     if memory and args.executor != "local":
         warn("--worker-memory applies to local workers only; Ray workers run under the cluster's limits")
