@@ -142,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeline-ranks", metavar="LIST",
                    help="ranks to draw, e.g. 0-7,31 or all (default: all up to 256 ranks, else 0-15)")
     p.add_argument("--csv", metavar="PREFIX",
-                   help="write PREFIX.ranks.csv, PREFIX.collectives.csv and PREFIX.links.csv")
+                   help="write PREFIX.ranks.csv and PREFIX.collectives.csv; PREFIX.links.csv where the backend "
+                        "models links (analytical-aware, packet; otherwise a note says why not) and "
+                        "PREFIX.messages.csv on the packet backend")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     for flag in ("--logging-folder", "--logging-configuration", "--compute-scale", "--comm-scale"):
         p.add_argument(flag, help=argparse.SUPPRESS)  # accepted for ASTRA-sim scripts; no effect
