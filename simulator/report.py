@@ -13,10 +13,10 @@ from simulator.results import format_bytes, format_ns
 from workload.errors import InputError
 from workload.files import parse_json, read_text, shown_path
 
-COLORS = {"compute": "#4e79a7", "exposed communication": "#e15759", "memory": "#edc948", "idle": "#bab0ac",
+COLORS = {"compute": "#4e79a7", "communication only": "#e15759", "memory": "#edc948", "idle": "#bab0ac",
           "overlapped communication": "#f28e2b", "comm": "#e15759"}
-PARTS = (("compute", "compute_busy_ns"), ("exposed communication", "comm_exposed_ns"),
-         ("memory", "memory_exposed_ns"), ("idle", "idle_ns"))
+PARTS = (("compute", "compute_busy_ns"), ("communication only", "comm_only_ns"),
+         ("memory", "memory_only_ns"), ("idle", "idle_ns"))
 MAX_RESULTS_BYTES = 256 << 20  # a results JSON of 100,000 ranks is a few tens of MiB
 
 

@@ -22,7 +22,7 @@ class RankStats:
     GPU work).
 
     Where the time went, as a partition of [0, finish]: ``compute_busy_ns`` (some compute running, GPU or
-    CPU) + ``comm_exposed_ns`` (communication and no compute) + ``memory_exposed_ns`` (remote memory only)
+    CPU) + ``comm_only_ns`` (communication and no compute) + ``memory_only_ns`` (remote memory only)
     + ``idle_ns`` = ``finish_ns``; ``overlap_ns`` is the communication hidden under compute. The busy times
     of each kind on their own: ``gpu_time_ns``, ``cpu_ns``, ``comm_ns``, ``memory_ns`` (unions of intervals).
     """
@@ -32,9 +32,9 @@ class RankStats:
     exposed_comm_ns: int
     compute_ns: int
     compute_busy_ns: int
-    comm_exposed_ns: int
+    comm_only_ns: int
     overlap_ns: int
-    memory_exposed_ns: int
+    memory_only_ns: int
     idle_ns: int
     gpu_time_ns: int
     cpu_ns: int
@@ -57,8 +57,8 @@ def rank_stats(w: RankWorkload) -> RankStats:
     busy = union_ns(compute + iv.comm + iv.memory)
     return RankStats(
         rank=w.rank, finish_ns=finish, exposed_comm_ns=(finish - w.gpu_compute_ns) % (1 << 64),
-        compute_ns=w.gpu_compute_ns, compute_busy_ns=compute_busy, comm_exposed_ns=with_comm - compute_busy,
-        overlap_ns=intersection_ns(compute, iv.comm), memory_exposed_ns=busy - with_comm, idle_ns=finish - busy,
+        compute_ns=w.gpu_compute_ns, compute_busy_ns=compute_busy, comm_only_ns=with_comm - compute_busy,
+        overlap_ns=intersection_ns(compute, iv.comm), memory_only_ns=busy - with_comm, idle_ns=finish - busy,
         gpu_time_ns=union_ns(iv.gpu), cpu_ns=union_ns(iv.cpu), comm_ns=union_ns(iv.comm),
         memory_ns=union_ns(iv.memory), collective_time_ns=w.comm_busy_ns)
 
@@ -114,8 +114,8 @@ def format_astra_sim(result: SimulationResult) -> str:
     return "\n".join(lines)
 
 
-_SUMMARY_FIELDS = (("compute", "compute_busy_ns"), ("exposed comm", "comm_exposed_ns"),
-                   ("overlapped", "overlap_ns"), ("memory", "memory_exposed_ns"), ("idle", "idle_ns"))
+_SUMMARY_FIELDS = (("compute", "compute_busy_ns"), ("comm only", "comm_only_ns"),
+                   ("overlapped", "overlap_ns"), ("memory", "memory_only_ns"), ("idle", "idle_ns"))
 
 
 def format_text(result: SimulationResult, max_rows: int = 16) -> str:

@@ -102,7 +102,7 @@ def test_breakdown_parts_add_up_to_each_finish_time(tmp_path: Path) -> None:
         result = run_api(case / "workload" / "trace", case / "network.yml", case / "system.json",
                          case / "memory.json", groups if groups.exists() else None, backend=exp["backend"])
         for r in result.ranks:
-            assert r.compute_busy_ns + r.comm_exposed_ns + r.memory_exposed_ns + r.idle_ns == r.finish_ns
+            assert r.compute_busy_ns + r.comm_only_ns + r.memory_only_ns + r.idle_ns == r.finish_ns
             assert 0 <= r.overlap_ns <= min(r.compute_busy_ns, r.comm_ns)
     mixed = [make_node(1, "ld", NodeType.MEM_LOAD_NODE, attrs={"tensor_size": 5000}),
              make_node(2, "c", NodeType.COMP_NODE, data_deps=[1], duration_micros=2),
@@ -110,8 +110,8 @@ def test_breakdown_parts_add_up_to_each_finish_time(tmp_path: Path) -> None:
     result = simulate(tmp_path, [mixed] * 4, memory={"memory-type": "PER_NPU_MEMORY_EXPANSION",
                                                      "remote-mem-latency": 100, "remote-mem-bw": 1})
     r = result.ranks[0]
-    assert r.memory_exposed_ns == 5100 and r.overlap_ns == 2000
-    assert r.compute_busy_ns + r.comm_exposed_ns + r.memory_exposed_ns + r.idle_ns == r.finish_ns
+    assert r.memory_only_ns == 5100 and r.overlap_ns == 2000
+    assert r.compute_busy_ns + r.comm_only_ns + r.memory_only_ns + r.idle_ns == r.finish_ns
 
 
 def test_collective_statistics_and_busiest_links(tmp_path: Path) -> None:
@@ -135,7 +135,7 @@ def test_csv_exports(tmp_path: Path, reference: Path) -> None:
     run = run_cli(*stg_args("--csv", str(tmp_path / "stg")))
     assert run.returncode == 0, run.stderr
     ranks = list(csv.DictReader((tmp_path / "stg.ranks.csv").open()))
-    assert len(ranks) == 8 and {"finish_ns", "comm_exposed_ns", "idle_ns"} <= set(ranks[0])
+    assert len(ranks) == 8 and {"finish_ns", "comm_only_ns", "idle_ns"} <= set(ranks[0])
     colls = list(csv.DictReader((tmp_path / "stg.collectives.csv").open()))
     assert {c["collective"] for c in colls} == {"all_reduce", "all_gather", "reduce_scatter"}
     links = list(csv.DictReader((tmp_path / "stg.links.csv").open()))
