@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from workload import schema
+from workload.errors import TraceError
 from workload.graph import TraceGraph
 from workload.wire import encode_varint
 
@@ -90,16 +91,20 @@ def make_node(
 ) -> Any:
     """A Node message. Attributes are given as {name: value} or (name, value) pairs, or (name, type, value)
     triples to force a value field; well-known names get the ecosystem's types."""
-    node = schema.Node(id=node_id, name=name, type=int(node_type), duration_micros=duration_micros,
-                       start_time_micros=start_time_micros)
-    node.data_deps.extend(data_deps)
-    node.ctrl_deps.extend(ctrl_deps)
-    items = attrs.items() if isinstance(attrs, Mapping) else attrs
-    for item in items:
-        if len(item) == 3:
-            set_attribute(node.attr.add(), item[0], item[2], item[1])
-        else:
-            set_attribute(node.attr.add(), item[0], item[1])
+    try:
+        node = schema.Node(id=node_id, name=name, type=int(node_type), duration_micros=duration_micros,
+                           start_time_micros=start_time_micros)
+        node.data_deps.extend(data_deps)
+        node.ctrl_deps.extend(ctrl_deps)
+        items = attrs.items() if isinstance(attrs, Mapping) else attrs
+        for item in items:
+            if len(item) == 3:
+                set_attribute(node.attr.add(), item[0], item[2], item[1])
+            else:
+                set_attribute(node.attr.add(), item[0], item[1])
+    except ValueError as e:  # a value from the user's input beyond its field's range (uint64 ids, int64 sizes)
+        raise TraceError(f"a value does not fit its trace field ({e}), e.g. a size beyond 2^63-1 bytes",
+                         node_id=node_id) from None
     if inputs is not None:
         node.inputs.CopyFrom(schema.IOInfo(**inputs))
     if outputs is not None:

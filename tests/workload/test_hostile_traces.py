@@ -338,3 +338,46 @@ def test_deeply_nested_tensor_arguments_of_a_host_trace_need_no_recursion() -> N
         value = [value, [7, 8, 9, 10, 11, "cpu"]]
     tensors = Argument("GenericList[Tensor(float)]", value, None).tensors()
     assert len(tensors) == 50_001 and tensors[0].tensor_id == 1
+
+
+# ---- hostile PyTorch traces -----------------------------------------------------------------------------------
+
+PYTORCH = Path(__file__).parent / "fixtures" / "pytorch"
+ODD_VALUES = [None, -1, 0, 2**70, 1.5, float("nan"), float("inf"), "x", "", [], {}, [1, 2], {"a": 1}, True, "[1,2]"]
+
+
+def _replace_values(doc: Any, rng: random.Random, count: int) -> None:
+    """Replace ``count`` values anywhere in a JSON document by values of other types and ranges."""
+    places: list[tuple[Any, Any]] = []
+    stack = [doc]
+    while stack:
+        value = stack.pop()
+        keys = value.keys() if isinstance(value, dict) else range(len(value)) if isinstance(value, list) else ()
+        for key in keys:
+            places.append((value, key))
+            stack.append(value[key])
+    for parent, key in rng.sample(places, min(count, len(places))):
+        parent[key] = rng.choice(ODD_VALUES)
+
+
+def test_mutated_pytorch_traces_convert_or_give_an_input_error(tmp_path: Path) -> None:
+    from workload.convert.pytorch import convert
+
+    folder = PYTORCH / "v1_0_4_kineto"
+    originals = {name: json.loads((folder / name).read_text()) for name in
+                 ("host_rank0.json", "host_rank1.json", "kineto_rank0.json", "kineto_rank1.json")}
+    rng = random.Random(7)
+    refused = 0
+    for k in range(60):
+        docs = json.loads(json.dumps(originals))  # a fresh copy
+        _replace_values(docs[rng.choice(sorted(docs))], rng, rng.randint(1, 3))
+        for name, doc in docs.items():
+            (tmp_path / name).write_text(json.dumps(doc))
+        hosts = [str(tmp_path / f"host_rank{r}.json") for r in range(2)]
+        kineto = [str(tmp_path / f"kineto_rank{r}.json") for r in range(2)] if k % 2 else None
+        try:
+            convert(hosts, str(tmp_path / "out" / "t"), kineto)
+        except InputError as e:
+            refused += 1
+            assert "\n" not in str(e)
+    assert refused > 5

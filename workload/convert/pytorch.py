@@ -26,7 +26,7 @@ from workload.convert.pytorch_build import RankBuilder, Report, find_units, regi
 from workload.convert.pytorch_groups import GroupTable
 from workload.convert.pytorch_kineto import DeviceTrace, load_kineto, pair_traces
 from workload.convert.pytorch_trace import HostTrace, load_host_trace
-from workload.errors import InputError, printable
+from workload.errors import InputError, TraceError, printable
 from workload.writer import write_trace
 
 Warn = Callable[[str], None]
@@ -94,8 +94,12 @@ def _convert(host_paths: list[str], prefix: str, kineto_paths: list[str] | None,
     for host, rank_units in zip(hosts, units, strict=True):
         register_groups(rank_units, groups, host.path)
     report = Report()
-    traces = [RankBuilder(rank, host, rank_units, device, groups, report).build()
-              for rank, (host, rank_units, device) in enumerate(zip(hosts, units, devices, strict=True))]
+    traces = []
+    for rank, (host, rank_units, device) in enumerate(zip(hosts, units, devices, strict=True)):
+        try:
+            traces.append(RankBuilder(rank, host, rank_units, device, groups, report).build())
+        except TraceError as e:
+            raise e.located(path=host.path, rank=rank) from None
     for rank, nodes in enumerate(traces):
         if not nodes:
             warn(f"{hosts[rank].path}: rank {rank} has no operator to convert")

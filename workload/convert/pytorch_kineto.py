@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from workload.convert.pytorch_trace import DEVICE_CATEGORIES, HostTrace, read_json
+from workload.convert.pytorch_trace import DEVICE_CATEGORIES, HostTrace, duration_us, read_json
 from workload.errors import InputError
 
 MIN_MATCHED_FRACTION = 0.5  # of the host operators with an rf_id, how many Kineto must know
@@ -41,7 +41,8 @@ def parse_kineto(doc: Any, path: str) -> DeviceTrace:
         raise InputError(f"{path}: not a Kineto trace: expected a JSON object with a 'traceEvents' list{hint}")
     info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), dict) else {}
     rank, world = info.get("rank"), info.get("world_size")
-    groups = [g for g in info.get("pg_config") or [] if isinstance(g, dict)]
+    config = info.get("pg_config")
+    groups = [g for g in config if isinstance(g, dict)] if isinstance(config, list) else []
     trace = DeviceTrace(path, None, rank if isinstance(rank, int) else None,
                         world if isinstance(world, int) else None, groups)
     external_to_rf: dict[int, int] = {}
@@ -52,8 +53,7 @@ def parse_kineto(doc: Any, path: str) -> DeviceTrace:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        dur = ev.get("dur")
-        dur_us = float(dur) if isinstance(dur, (int, float)) else 0.0
+        dur_us = duration_us(ev.get("dur"))
         category = str(ev.get("cat", "")).lower()
         if category in DEVICE_CATEGORIES:
             device.append((args, dur_us))
@@ -71,8 +71,9 @@ def parse_kineto(doc: Any, path: str) -> DeviceTrace:
             correlation_to_external[args["correlation"]] = external  # a runtime launch call
     for args, dur_us in device:
         external = args.get("External id")
-        if not isinstance(external, int):
-            external = correlation_to_external.get(args.get("correlation"))  # type: ignore[arg-type]
+        correlation = args.get("correlation")
+        if not isinstance(external, int) and isinstance(correlation, int):
+            external = correlation_to_external.get(correlation)
         rf = external_to_rf.get(external) if isinstance(external, int) else None
         if rf is not None:
             trace.device_us[rf] = trace.device_us.get(rf, 0.0) + dur_us

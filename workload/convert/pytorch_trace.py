@@ -15,6 +15,7 @@ on host nodes and device nodes with a ``cat`` such as ``kernel``.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,7 +92,11 @@ class HostNode:
 
     @property
     def tid(self) -> int:
-        return int(self.attrs.get("tid", 0) or 0)
+        """The recording thread (0 when the trace gives none, or no whole number)."""
+        value = self.attrs.get("tid", 0)
+        if isinstance(value, str) and value.isdecimal():
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     @property
     def rf_id(self) -> int | None:
@@ -151,6 +156,13 @@ def read_json(path: str, what: str) -> Any:
         raise InputError(f"{shown_path(path)}: JSON nested too deeply to be a {what}") from None
 
 
+def duration_us(value: Any) -> float:
+    """A recorded duration in µs: a finite, non-negative number (anything else counts as 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        return 0.0
+    return float(value)
+
+
 def schema_version(schema: Any) -> tuple[int, int, int] | None:
     """(1, 1, 1) from "1.1.1-chakra.0.0.4"; None when the text is not a version."""
     m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)(?:-.*)?", str(schema))
@@ -203,20 +215,23 @@ def _parse_node(raw: Any, k: int, path: str) -> HostNode:
         parent = node_id  # a root
     if not isinstance(parent, int) or isinstance(parent, bool):
         raise InputError(f"{path}: node {node_id}: 'ctrl_deps' must be the id of the enclosing node")
-    attrs = {a["name"]: a.get("value") for a in reversed(raw.get("attrs") or [])
+    raw_attrs = raw.get("attrs") or []
+    if not isinstance(raw_attrs, list):
+        raise InputError(f"{path}: node {node_id}: 'attrs' must be a list of {{name, type, value}} objects")
+    attrs = {a["name"]: a.get("value") for a in reversed(raw_attrs)
              if type(a) is dict and type(a.get("name")) is str}  # the first of a name wins
     duration = raw.get("inclusive_dur", raw.get("dur"))
     category = raw.get("cat")
     return HostNode(node_id, name, parent, attrs, _arguments(raw.get("inputs"), node_id, "inputs", path),
                     _arguments(raw.get("outputs"), node_id, "outputs", path),
-                    float(duration) if isinstance(duration, (int, float)) else None,
+                    duration_us(duration) if isinstance(duration, (int, float)) else None,
                     str(category).lower() if isinstance(category, str) else None)
 
 
 def _arguments(io: Any, node_id: int, which: str, path: str) -> list[Argument]:
     if io is None:
         return []
-    if not isinstance(io, dict) or not isinstance(io.get("values", []), list):
+    if not isinstance(io, dict) or not all(isinstance(io.get(k) or [], list) for k in ("values", "shapes", "types")):
         raise InputError(f"{path}: node {node_id}: '{which}' must be an object with 'values', 'shapes' and "
                          "'types' lists (schema 1.0.2 and later)")
     values = io.get("values") or []
@@ -233,9 +248,9 @@ def _process_groups(node: HostNode, path: str) -> list[dict[str, Any]]:
         if isinstance(arg.value, str):
             try:
                 groups = json.loads(arg.value)
-            except json.JSONDecodeError:
-                raise InputError(f"{path}: node {node.id} ({PG_INIT}): the process-group list is not "
-                                 "JSON") from None
+            except (json.JSONDecodeError, RecursionError):
+                raise InputError(f"{shown_path(path)}: node {node.id} ({PG_INIT}): the process-group list is not "
+                                 "JSON (or nested too deeply)") from None
             if isinstance(groups, dict):  # some versions key the groups by name
                 groups = [{"pg_name": k, **v} for k, v in groups.items() if isinstance(v, dict)]
             if not isinstance(groups, list):
