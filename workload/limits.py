@@ -82,6 +82,21 @@ class FileProblem(InputError):
         super().__init__(f"{shown_path(path)}: {problem}")
 
 
+def available_memory_bytes() -> int:
+    """Memory the machine can still give this process (Linux MemAvailable; free pages elsewhere)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 1 << 62  # unknown: no limit
+
+
 def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:
     """``path`` opened for binary reading, refusing anything but a regular file without blocking on it."""
     name = os.fspath(path)

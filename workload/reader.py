@@ -10,6 +10,7 @@ import numpy as np
 from workload.attributes import AttributeTable, build_attribute_table
 from workload.errors import TraceError
 from workload.graph import TraceGraph
+from workload.limits import available_memory_bytes
 from workload.protoscan import (
     PADDING,
     MalformedMessage,
@@ -21,6 +22,7 @@ from workload.protoscan import (
 from workload.wire import frame_messages, read_trace_buffer
 
 _U64 = np.uint64
+DECODED_BYTES_PER_NODE = 100  # the least a decoded node takes (columns, dependency lists, scan temporaries)
 
 
 def read_trace(path: str | os.PathLike[str]) -> TraceGraph:
@@ -37,13 +39,14 @@ def decode_trace(data: bytes | np.ndarray, path: str = "<memory>") -> TraceGraph
     """Decode an ET stream (already gunzipped): bytes, or a buffer from ``padded_buffer``."""
     buf = data if isinstance(data, np.ndarray) else padded_buffer(data)
     raw = memoryview(buf)[: len(buf) - PADDING]
+    warnings: list[str] = []
+    max_nodes = available_memory_bytes() // DECODED_BYTES_PER_NODE
     starts, ends = (np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64)
-                    for a in frame_messages(raw))
+                    for a in frame_messages(raw, max_nodes, warnings))
     if len(starts) == 0:
         raise TraceError("empty file: no GlobalMetadata and no nodes", hint="is this really a Chakra ET file?")
     version, metadata = _decode_metadata(buf, int(starts[0]), int(ends[0]))
     starts, ends = starts[1:], ends[1:]
-    warnings: list[str] = []
     empty = int(np.count_nonzero(starts == ends))
     if empty:
         warnings.append(

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from workload.errors import TraceError
-from workload.limits import read_trace_bytes
+from workload.errors import LimitError, TraceError
+from workload.limits import available_memory_bytes, format_bytes, read_trace_bytes
 
 
 def read_trace_buffer(path: str | os.PathLike[str], padding: int) -> np.ndarray:
@@ -18,10 +18,14 @@ def read_trace_buffer(path: str | os.PathLike[str], padding: int) -> np.ndarray:
     return np.frombuffer(read_trace_bytes(path, padding), dtype=np.uint8)
 
 
-def frame_messages(data: bytes | memoryview) -> tuple[array, array]:
+def frame_messages(data: bytes | memoryview, max_messages: int | None = None, notes: list[str] | None = None
+                   ) -> tuple[array, array]:
     """Split a length-prefixed message stream into (payload starts, payload ends).
 
-    Raises TraceError with the byte offset where the stream is truncated or not a message stream.
+    Raises TraceError with the byte offset where the stream is truncated or not a message stream, and
+    LimitError beyond ``max_messages``. Zero bytes to the end of the stream (a zero-filled tail) end it, as the
+    official readers end at an empty message, with a line in ``notes``; other runs of empty messages are
+    corrupt data.
     """
     starts = array("q")
     ends = array("q")
@@ -29,12 +33,22 @@ def frame_messages(data: bytes | memoryview) -> tuple[array, array]:
     push_end = ends.append
     pos = 0
     n = len(data)
+    count = 0
+    limit = n if max_messages is None else max_messages
     while pos < n:
         header = pos
         b = data[pos]
         pos += 1
         if b < 0x80:
             length = b
+            if b == 0 and pos < n and data[pos] == 0:  # two empty messages in a row: zero-filled data
+                if np.frombuffer(data, dtype=np.uint8, offset=header).any():
+                    raise TraceError("a run of zero bytes inside the message stream: corrupt or not a Chakra ET "
+                                     "file", offset=header)
+                if notes is not None:
+                    notes.append(f"the last {n - header:,} bytes are zeros (a zero-filled tail), ignored as the "
+                                 "official tools ignore what follows an empty message")
+                break
         else:
             length = b & 0x7F
             shift = 7
@@ -57,6 +71,10 @@ def frame_messages(data: bytes | memoryview) -> tuple[array, array]:
                 "truncated file, or not a Chakra ET file",
                 offset=header,
             )
+        count += 1
+        if count > limit:
+            raise LimitError(f"more than {limit:,} messages (at byte offset {header:,} of {n:,}): decoding them "
+                             f"would take more memory than is available ({format_bytes(available_memory_bytes())})")
         push_start(pos)
         push_end(end)
         pos = end

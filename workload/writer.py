@@ -103,7 +103,7 @@ def make_node(
             else:
                 set_attribute(node.attr.add(), item[0], item[1])
     except ValueError as e:  # a value from the user's input beyond its field's range (uint64 ids, int64 sizes)
-        raise TraceError(f"a value does not fit its trace field ({e}), e.g. a size beyond 2^63-1 bytes",
+        raise TraceError(f"a value does not fit its trace field ({e})",
                          node_id=node_id) from None
     if inputs is not None:
         node.inputs.CopyFrom(schema.IOInfo(**inputs))

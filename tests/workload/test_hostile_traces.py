@@ -381,3 +381,28 @@ def test_mutated_pytorch_traces_convert_or_give_an_input_error(tmp_path: Path) -
             refused += 1
             assert "\n" not in str(e)
     assert refused > 5
+
+
+def test_zero_filled_data_is_no_stream_of_empty_nodes(tmp_path: Path) -> None:
+    data = trace_bytes([make_node(1, "a", 4), make_node(2, "b", 4, data_deps=[1])])
+    warnings: list[str] = []
+    (tmp_path / "tail.0.et").write_bytes(data + bytes(4096))  # a preallocated, zero-filled tail
+    graph = TraceLoader(warn=warnings.append).load(str(tmp_path / "tail.0.et"), 0)
+    assert graph.num_nodes == 2 and "the last 4,096 bytes are zeros" in warnings[0]
+    (tmp_path / "hole.0.et").write_bytes(data[:-6] + bytes(64) + data[-6:])
+    with pytest.raises(TraceError, match=r"byte offset \d+: a run of zero bytes"):
+        TraceLoader().load(str(tmp_path / "hole.0.et"), 0)
+    (tmp_path / "zeros.0.et").write_bytes(bytes(50 << 20))
+    started = time.perf_counter()
+    with pytest.raises(TraceError, match="empty file"):
+        TraceLoader().load(str(tmp_path / "zeros.0.et"), 0)
+    assert time.perf_counter() - started < 5
+
+
+def test_more_messages_than_memory_can_decode_are_refused_while_framing() -> None:
+    from workload.wire import frame_messages
+
+    data = trace_bytes([make_node(i, "n", 4) for i in range(100)])
+    assert len(frame_messages(data, max_messages=101)[0]) == 101
+    with pytest.raises(LimitError, match="more than 100 messages"):
+        frame_messages(data, max_messages=100)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
 
-from workload.errors import InputError, printable
+from workload.errors import InputError, TraceError, printable
 from workload.files import contained_path, read_yaml
 from workload.limits import add_output_limits, check_output, output_limits
 from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
@@ -155,7 +155,11 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     if prefix:
         metadata = {"generator": "astrasim-py trace generate llm", "model": model.name,
                     "plan": f"dp={plan.dp} tp={plan.tp} pp={plan.pp} ep={plan.ep} zero={plan.zero_stage}"}
-        TraceEmitter(programs, ranks, device, metadata).write(prefix)
+        try:
+            TraceEmitter(programs, ranks, device, metadata).write(prefix)
+        except TraceError as e:
+            raise InputError(f"{what}: node {e.node_id}: {e.problem}: the model is too large for the trace "
+                             "format's 64-bit fields") from None
         print(printable(prefix))
         if device is None:
             warn("the compute nodes carry FLOPs and bytes but no duration: simulate them with --device NAME (e.g. "
