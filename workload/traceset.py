@@ -67,7 +67,7 @@ def _rank_files(directory: str, name: str | None) -> dict[str, dict[int, str]]:
     found: dict[str, dict[int, str]] = {}
     try:
         entries = sorted(os.listdir(directory or "."))
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL byte in the name
         return found
     for entry in entries:
         m = _RANK_FILE.match(entry)
