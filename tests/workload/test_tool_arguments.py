@@ -287,3 +287,14 @@ def test_control_characters_reach_no_terminal(tmp_path: Path, capsys: pytest.Cap
     status, out, err = run(capsys, "trace", "generate", "compute", "--npus", "1", "--name", "c\x1bx", "-o",
                            str(folder))
     assert status == 0 and out == printable(str(folder / "c\x1bx")) + "\n", err
+
+
+def test_generated_ranks_can_be_changed_like_lists_before_writing(tmp_path: Path) -> None:
+    from workload.reader import read_trace
+
+    traces = gen.collective(3, CollectiveType.ALL_REDUCE, 1024, repeat=2)
+    traces[1] = traces[1][:1]
+    traces[2].append(make_node(2, "extra", NodeType.COMP_NODE, data_deps=[1], duration_micros=4))
+    gen.write_rank_traces(str(tmp_path / "t"), traces)
+    assert [read_trace(tmp_path / f"t.{r}.et").num_nodes for r in range(3)] == [2, 1, 3]
+    assert traces == [traces[0], traces[1], traces[2]] and len(traces[0:2]) == 2

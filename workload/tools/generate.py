@@ -39,7 +39,7 @@ def size_label(size_bytes: int) -> str:
 
 class RankTraces(Sequence[list[Any]]):
     """The node lists of ``npus`` ranks, ``nodes_per_rank`` each, node ``k`` of rank ``r`` being
-    ``node(r, k)``. A rank's list is built (and kept, so a caller may extend it) when it is asked for; the writer
+    ``node(r, k)``. A rank's list is built (and kept, so a caller may change it) when it is asked for; the writer
     streams the ranks nobody asked for node by node, and when ``same_on_every_rank`` copies the first file."""
 
     def __init__(self, npus: int, nodes_per_rank: int, node: Callable[[int, int], Any],
@@ -61,6 +61,10 @@ class RankTraces(Sequence[list[Any]]):
         if nodes is None:
             nodes = self.built[rank] = [self.node(rank, k) for k in range(self.nodes_per_rank)]
         return nodes
+
+    def __setitem__(self, rank: int, nodes: Sequence[Any]) -> None:
+        """Replace a rank's nodes (kept like a built rank, and written as given)."""
+        self.built[range(self.npus)[rank]] = list(nodes)
 
     def __iter__(self) -> Iterator[list[Any]]:
         return (self[r] for r in range(self.npus))
