@@ -11,9 +11,16 @@ Model:
     up to 16 packets a turn (round-robin with a 64 KiB quantum at the default MTU).
   * Lossless credit-based flow control (default): a packet starts on a link only when the output queue it
     will join at the next device has room for it (``buffer_bytes`` per queue), reserving that room; otherwise
-    the link waits, blocking whatever queues behind that packet (head-of-line blocking), and the wait counts
-    as pause time. Credits return the moment a packet leaves a queue. ``flow_control: none`` gives unlimited
-    buffers. The receiving NPU always takes its packets.
+    it waits, blocking whatever queues behind it (head-of-line blocking), and the wait counts as pause time.
+    Credits return the moment a packet leaves a queue. ``flow_control: none`` gives unlimited buffers. The
+    receiving NPU always takes its packets.
+  * Virtual channels (``virtual_channels: hops``, the default): every output queue is split by hop, a packet
+    on the k-th link of its route waiting in channel k, with ``buffer_bytes`` of its own. A packet in channel
+    k only ever waits for room in channel k + 1, so the waits cannot form a cycle and credit flow control
+    cannot deadlock on any routing (dragonflies and tori included), as real switches use virtual channels
+    for. A link takes turns between its channels whose head packet can go; a blocked channel does not block
+    the others. ``virtual_channels: none``: one FIFO per port, which can deadlock on cyclic routes exactly as
+    a network without virtual channels does (the run then stops naming the blocked links).
 
 Time runs in integer picoseconds inside the backend (a 4 KiB packet is not a whole number of ns) and in ns
 outside; a message is delivered at the ns its last packet arrives in (floor). The backend runs its own event
@@ -36,7 +43,8 @@ from network.topology import DimensionOrderRouter, EcmpRouter, Fabric, Flows
 from workload.errors import ConfigError
 
 FLOW_CONTROLS = ("credit", "none")
-PACKET_KEYS = ("mtu_bytes", "header_bytes", "buffer_bytes", "flow_control")
+VIRTUAL_CHANNELS = ("hops", "none")
+PACKET_KEYS = ("mtu_bytes", "header_bytes", "buffer_bytes", "flow_control", "virtual_channels")
 _ARRIVE, _TX_DONE = 0, 1
 
 
@@ -44,8 +52,9 @@ _ARRIVE, _TX_DONE = 0, 1
 class PacketConfig:
     mtu_bytes: int = 4096
     header_bytes: int = 0
-    buffer_bytes: int = 1 << 20  # per output queue
+    buffer_bytes: int = 1 << 20  # per output queue (per virtual channel of it)
     flow_control: str = "credit"
+    virtual_channels: str = "hops"  # hops: a channel per hop of the route (deadlock-free); none: one FIFO
 
 
 def packet_config_from_dict(data: Any, where: str) -> PacketConfig:
@@ -68,10 +77,11 @@ def packet_config_from_dict(data: Any, where: str) -> PacketConfig:
                 raise ConfigError(f"{where}: packet: '{key}' must be a whole number of bytes >= {minimum} "
                                   f"(got {data[key]!r})")
             kw[key] = value
-    if "flow_control" in data:
-        if data["flow_control"] not in FLOW_CONTROLS:
-            raise ConfigError(f"{where}: packet: 'flow_control' must be one of {', '.join(FLOW_CONTROLS)}")
-        kw["flow_control"] = data["flow_control"]
+    for key, options in (("flow_control", FLOW_CONTROLS), ("virtual_channels", VIRTUAL_CHANNELS)):
+        if key in data:
+            if data[key] not in options:
+                raise ConfigError(f"{where}: packet: '{key}' must be one of {', '.join(options)}")
+            kw[key] = data[key]
     config = PacketConfig(**kw)
     if config.flow_control == "credit" and config.buffer_bytes < config.mtu_bytes + config.header_bytes:
         raise ConfigError(f"{where}: packet: 'buffer_bytes' ({config.buffer_bytes}) must hold at least one packet "
@@ -83,11 +93,13 @@ _NEVER = 1 << 62
 
 
 class PacketLink:
-    """A directed link, its output queue at the source device, and its statistics."""
+    """A directed link, its output queue at the source device (one per virtual channel), and its statistics."""
 
-    __slots__ = ("blocked_since", "burst", "busy_until", "bytes", "cap", "clear_at", "cur_size", "dst", "history",
-                 "lat_ps", "max_queue", "max_queue_bytes", "messages", "name", "occ", "own", "packets", "pause_ps",
-                 "ps_per_byte", "queued_bytes", "relay", "relay_turn", "serve_own", "src", "tx_pending", "waiters")
+    __slots__ = ("blocked_since", "burst", "busy_until", "bytes", "cap", "clear_at", "cur_size", "cur_vc", "dst",
+                 "history", "lat_ps", "max_queue", "max_queue_bytes", "messages", "name", "num_waiters", "occ", "own",
+                 "packets",
+                 "pause_ps", "ps_per_byte", "queued", "queued_bytes", "relay", "relay_turn", "rr", "serve_own", "src",
+                 "tx_pending", "waiters", "waiting")
 
     def __init__(self, name: str, src: int, dst: int, bandwidth_gbps: float, latency_ns: float, cap: int,
                  burst: int) -> None:
@@ -102,38 +114,61 @@ class PacketLink:
         # pending, else _NEVER (one comparison decides the common case)
         self.clear_at = 0
         self.own: deque[_Message] = deque()  # this NPU's messages, cut into packets as they are sent
-        self.relay: deque[tuple[_Message, int, int]] = deque()  # packets (message, hop, wire bytes) queued here
+        # per virtual channel: relayed packets (message, hop, wire bytes) queued here, the bytes of the queue
+        # (reserved by packets on their way, queued, in transmission), the upstream links waiting for room in
+        # it (with the channel of theirs that waits), and what the head packet of each own channel waits for
+        self.relay: list[deque[tuple[_Message, int, int]]] = [deque()]
+        self.occ = [0]
+        self.waiters: list[deque[tuple[PacketLink, int]]] = [deque()]
+        self.num_waiters = 0  # over all channels
+        self.waiting: list[PacketLink | None] = [None]
+        self.cap = cap
         self.serve_own = True  # whose turn: own or relayed packets (round-robin, `burst` packets a turn)
         self.relay_turn = 0  # relayed packets sent in the current turn
-        self.occ = 0  # bytes of the output queue: reserved by packets on their way, queued, in transmission
-        self.cap = cap
+        self.rr = 0  # the relay channel to try first (round-robin between channels)
         self.cur_size = 0  # wire bytes of the relayed packet in transmission (they leave occ when it ends)
-        self.waiters: deque[PacketLink] = deque()  # upstream links waiting for room in this queue
-        self.blocked_since = -1  # ps since which the head packet waits for room downstream (-1: not blocked)
+        self.cur_vc = 0  # and its channel
+        self.blocked_since = -1  # ps since which no queued packet can go for want of room (-1: not blocked)
         self.tx_pending = False  # a TX_DONE event is scheduled
         self.bytes = 0
         self.packets = 0
         self.messages = 0
-        self.queued_bytes = 0  # wire bytes of the packets waiting in relay
+        self.queued = 0  # relayed packets waiting, over all channels
+        self.queued_bytes = 0  # and their wire bytes
         self.max_queue = 0  # the most packets ever waiting in the queue (not counting the one being sent)
         self.max_queue_bytes = 0
         self.pause_ps = 0
         self.history: list[tuple[int, int]] | None = None
+
+    def grow(self, channels: int) -> None:
+        """Have at least ``channels`` virtual channels."""
+        while len(self.occ) < channels:
+            self.relay.append(deque())
+            self.occ.append(0)
+            self.waiters.append(deque())
+            self.waiting.append(None)
 
     # what link statistics read, in ns like the analytical links
     @property
     def busy_ns(self) -> int:
         return int(self.bytes * self.ps_per_byte) // 1000
 
-    def enqueue(self, packet: tuple[_Message, int, int]) -> None:
-        """A relayed packet joins the queue (it has to wait: the link is busy, blocked or has a queue)."""
-        self.relay.append(packet)
+    def enqueue(self, packet: tuple[_Message, int, int], vc: int) -> None:
+        """A relayed packet joins channel ``vc`` (it has to wait: the link is busy, blocked or has a queue)."""
+        self.relay[vc].append(packet)
+        self.queued += 1
         self.queued_bytes += packet[2]
         self.clear_at = _NEVER
-        if len(self.relay) > self.max_queue:
-            self.max_queue = len(self.relay)
+        if self.queued > self.max_queue:
+            self.max_queue = self.queued
         if self.queued_bytes > self.max_queue_bytes:
             self.max_queue_bytes = self.queued_bytes
+
+    def release_sent(self, t: int) -> None:
+        """The relayed packet whose transmission has ended by ``t`` leaves the queue: its room is free."""
+        if self.cur_size and self.busy_until <= t:
+            self.occ[self.cur_vc] -= self.cur_size
+            self.cur_size = 0
 
     @property
     def pause_ns(self) -> int:
@@ -179,6 +214,8 @@ class PacketNetwork:
         self.engine = engine
         self.mtu = config.mtu_bytes
         self.header = config.header_bytes
+        self.hop_channels = config.virtual_channels == "hops"
+        self.channels = 1  # virtual channels per queue: the longest route's hops (grown as routes appear)
         cap = config.buffer_bytes if config.flow_control == "credit" else _NEVER
         self.links: dict[tuple[int, int], PacketLink] = {}
         npus = fabric.num_npus
@@ -233,6 +270,10 @@ class PacketNetwork:
         if route is None:
             links = self.links
             route = self._routes[nodes] = [links[(nodes[i], nodes[i + 1])] for i in range(len(nodes) - 1)]
+            if self.hop_channels and len(route) > self.channels:
+                self.channels = len(route)
+                for link in links.values():
+                    link.grow(self.channels)
         return route
 
     def _wake_for_next(self) -> None:
@@ -288,6 +329,7 @@ class PacketNetwork:
         pop, push = heapq.heappop, heapq.heappush
         seq = self._seq
         start = self._start
+        channels = self.hop_channels
         count = 0
         while heap and heap[0][0] < limit:
             t, _, kind, obj, hop, wire = pop(heap)
@@ -302,26 +344,29 @@ class PacketNetwork:
                         self._deliver(obj, now_ns)
                     continue
                 hop += 1
-                link = route[hop]  # it holds room reserved in this link's queue
+                link = route[hop]  # it holds room reserved in this link's queue (channel `vc`)
+                vc = hop if channels else 0
                 if link.clear_at <= t:  # nothing queued: send it on at once
                     if hop != obj.last:
                         nxt = route[hop + 1]
                         if nxt.cur_size and nxt.busy_until <= t:
-                            nxt.occ -= nxt.cur_size
+                            nxt.occ[nxt.cur_vc] -= nxt.cur_size
                             nxt.cur_size = 0
-                        occ = nxt.occ + wire
-                        if occ > nxt.cap:  # no room downstream: the general path blocks the link
-                            link.enqueue((obj, hop, wire))
+                        vn = hop + 1 if channels else 0
+                        occ = nxt.occ[vn] + wire
+                        if occ > nxt.cap:  # no room downstream: the general path blocks the channel
+                            link.enqueue((obj, hop, wire), vc)
                             start(link, t)
                             continue
-                        nxt.occ = occ
+                        nxt.occ[vn] = occ
                         arrive = True
                     else:
                         obj.tail -= 1
                         arrive = not obj.tail
                     if link.cur_size:
-                        link.occ -= link.cur_size
+                        link.occ[link.cur_vc] -= link.cur_size
                     link.cur_size = wire
+                    link.cur_vc = vc
                     end = t + int(wire * link.ps_per_byte + 0.5)
                     link.busy_until = end
                     link.bytes += wire
@@ -330,15 +375,16 @@ class PacketNetwork:
                         _record(link.history, t, end)
                     if arrive:
                         push(heap, (end + link.lat_ps, next(seq), _ARRIVE, obj, hop, wire))
-                    if link.waiters:
+                    if link.num_waiters:
                         push(heap, (end, next(seq), _TX_DONE, link, 0, 0))
                         link.tx_pending = True
                         link.clear_at = _NEVER
                     else:
                         link.clear_at = end
                     continue
-                link.enqueue((obj, hop, wire))
-                if not link.tx_pending and link.blocked_since < 0:
+                link.enqueue((obj, hop, wire), vc)
+                # a blocked link retries when a packet joins another channel (one FIFO: it waits behind the head)
+                if not link.tx_pending and (link.blocked_since < 0 or channels):
                     if link.busy_until <= t:
                         start(link, t)
                     else:  # busy: take the packet when the transmission ends
@@ -348,20 +394,21 @@ class PacketNetwork:
                 link = obj
                 link.tx_pending = False
                 if link.cur_size:
-                    link.occ -= link.cur_size
+                    link.occ[link.cur_vc] -= link.cur_size
                     link.cur_size = 0
-                waiters = link.waiters
-                while waiters:
-                    upstream = waiters[0]
-                    if link.occ + self._head_wire(upstream) > link.cap:
-                        break
-                    waiters.popleft()
-                    upstream.pause_ps += t - upstream.blocked_since
-                    upstream.blocked_since = -1
-                    if upstream.busy_until <= t and not upstream.tx_pending:
-                        start(upstream, t)
-                if link.blocked_since < 0 and not link.tx_pending:
-                    if link.own or link.relay:
+                if link.num_waiters:
+                    for vc, waiters in enumerate(link.waiters):
+                        while waiters:
+                            upstream, k = waiters[0]
+                            if link.occ[vc] + self._head_wire(upstream, k) > link.cap:
+                                break
+                            waiters.popleft()
+                            link.num_waiters -= 1
+                            upstream.waiting[k] = None
+                            if upstream.blocked_since >= 0 and upstream.busy_until <= t and not upstream.tx_pending:
+                                start(upstream, t)
+                if not link.tx_pending and (link.blocked_since < 0 or channels):
+                    if link.own or link.queued:
                         start(link, t)
                     else:
                         link.clear_at = link.busy_until
@@ -370,57 +417,93 @@ class PacketNetwork:
                 break
         self.events += count
 
-    def _head_wire(self, link: PacketLink) -> int:
-        """Wire bytes of the packet the link sends next."""
-        if link.own and (link.serve_own or not link.relay):
-            msg = link.own[0]
+    def _head_wire(self, link: PacketLink, k: int) -> int:
+        """Wire bytes of the packet that channel ``k`` of the link sends next (0: none)."""
+        own, relay = link.own, link.relay[k]
+        if own and (k == 0 if self.hop_channels else (link.serve_own or not relay)):
+            msg = own[0]
             return min(self.mtu, msg.size - msg.sent) + self.header
-        return link.relay[0][2] if link.relay else 0
+        return relay[0][2] if relay else 0
+
+    def _choose(self, link: PacketLink, t: int) -> tuple[int, bool, Any, int, int, Any] | None:
+        """The next packet the idle link can send: (channel, own?, message, hop, wire bytes, next link or None
+        when it is the last hop). Channels whose head waits for room register with the queue they wait for;
+        None when every one waits (with one FIFO, the head alone decides)."""
+        own, relay = link.own, link.relay
+        if not self.hop_channels:
+            return self._try(link, 0, bool(own) and (link.serve_own or not relay[0]), t)
+        own_first = bool(own) and (link.serve_own or not link.queued)
+        if own_first:
+            choice = self._try(link, 0, True, t)
+            if choice is not None:
+                return choice
+        if link.queued:
+            n = len(relay)
+            for i in range(n):
+                k = (link.rr + i) % n
+                if k and relay[k]:
+                    choice = self._try(link, k, False, t)
+                    if choice is not None:
+                        return choice
+        return self._try(link, 0, True, t) if own and not own_first else None
+
+    def _try(self, link: PacketLink, k: int, use_own: bool, t: int) -> tuple[int, bool, Any, int, int, Any] | None:
+        """Channel ``k``'s head packet (or the NPU's own next one) if it can go now; else register its wait."""
+        if use_own:
+            msg, hop = link.own[0], 0
+            wire = (self.mtu if msg.size - msg.sent > self.mtu else msg.size - msg.sent) + self.header
+        else:
+            msg, hop, wire = link.relay[k][0]
+        if hop == msg.last:
+            return k, use_own, msg, hop, wire, None
+        nxt = msg.route[hop + 1]
+        nxt.release_sent(t)
+        vn = hop + 1 if self.hop_channels else 0
+        if wire <= nxt.cap - nxt.occ[vn]:
+            return k, use_own, msg, hop, wire, nxt
+        if link.waiting[k] is not nxt:  # wait for room there (head-of-line within the channel)
+            link.waiting[k] = nxt
+            nxt.waiters[vn].append((link, k))
+            nxt.num_waiters += 1
+        if nxt.busy_until > t and not nxt.tx_pending:
+            self._push(nxt.busy_until, _TX_DONE, nxt, 0, 0)
+            nxt.tx_pending = True
+            nxt.clear_at = _NEVER
+        return None
 
     def _start(self, link: PacketLink, t: int) -> None:
         """Send the next packet (or burst of own packets) on an idle link if the queue it joins has room."""
         if link.cur_size:  # the relayed packet it sent last has left: its room is free
-            link.occ -= link.cur_size
+            link.occ[link.cur_vc] -= link.cur_size
             link.cur_size = 0
-        own, relay = link.own, link.relay
-        use_own = bool(own) and (link.serve_own or not relay)
-        header, mtu = self.header, self.mtu
-        if use_own:
-            msg = own[0]
-            hop = 0
-            wire = (mtu if msg.size - msg.sent > mtu else msg.size - msg.sent) + header
-        elif relay:
-            msg, hop, wire = relay[0]
-        else:
+        if not link.own and not link.queued:
             link.clear_at = link.busy_until
             return
+        choice = self._choose(link, t)
+        if choice is None:  # no room downstream for any head packet: wait, and block what queues behind
+            if link.blocked_since < 0:
+                link.blocked_since = t
+            link.clear_at = _NEVER
+            return
+        k, use_own, msg, hop, wire, nxt = choice
+        if link.blocked_since >= 0:
+            link.pause_ps += t - link.blocked_since
+            link.blocked_since = -1
+        header, mtu = self.header, self.mtu
         count = 1
-        final = hop == msg.last
-        if not final:
-            nxt = msg.route[hop + 1]
-            if nxt.cur_size and nxt.busy_until <= t:
-                nxt.occ -= nxt.cur_size
-                nxt.cur_size = 0
-            room = nxt.cap - nxt.occ
-            if wire > room:  # no room downstream: wait, and block what queues behind (head-of-line)
-                if link.blocked_since < 0:
-                    link.blocked_since = t
-                    nxt.waiters.append(link)
-                    if nxt.busy_until > t and not nxt.tx_pending:
-                        self._push(nxt.busy_until, _TX_DONE, nxt, 0, 0)
-                        nxt.tx_pending = True
-                        nxt.clear_at = _NEVER
-                return
-            if use_own and link.burst > 1:
-                count = max(1, min(link.burst, -(-(msg.size - msg.sent) // mtu), room // (mtu + header)))
-        elif use_own and link.burst > 1:
+        final = nxt is None
+        vn = hop + 1 if self.hop_channels else 0
+        if use_own and link.burst > 1:
             count = max(1, min(link.burst, -(-(msg.size - msg.sent) // mtu)))
+            if not final:
+                count = min(count, max(1, (nxt.cap - nxt.occ[vn]) // (mtu + header)))
         # (count > 1 only for own packets: one message's packets back to back, one turn of the round-robin)
         ps_per_byte = link.ps_per_byte
         end = t
         lat = link.lat_ps
         heap, seq = self.heap, self._seq
         push = heapq.heappush
+        own = link.own
         if use_own:
             remaining = msg.size - msg.sent
             total = 0
@@ -436,6 +519,9 @@ class PacketNetwork:
                         continue
                 push(heap, (end + lat, next(seq), _ARRIVE, msg, hop, wire))
             msg.sent = msg.size - remaining
+            if msg.sent >= msg.size:
+                own.popleft()
+            link.serve_own = False
         else:
             total = wire
             end += int(wire * ps_per_byte + 0.5)
@@ -443,28 +529,24 @@ class PacketNetwork:
                 msg.tail -= 1
             if not final or not msg.tail:
                 push(heap, (end + lat, next(seq), _ARRIVE, msg, hop, wire))
-        if not final:
-            nxt.occ += total
-        if use_own:
-            if msg.sent >= msg.size:
-                own.popleft()
-        else:
-            relay.popleft()
+            link.relay[k].popleft()
+            link.queued -= 1
             link.queued_bytes -= wire
             link.cur_size = wire
-        if use_own:
-            link.serve_own = False
-        else:
+            link.cur_vc = k
+            link.rr = k + 1
             link.relay_turn += 1
-            if link.relay_turn >= link.burst or not relay:
+            if link.relay_turn >= link.burst or not link.queued:
                 link.serve_own = True
                 link.relay_turn = 0
+        if not final:
+            nxt.occ[vn] += total
         link.busy_until = end
         link.bytes += total
         link.packets += count
         if link.history is not None:
             _record(link.history, t, end)
-        if own or relay or link.waiters:
+        if own or link.queued or link.num_waiters:
             push(heap, (end, next(seq), _TX_DONE, link, 0, 0))
             link.tx_pending = True
             link.clear_at = _NEVER

@@ -183,10 +183,12 @@ class Simulation:
         if unfinished:
             blocked = getattr(backend, "blocked_links", lambda: [])()
             if blocked:
+                advice = ("with a virtual channel per hop this cannot happen: please report it as a bug"
+                          if backend.hop_channels else "set the packet section's virtual_channels: hops (a channel per "
+                          "hop cannot deadlock), raise its buffer_bytes or set flow_control: none")
                 raise DeadlockError(
                     f"deadlock in the packet network: {len(blocked)} link(s) wait for buffer room that never frees "
-                    f"(a cycle of full queues, e.g. {', '.join(blocked[:4])}); raise the packet section's buffer_bytes "
-                    "or set flow_control: none")
+                    f"(a cycle of full queues, e.g. {', '.join(blocked[:4])}); {advice}")
             raise DeadlockError(deadlock_report(unfinished, messaging))
         stats = [w.stats() for w in ranks]
         negative = [s.rank for s in stats if s.exposed_signed_ns < 0]

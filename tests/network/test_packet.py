@@ -134,13 +134,15 @@ def test_oversubscribed_fat_tree_all_reduce(tmp_path: Path) -> None:
                                                        full, "packet").links)
 
 
-def test_cyclic_buffer_deadlock_is_reported(tmp_path: Path) -> None:
+def test_cyclic_buffer_deadlock_without_virtual_channels_is_reported(tmp_path: Path) -> None:
     traces = collective(6, CollectiveType.ALL_TO_ALL, 1 << 20)
     system = {"all-to-all-implementation": ["direct"]}
-    with pytest.raises(DeadlockError, match=r"deadlock in the packet network: .* raise the packet section's "
-                                            r"buffer_bytes or set flow_control: none"):
-        run(tmp_path, traces, ring(6, buffer_bytes=4096), "packet", system)
+    with pytest.raises(DeadlockError, match=r"deadlock in the packet network: .* set the packet section's "
+                                            r"virtual_channels: hops .* or set flow_control: none"):
+        run(tmp_path, traces, ring(6, buffer_bytes=4096, virtual_channels="none"), "packet", system)
     assert run(tmp_path, traces, ring(6, flow_control="none"), "packet", system).finish_ns > 0
+    # a channel per hop: the same tiny buffers on the same cyclic routes cannot deadlock
+    assert run(tmp_path, traces, ring(6, buffer_bytes=4096), "packet", system).finish_ns > 0
 
 
 def test_packet_runs_are_deterministic(tmp_path: Path) -> None:
@@ -267,3 +269,23 @@ def test_packet_parameters_sweep(tmp_path: Path) -> None:
     assert slow.run is not None and slow.run["network"]["packet"] == {"mtu_bytes": 1024, "buffer_bytes": "64KiB"}
     times = [run_point(p.run, p.root, p.sources)["metrics"]["finish_ns"] for p in (slow, fast)]
     assert times[0] > 2 * times[1]
+
+
+@pytest.mark.parametrize(("groups", "routers", "npus_per_router", "global_links"), [(3, 2, 1, 1), (5, 2, 2, 2)])
+def test_dragonfly_credits_need_a_virtual_channel_per_hop(tmp_path: Path, groups: int, routers: int,
+                                                         npus_per_router: int, global_links: int) -> None:
+    """Minimal dragonfly routes (local, global, local) make cyclic buffer waits: with one FIFO per port tiny
+    buffers deadlock, as a switch without virtual channels does; a channel per hop never does."""
+    def dragonfly(channels: str) -> Any:
+        return network_from_dict({"fabric": "dragonfly", "routers_per_group": routers,
+                                  "npus_per_router": npus_per_router, "global_links_per_router": global_links,
+                                  "groups": groups,
+                                  "bandwidth": {"terminal": 100, "local": 100, "global": 50},
+                                  "latency": {"terminal": 100, "local": 200, "global": 1000},
+                                  "packet": {"buffer_bytes": 8192, "virtual_channels": channels}})
+    n = dragonfly("none").num_npus
+    traces = collective(n, CollectiveType.ALL_TO_ALL, 1 << 20)
+    system = {"all-to-all-implementation": ["direct"] * dragonfly("none").num_dims}
+    with pytest.raises(DeadlockError, match="virtual_channels: hops"):
+        run(tmp_path, traces, dragonfly("none"), "packet", system)
+    assert run(tmp_path, traces, dragonfly("hops"), "packet", system).finish_ns > 0

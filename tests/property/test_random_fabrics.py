@@ -45,13 +45,15 @@ def fabrics(draw: st.DrawFn) -> dict[str, Any]:
        size=st.sampled_from([1 << 16, 1 << 20, 24 << 20]), repeat=st.integers(1, 3),
        splits=st.sampled_from([1, 2, 4, 8]), active=st.sampled_from([1, 1, 2]), algorithm=st.sampled_from(
            ["ring", "direct"]), policy=st.sampled_from(["LIFO", "FIFO"]),
-       backend=st.sampled_from(["analytical-unaware", "analytical-aware", "analytical-aware", "packet"]))
+       backend=st.sampled_from(["analytical-unaware", "analytical-aware", "analytical-aware", "packet"]),
+       buffer_bytes=st.sampled_from([8192, 65536, 1 << 20]))
 def test_every_rank_finishes_on_random_fabrics(tmp_path: Path, fabric: dict[str, Any], kind: str, size: int,
                                                repeat: int, splits: int, active: int, algorithm: str, policy: str,
-                                               backend: str) -> None:
-    network = network_from_dict(fabric)
-    if backend == "packet":
+                                               backend: str, buffer_bytes: int) -> None:
+    if backend == "packet":  # tiny buffers too: a virtual channel per hop must keep every route deadlock-free
+        fabric = {**fabric, "packet": {"buffer_bytes": buffer_bytes}}
         size = min(size, 1 << 20)  # packets at 4 KiB: keep the run short
+    network = network_from_dict(fabric)
     prefix = tmp_path / f"t{len(list(tmp_path.iterdir()))}" / "trace"
     write_rank_traces(str(prefix), collective(1, CollectiveType[kind], size, repeat=repeat))
     system = system_from_dict({**DEFAULT_SYSTEM, "preferred-dataset-splits": splits,
