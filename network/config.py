@@ -19,6 +19,7 @@ from typing import Any
 from network.fabrics import fabric_from_dict
 from network.packet import PacketConfig, packet_config_from_dict
 from network.topology import DimensionOrderRouter, EcmpRouter, Fabric, from_dimensions
+from network.values import MAX_BANDWIDTH_GBPS, MAX_LATENCY_NS, check_size, choice, key_names, number, whole
 from workload.errors import ConfigError
 from workload.files import read_yaml
 
@@ -90,7 +91,7 @@ def _as_list(data: dict[str, Any], key: str, path: str) -> list[Any]:
     return value
 
 
-def network_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Any = None) -> NetworkConfig:
+def network_from_dict(data: Any, path: str = "<memory>", warn: Any = None) -> NetworkConfig:
     """Build a NetworkConfig from parsed YAML, checking it as ASTRA-sim does (with clearer errors)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with keys {', '.join(NETWORK_KEYS)} (or a 'fabric' file)")
@@ -101,9 +102,9 @@ def network_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Any = 
         bw, lat = fabric.link(0, next(iter(fabric.graph.successors(0))))
         return NetworkConfig((fabric.kind,) * len(dims), dims, (bw,) * len(dims), (lat,) * len(dims), path, fabric,
                              packet)
-    unknown = sorted(set(data) - set(NETWORK_KEYS) - {"packet"})
+    unknown = key_names(set(data) - set(NETWORK_KEYS) - {"packet"})
     if unknown and warn is not None:
-        warn(f"{path}: ignoring unknown network key(s) {', '.join(unknown)}")
+        warn(f"{path}: ignoring unknown network key(s) {unknown}")
     topology = _as_list(data, "topology", path)
     npus = _as_list(data, "npus_count", path)
     bandwidth = _as_list(data, "bandwidth", path)
@@ -112,24 +113,12 @@ def network_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Any = 
         if len(values) != len(topology):
             raise ConfigError(f"{path}: '{name}' has {len(values)} entries but 'topology' has {len(topology)} "
                               "(one entry per dimension)")
-    for t in topology:
-        if t not in BUILDING_BLOCKS:
-            raise ConfigError(f"{path}: topology '{t}' is not supported; valid: {', '.join(BUILDING_BLOCKS)}")
-    try:
-        npus_i = tuple(int(n) for n in npus)
-        bw = tuple(float(b) for b in bandwidth)
-        lat = tuple(float(x) for x in latency)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path}: npus_count, bandwidth and latency must be numbers ({e})") from None
-    if any(n != float(v) for n, v in zip(npus_i, npus, strict=True)):
-        raise ConfigError(f"{path}: 'npus_count' entries must be whole numbers")
-    if any(n <= 1 for n in npus_i):
-        raise ConfigError(f"{path}: every 'npus_count' entry must be larger than 1 (got {list(npus_i)})")
-    if any(not b > 0 or math.isinf(b) for b in bw):
-        raise ConfigError(f"{path}: every 'bandwidth' entry must be a positive number of GB/s (got {list(bw)})")
-    if any(not x >= 0 or math.isinf(x) for x in lat):
-        raise ConfigError(f"{path}: every 'latency' entry must be a non-negative number of ns (got {list(lat)})")
-    return NetworkConfig(tuple(topology), npus_i, bw, lat, path, packet=packet)
+    blocks = tuple(choice(t, "topology", path, BUILDING_BLOCKS) for t in topology)
+    npus_i = tuple(whole(n, "npus_count", path, low=2) for n in npus)
+    check_size(math.prod(npus_i), 0, path, "this network")
+    bw = tuple(number(b, "bandwidth", path, high=MAX_BANDWIDTH_GBPS, positive=True) for b in bandwidth)
+    lat = tuple(number(x, "latency", path, high=MAX_LATENCY_NS) for x in latency)
+    return NetworkConfig(blocks, npus_i, bw, lat, path, packet=packet)
 
 
 def load_network(path: str | os.PathLike[str], warn: Any = None) -> NetworkConfig:

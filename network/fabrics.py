@@ -33,7 +33,8 @@ from collections.abc import Callable
 from typing import Any
 
 from network.topology import Fabric
-from workload.errors import ConfigError
+from network.values import MAX_BANDWIDTH_GBPS, MAX_LATENCY_NS, check_size, choice, flag, key_names, number, whole
+from workload.errors import ConfigError, shown
 
 COMMON_KEYS = ("fabric", "logical_dims", "packet", "description")
 
@@ -42,17 +43,16 @@ def _int(data: dict[str, Any], key: str, where: str, default: int | None = None,
     value = data.get(key, default)
     if value is None:
         raise ConfigError(f"{where}: missing key '{key}'")
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{where}: '{key}' must be a whole number >= {minimum} (got {value!r})")
-    return value
+    return whole(value, key, where, low=minimum)
 
 
-def _number(value: Any, key: str, where: str) -> float:
+def _number(value: Any, key: str, where: str, latency: bool = False) -> float:
+    """A link's bandwidth (GB/s, positive) or, with ``latency``, its latency (ns, not negative)."""
     if value is None:
         raise ConfigError(f"{where}: missing key '{key}'")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{where}: '{key}' must be a number (got {value!r})")
-    return float(value)
+    if latency:
+        return number(value, key, where, high=MAX_LATENCY_NS)
+    return number(value, key, where, high=MAX_BANDWIDTH_GBPS, positive=True)
 
 
 def _per_kind(data: dict[str, Any], key: str, kinds: tuple[str, ...], where: str, default: Any = None
@@ -61,14 +61,15 @@ def _per_kind(data: dict[str, Any], key: str, kinds: tuple[str, ...], where: str
     value = data.get(key, default)
     if value is None:
         raise ConfigError(f"{where}: missing key '{key}'")
+    latency = key == "latency"
     if isinstance(value, dict):
-        unknown = sorted(set(value) - set(kinds))
+        unknown = sorted(set(map(str, value)) - set(kinds))
         missing = [k for k in kinds if k not in value]
         if unknown or missing:
             raise ConfigError(f"{where}: '{key}' needs exactly the link kinds {', '.join(kinds)}")
-        return {k: _number(value[k], f"{key}.{k}", where) for k in kinds}
-    number = _number(value, key, where)
-    return dict.fromkeys(kinds, number)
+        return {k: _number(value[k], f"{key}.{k}", where, latency) for k in kinds}
+    number_ = _number(value, key, where, latency)
+    return dict.fromkeys(kinds, number_)
 
 
 def fat_tree(data: dict[str, Any], where: str) -> Fabric:
@@ -77,7 +78,7 @@ def fat_tree(data: dict[str, Any], where: str) -> Fabric:
         raise ConfigError(f"{where}: 'levels' must be 2 or 3 (got {levels})")
     bw = _number(data.get("bandwidth"), "bandwidth", where)
     up_bw = _number(data.get("uplink_bandwidth", bw), "uplink_bandwidth", where)
-    lat = _number(data.get("latency", 0), "latency", where)
+    lat = _number(data.get("latency", 0), "latency", where, latency=True)
     if "k" in data:
         k = _int(data, "k", where, minimum=2)
         r = _int(data, "oversubscription", where, 1)
@@ -85,6 +86,8 @@ def fat_tree(data: dict[str, Any], where: str) -> Fabric:
             raise ConfigError(f"{where}: 'k' must be even and k/2 divisible by 'oversubscription' (k={k}, "
                               f"oversubscription={r})")
         down, up = k // 2, k // 2 // r
+        npus = k * down if levels == 2 else k * down * down
+        check_size(npus, 6 * npus, where, f"a fat-tree with k={k}")
         if levels == 2:
             return _leaf_spine(k * down, down, up, bw, up_bw, lat, where, f"fat-tree k={k}")
         return _three_level(k, down, up, bw, up_bw, lat, where)
@@ -95,6 +98,7 @@ def fat_tree(data: dict[str, Any], where: str) -> Fabric:
     spines = _int(data, "spines", where)
     if npus % per_leaf:
         raise ConfigError(f"{where}: 'npus' ({npus}) must be a multiple of 'npus_per_leaf' ({per_leaf})")
+    check_size(npus, 2 * (npus + npus // per_leaf * spines), where, "this fat-tree")
     return _leaf_spine(npus, per_leaf, spines, bw, up_bw, lat, where, "fat-tree")
 
 
@@ -133,12 +137,13 @@ def _three_level(k: int, down: int, up: int, bw: float, up_bw: float, lat: float
 
 def torus(data: dict[str, Any], where: str) -> Fabric:
     dims = data.get("dims")
-    if not isinstance(dims, list) or not 1 <= len(dims) <= 3 or not all(
-            isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in dims):
-        raise ConfigError(f"{where}: 'dims' must list 1 to 3 sizes >= 2, e.g. [4, 8] (got {dims!r})")
+    if not isinstance(dims, list) or not 1 <= len(dims) <= 3:
+        raise ConfigError(f"{where}: 'dims' must list 1 to 3 sizes >= 2, e.g. [4, 8] (got {shown(dims)})")
+    dims = [whole(n, "dims", where, low=2) for n in dims]
+    npus = math.prod(dims)
+    check_size(npus, 2 * len(dims) * npus, where, f"a {'x'.join(map(str, dims))} torus")
     bws = _per_dimension(data, "bandwidth", len(dims), where)
     lats = _per_dimension(data, "latency", len(dims), where, 0)
-    npus = math.prod(dims)
     fabric = Fabric(f"torus {'x'.join(map(str, dims))}", npus, tuple(dims), npus_forward=True, where=where)
     stride = 1
     for d, n in enumerate(dims):
@@ -154,11 +159,12 @@ def _per_dimension(data: dict[str, Any], key: str, dims: int, where: str, defaul
     value = data.get(key, default)
     if value is None:
         raise ConfigError(f"{where}: missing key '{key}'")
+    latency = key == "latency"
     if isinstance(value, list):
         if len(value) != dims:
             raise ConfigError(f"{where}: '{key}' has {len(value)} entries for {dims} dimensions")
-        return [_number(v, key, where) for v in value]
-    return [_number(value, key, where)] * dims
+        return [_number(v, key, where, latency) for v in value]
+    return [_number(value, key, where, latency)] * dims
 
 
 def dragonfly(data: dict[str, Any], where: str) -> Fabric:
@@ -169,10 +175,11 @@ def dragonfly(data: dict[str, Any], where: str) -> Fabric:
     if g > a * h + 1:
         raise ConfigError(f"{where}: at most routers_per_group x global_links_per_router + 1 = {a * h + 1} groups "
                           f"can be joined pairwise (got {g})")
+    npus = g * a * p
+    check_size(npus, 2 * (npus + g * a * a + g * g), where, "this dragonfly")
     kinds = ("terminal", "local", "global")
     bw = _per_kind(data, "bandwidth", kinds, where)
     lat = _per_kind(data, "latency", kinds, where, 0)
-    npus = g * a * p
     fabric = Fabric(f"dragonfly {g}x{a}x{p}", npus, (p, a, g) if p > 1 else (a, g), npus_forward=False,
                     where=where)
     routers = [[fabric.add_switch(f"router{i}.{r}") for r in range(a)] for i in range(g)]
@@ -194,12 +201,13 @@ def rail_optimized(data: dict[str, Any], where: str) -> Fabric:
     nodes = _int(data, "nodes", where)
     gpus = _int(data, "gpus_per_node", where)
     spines = _int(data, "spines", where, gpus, 0)
-    nv_bw = _number(data.get("nvlink_bandwidth"), "nvlink_bandwidth", where)
-    nv_lat = _number(data.get("nvlink_latency", 0), "nvlink_latency", where)
-    nic_bw = _number(data.get("nic_bandwidth"), "nic_bandwidth", where)
-    nic_lat = _number(data.get("nic_latency", 0), "nic_latency", where)
-    spine_bw = _number(data.get("spine_bandwidth", nic_bw), "spine_bandwidth", where)
     npus = nodes * gpus
+    check_size(npus, 2 * (2 * npus + spines * gpus), where, "this rail-optimized cluster")
+    nv_bw = _number(data.get("nvlink_bandwidth"), "nvlink_bandwidth", where)
+    nv_lat = _number(data.get("nvlink_latency", 0), "nvlink_latency", where, latency=True)
+    nic_bw = _number(data.get("nic_bandwidth"), "nic_bandwidth", where)
+    nic_lat = _number(data.get("nic_latency", 0), "nic_latency", where, latency=True)
+    spine_bw = _number(data.get("spine_bandwidth", nic_bw), "spine_bandwidth", where)
     fabric = Fabric(f"rail-optimized {nodes}x{gpus}", npus, (gpus, nodes) if nodes > 1 else (gpus,),
                     npus_forward=False, where=where)
     for n in range(nodes):
@@ -221,28 +229,28 @@ def rail_optimized(data: dict[str, Any], where: str) -> Fabric:
 def links(data: dict[str, Any], where: str) -> Fabric:
     npus = _int(data, "npus", where, minimum=2)
     switches = data.get("switches", 0)
-    if isinstance(switches, int) and not isinstance(switches, bool):
-        names = [f"s{i}" for i in range(switches)]
-    elif isinstance(switches, list) and all(isinstance(s, str) for s in switches):
+    listed = data.get("links")
+    if not isinstance(listed, list) or not listed:
+        raise ConfigError(f"{where}: 'links' must be a non-empty list of [a, b, bandwidth, latency]")
+    if isinstance(switches, list) and all(isinstance(s, str) for s in switches):
         names = list(switches)
     else:
-        raise ConfigError(f"{where}: 'switches' must be a count or a list of names")
-    fabric = Fabric("links", npus, (npus,), npus_forward=bool(data.get("npus_forward", False)), where=where)
+        names = [f"s{i}" for i in range(whole(switches, "switches", where, low=0))]
+    check_size(npus + len(names), 2 * len(listed), where, "this list of links")
+    forward = flag(data.get("npus_forward", False), "npus_forward", where)
+    fabric = Fabric("links", npus, (npus,), npus_forward=forward, where=where)
     ids = {name: fabric.add_switch(name) for name in names}
     if len(ids) != len(names):
         raise ConfigError(f"{where}: switch names must be distinct")
     ids.update({f"npu{i}": i for i in range(npus)})
-    listed = data.get("links")
-    if not isinstance(listed, list) or not listed:
-        raise ConfigError(f"{where}: 'links' must be a non-empty list of [a, b, bandwidth, latency]")
 
     def node(value: Any, i: int) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             if not 0 <= value < npus:
                 raise ConfigError(f"{where}: links[{i}]: NPU {value} is outside 0..{npus - 1}")
             return value
-        if value not in ids:
-            raise ConfigError(f"{where}: links[{i}]: unknown endpoint {value!r} (NPU numbers or switch names)")
+        if not isinstance(value, str) or value not in ids:
+            raise ConfigError(f"{where}: links[{i}]: unknown endpoint {shown(value)} (NPU numbers or switch names)")
         return ids[value]
 
     for i, entry in enumerate(listed):
@@ -251,12 +259,12 @@ def links(data: dict[str, Any], where: str) -> Fabric:
             directed = False
         elif isinstance(entry, dict) and {"a", "b", "bandwidth"} <= set(entry):
             a, b, bw, lat = entry["a"], entry["b"], entry["bandwidth"], entry.get("latency", 0)
-            directed = bool(entry.get("directed", False))
+            directed = flag(entry.get("directed", False), f"links[{i}].directed", where)
         else:
             raise ConfigError(f"{where}: links[{i}] must be [a, b, bandwidth, latency] or {{a, b, bandwidth, latency, "
                               "directed}}")
-        fabric.connect(node(a, i), node(b, i), _number(bw, "bandwidth", where), _number(lat, "latency", where),
-                       both_ways=not directed)
+        fabric.connect(node(a, i), node(b, i), _number(bw, f"links[{i}] bandwidth", where),
+                       _number(lat, f"links[{i}] latency", where, latency=True), both_ways=not directed)
     return fabric
 
 
@@ -277,20 +285,18 @@ FABRIC_KEYS = ("fabric", "logical_dims", *dict.fromkeys(k for _, keys in GENERAT
 
 def fabric_from_dict(data: dict[str, Any], where: str) -> Fabric:
     """Build and check the fabric a fabric file describes; mistakes are ConfigErrors naming file and key."""
-    kind = data.get("fabric")
-    if kind not in GENERATORS:
-        raise ConfigError(f"{where}: 'fabric' must be one of {', '.join(GENERATORS)} (got {kind!r})")
+    kind = choice(data.get("fabric"), "fabric", where, tuple(GENERATORS))
     build, keys = GENERATORS[kind]
-    unknown = sorted(set(data) - set(keys) - set(COMMON_KEYS))
+    unknown = key_names(set(data) - set(keys) - set(COMMON_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} for a {kind} fabric; valid: "
+        raise ConfigError(f"{where}: unknown key(s) {unknown} for a {kind} fabric; valid: "
                           f"{', '.join(keys + COMMON_KEYS)}")
     fabric = build(data, where)
     dims = data.get("logical_dims")
     if dims is not None:
-        if not isinstance(dims, list) or not dims or not all(
-                isinstance(n, int) and not isinstance(n, bool) and n >= 2 for n in dims):
+        if not isinstance(dims, list) or not dims:
             raise ConfigError(f"{where}: 'logical_dims' must be a list of NPU counts, each at least 2")
+        dims = [whole(n, "logical_dims", where, low=2) for n in dims]
         if math.prod(dims) != fabric.num_npus:
             raise ConfigError(f"{where}: 'logical_dims' {dims} multiply to {math.prod(dims)}, but the fabric has "
                               f"{fabric.num_npus} NPUs")

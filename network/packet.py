@@ -30,6 +30,7 @@ earlier than the last packet event already processed (less than 1 ns later than 
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import math
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from network.topology import DimensionOrderRouter, EcmpRouter, Fabric, Flows
+from network.values import choice, key_names, whole
 from workload.errors import ConfigError
 
 FLOW_CONTROLS = ("credit", "none")
@@ -58,30 +60,25 @@ class PacketConfig:
 
 
 def packet_config_from_dict(data: Any, where: str) -> PacketConfig:
-    from workload.tools.generate import parse_size
+    from workload.limits import parse_size
 
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: the packet section must be a mapping with keys {', '.join(PACKET_KEYS)}")
-    unknown = sorted(set(data) - set(PACKET_KEYS))
+    unknown = key_names(set(data) - set(PACKET_KEYS))
     if unknown:
-        raise ConfigError(f"{where}: packet: unknown key(s) {', '.join(unknown)}; valid: {', '.join(PACKET_KEYS)}")
+        raise ConfigError(f"{where}: packet: unknown key(s) {unknown}; valid: {', '.join(PACKET_KEYS)}")
     kw: dict[str, Any] = {}
-    for key, minimum in (("mtu_bytes", 1), ("header_bytes", 0), ("buffer_bytes", 1)):
+    limits = (("mtu_bytes", 1, 1 << 30), ("header_bytes", 0, 1 << 20), ("buffer_bytes", 1, 1 << 40))
+    for key, minimum, maximum in limits:
         if key in data:
             value = data[key]
-            try:
-                value = value if isinstance(value, int) and not isinstance(value, bool) else parse_size(str(value))
-            except ValueError:
-                value = None
-            if value is None or value < minimum:
-                raise ConfigError(f"{where}: packet: '{key}' must be a whole number of bytes >= {minimum} "
-                                  f"(got {data[key]!r})")
-            kw[key] = value
+            if isinstance(value, str):  # a size with a unit: 64KiB
+                with contextlib.suppress(ValueError):
+                    value = parse_size(value)
+            kw[key] = whole(value, f"packet: {key}", where, low=minimum, high=maximum)
     for key, options in (("flow_control", FLOW_CONTROLS), ("virtual_channels", VIRTUAL_CHANNELS)):
         if key in data:
-            if data[key] not in options:
-                raise ConfigError(f"{where}: packet: '{key}' must be one of {', '.join(options)}")
-            kw[key] = data[key]
+            kw[key] = choice(data[key], f"packet: {key}", where, options)
     config = PacketConfig(**kw)
     if config.flow_control == "credit" and config.buffer_bytes < config.mtu_bytes + config.header_bytes:
         raise ConfigError(f"{where}: packet: 'buffer_bytes' ({config.buffer_bytes}) must hold at least one packet "

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from compute.devices import device
+from network.values import MAX_COUNT, MAX_DELAY_NS, MAX_RATE, choice, flag, key_names, number, whole
 from simulator.collectives.registry import NAMES, parse_algorithm
-from workload.errors import ConfigError, InputError
+from workload.errors import ConfigError, InputError, shown
 from workload.files import read_json
 
 Warn = Callable[[str], None]
@@ -89,22 +91,15 @@ class SystemConfig:
         return self.implementations.get(collective, ())
 
 
-def _number(data: dict[str, Any], key: str, path: str, kind: type = float) -> Any:
-    value = data[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{path}: '{key}' must be a number (got {value!r})")
-    if kind is int and value != int(value):
-        raise ConfigError(f"{path}: '{key}' must be a whole number (got {value!r})")
-    return kind(value)
+def _number(data: dict[str, Any], key: str, path: str, kind: type = float, *, low: float = 0,
+            high: float = MAX_DELAY_NS, positive: bool = False) -> Any:
+    if kind is int:
+        return whole(data[key], key, path, low=int(low), high=int(min(high, MAX_COUNT)))
+    return number(data[key], key, path, low=low, high=high, positive=positive)
 
 
 def _flag(data: dict[str, Any], key: str, path: str) -> bool:
-    value = data[key]
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return value != 0
-    raise ConfigError(f"{path}: '{key}' must be 0 or 1 (got {value!r})")
+    return flag(data[key], key, path)
 
 
 def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | None = None) -> SystemConfig:
@@ -114,44 +109,33 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
     kw: dict[str, Any] = {"path": path}
     defaults: list[str] = []
 
-    def choice(key: str, field_name: str, options: tuple[str, ...], default: str) -> None:
+    def one_of(key: str, field_name: str, options: tuple[str, ...], default: str) -> None:
         if key in data:
-            if data[key] not in options:
-                raise ConfigError(f"{path}: '{key}' is {data[key]!r}; valid: {', '.join(options)}")
-            kw[field_name] = data[key]
+            kw[field_name] = choice(data[key], key, path, options)
         else:
             defaults.append(f"{key}={default}")
 
-    choice("scheduling-policy", "scheduling_policy", SCHEDULING_POLICIES, "LIFO")
-    choice("collective-optimization", "collective_optimization", COLLECTIVE_OPTIMIZATIONS, "localBWAware")
+    one_of("scheduling-policy", "scheduling_policy", SCHEDULING_POLICIES, "LIFO")
+    one_of("collective-optimization", "collective_optimization", COLLECTIVE_OPTIMIZATIONS, "localBWAware")
     if "endpoint-delay" in data:
         kw["endpoint_delay_ns"] = _number(data, "endpoint-delay", path)
-        if kw["endpoint_delay_ns"] < 0:
-            raise ConfigError(f"{path}: 'endpoint-delay' must not be negative")
     if "active-chunks-per-dimension" in data:
-        kw["active_chunks_per_dimension"] = _number(data, "active-chunks-per-dimension", path, int)
-        if kw["active_chunks_per_dimension"] < 1:
-            raise ConfigError(f"{path}: 'active-chunks-per-dimension' must be at least 1")
+        kw["active_chunks_per_dimension"] = _number(data, "active-chunks-per-dimension", path, int, low=1)
     if "preferred-dataset-splits" in data:
-        kw["preferred_dataset_splits"] = _number(data, "preferred-dataset-splits", path, int)
-        if kw["preferred_dataset_splits"] < 1:
-            raise ConfigError(f"{path}: 'preferred-dataset-splits' must be at least 1")
+        kw["preferred_dataset_splits"] = _number(data, "preferred-dataset-splits", path, int, low=1)
     else:
         defaults.append("preferred-dataset-splits=1")  # ASTRA-sim divides by zero without it
-    if "local-mem-bw" in data:
-        kw["local_mem_bw_gbps"] = _number(data, "local-mem-bw", path)
-        if kw["local_mem_bw_gbps"] <= 0:
-            raise ConfigError(f"{path}: 'local-mem-bw' must be a positive number of GB/s")
-    if "peak-perf" in data:
-        kw["peak_perf_tflops"] = _number(data, "peak-perf", path)
-        if kw["peak_perf_tflops"] <= 0:
-            raise ConfigError(f"{path}: 'peak-perf' must be a positive number of TFLOP/s")
+    if "local-mem-bw" in data:  # GB/s
+        kw["local_mem_bw_gbps"] = _number(data, "local-mem-bw", path, high=MAX_RATE, positive=True)
+    if "peak-perf" in data:  # TFLOP/s
+        kw["peak_perf_tflops"] = _number(data, "peak-perf", path, high=MAX_RATE, positive=True)
     for key, name in (("roofline-enabled", "roofline_enabled"), ("replay-only", "replay_only")):
         if key in data:
             kw[name] = _flag(data, key, path)
     if "device" in data:
         if not isinstance(data["device"], str):
-            raise ConfigError(f"{path}: 'device' must be a device preset name")
+            raise ConfigError(f"{path}: 'device' must be a device preset name (got {shown(data['device'])})")
+        device(data["device"])  # an unknown name is an error listing the presets
         kw["device"] = data["device"]
     impls: dict[str, tuple[str, ...]] = {}
     for key, collective in IMPLEMENTATION_KEYS.items():
@@ -160,8 +144,9 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
         names = data[key]
         if isinstance(names, str):
             names = [names]
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-            raise ConfigError(f"{path}: '{key}' must be a list of algorithm names, one per dimension")
+        if not isinstance(names, list) or not names or len(names) > 64 or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"{path}: '{key}' must be a list of algorithm names, one per dimension "
+                              f"(got {shown(data[key])})")
         for n in names:
             try:
                 parse_algorithm(n)
@@ -184,9 +169,9 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
     if quiet:
         warn(f"{path}: {', '.join(quiet)}: accepted, but they only control ASTRA-sim's logs, memory traces or "
              "shared-bus model, which do not change simulated time here")
-    unknown = sorted(set(data) - set(SYSTEM_KEYS))
+    unknown = key_names(set(data) - set(SYSTEM_KEYS))
     if unknown:
-        warn(f"{path}: unknown key(s) {', '.join(unknown)} (ignored)")
+        warn(f"{path}: unknown key(s) {unknown} (ignored)")
     kw["defaults_used"] = tuple(defaults)
     return SystemConfig(**kw)
 
@@ -221,24 +206,29 @@ def memory_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
         raise ConfigError(f"{path}: expected a JSON object")
     kw: dict[str, Any] = {"path": path}
     if "memory-type" in data:
-        if data["memory-type"] not in MEMORY_TYPES:
-            raise ConfigError(f"{path}: 'memory-type' is {data['memory-type']!r}; valid: {', '.join(MEMORY_TYPES)}")
-        kw["memory_type"] = data["memory-type"]
-    for key, name in (("remote-mem-latency", "latency_ns"), ("remote-mem-bw", "bandwidth_bytes_per_ns"),
-                      ("num-nodes", "num_nodes"), ("num-npus-per-node", "npus_per_node")):
+        kw["memory_type"] = choice(data["memory-type"], "memory-type", path, MEMORY_TYPES)
+    for key, name, high in (("remote-mem-latency", "latency_ns", MAX_DELAY_NS),
+                            ("remote-mem-bw", "bandwidth_bytes_per_ns", MAX_RATE),
+                            ("num-nodes", "num_nodes", MAX_COUNT), ("num-npus-per-node", "npus_per_node", MAX_COUNT)):
         if key in data:
-            kw[name] = _number(data, key, path, int)
-            if kw[name] < 0:
-                raise ConfigError(f"{path}: '{key}' must not be negative")
+            kw[name] = _number(data, key, path, int, low=0, high=high)
     mtype = kw.get("memory_type", "NO_MEMORY_EXPANSION")
     if mtype != "NO_MEMORY_EXPANSION" and kw.get("bandwidth_bytes_per_ns", 0) <= 0:
         raise ConfigError(f"{path}: {mtype} needs a positive 'remote-mem-bw' (bytes per ns)")
     if mtype == "PER_NODE_MEMORY_EXPANSION" and (kw.get("num_nodes", 0) < 1 or kw.get("npus_per_node", 0) < 1):
         raise ConfigError(f"{path}: PER_NODE_MEMORY_EXPANSION needs positive 'num-nodes' and 'num-npus-per-node'")
-    unknown = sorted(set(data) - set(MEMORY_KEYS))
+    unknown = key_names(set(data) - set(MEMORY_KEYS))
     if unknown:
-        warn(f"{path}: unknown key(s) {', '.join(unknown)} (ignored)")
+        warn(f"{path}: unknown key(s) {unknown} (ignored)")
     return MemoryConfig(**kw)
+
+
+def check_memory_fits(memory: MemoryConfig, num_npus: int) -> None:
+    """PER_NODE_MEMORY_EXPANSION must cover the network's NPUs exactly: num-nodes x num-npus-per-node."""
+    if memory.memory_type == "PER_NODE_MEMORY_EXPANSION" and memory.num_nodes * memory.npus_per_node != num_npus:
+        raise ConfigError(f"{memory.path}: 'num-nodes' x 'num-npus-per-node' = {memory.num_nodes} x "
+                          f"{memory.npus_per_node} = {memory.num_nodes * memory.npus_per_node}, but the network has "
+                          f"{num_npus} NPUs")
 
 
 def load_memory(path: str | os.PathLike[str], warn: Warn | None = None) -> MemoryConfig:

@@ -22,7 +22,7 @@ from simulator.node_table import (
 )
 from simulator.recording import CollectiveRecord, Intervals, TimelineLog
 from simulator.system import POINT_TO_POINT, CommGroup, DataSet, RankSystem, wire_tag
-from workload.errors import InputError
+from workload.errors import InputError, TraceError, shown
 from workload.feeder import Feeder
 from workload.graph import TraceGraph
 from workload.groups import metadata_groups
@@ -196,7 +196,10 @@ class RankWorkload:
         return group
 
     def _read_process_groups(self, i: int) -> None:
-        groups = metadata_groups(self.graph, i)
+        try:
+            groups = metadata_groups(self.graph, i)
+        except TraceError as e:
+            raise e.located(path=self.path, rank=self.rank) from None
         if groups is None:
             return
         total = self.system.total_npus
@@ -205,6 +208,10 @@ class RankWorkload:
                 pg = int(name)
             except ValueError:
                 continue
+            outside = [r for r in ranks if r >= total]
+            if outside:
+                raise self._error(i, f"process group {shown(name)} names rank(s) {shown(outside)} outside the "
+                                     f"{total}-NPU network")
             members = tuple(ranks) if ranks else tuple(range(total))
             self.groups[pg] = CommGroup(pg + 1, members)  # ASTRA-sim numbers them pg_name + 1
 

@@ -16,7 +16,7 @@ from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
 from simulator.checks import ComputeModel, check_workload, compute_model
 from simulator.chunk_order import ChunkOrders
-from simulator.config import MemoryConfig, SystemConfig
+from simulator.config import MemoryConfig, SystemConfig, check_memory_fits
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
 from simulator.rank import RankWorkload
@@ -107,6 +107,7 @@ class Simulation:
         graphs = loader.load_set(self.traces, npus)
         if self.traces.shared:
             self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
+        check_memory_fits(self.memory, npus)
         self.compute = compute_model(self.system, opts.device)
         roofline = self.compute.roofline
         check_workload(graphs, self.traces, self.system, self.network, self.compute, opts.strict, self.warn)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from workload import schema
-from workload.errors import ConfigError
+from workload.errors import ConfigError, TraceError, shown
 from workload.files import read_json
 from workload.graph import TraceGraph
 from workload.writer import make_node
@@ -20,18 +20,18 @@ def comm_groups_from_dict(data: Any, num_npus: int, path: str = "<memory>") -> d
         raise ConfigError(f"{path}: expected a JSON object mapping group ids to lists of ranks")
     groups: dict[int, tuple[int, ...]] = {}
     for key, ranks in data.items():
-        try:
-            gid = int(key)
-        except ValueError:
-            raise ConfigError(f"{path}: group id {key!r} is not a number") from None
+        if not isinstance(key, str) or not key.strip().isdigit() or len(key) > 18:
+            raise ConfigError(f"{path}: group id {shown(key)} is not a positive whole number")
+        gid = int(key)
         if gid <= 0:
             raise ConfigError(f"{path}: group id {gid} must be positive (0 means all NPUs)")
         if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and not isinstance(r, bool)
                                                                for r in ranks):
-            raise ConfigError(f"{path}: group {gid} must be a non-empty list of ranks")
+            raise ConfigError(f"{path}: group {gid} must be a non-empty list of ranks (got {shown(ranks)})")
         bad = [r for r in ranks if not 0 <= r < num_npus]
         if bad:
-            raise ConfigError(f"{path}: group {gid} names rank(s) {bad} outside the {num_npus} NPUs of the network")
+            raise ConfigError(f"{path}: group {gid} names rank(s) {shown(bad)} outside the {num_npus} NPUs of the "
+                              "network")
         if len(set(ranks)) != len(ranks):
             raise ConfigError(f"{path}: group {gid} lists a rank more than once")
         groups[gid] = tuple(ranks)
@@ -56,16 +56,29 @@ def metadata_groups(graph: TraceGraph, index: int) -> list[tuple[str, list[int]]
         return None
     text = io["values"][2:-2]
     try:
-        items = json.loads(text)
-    except json.JSONDecodeError:
         try:
-            items = json.loads(text.encode().decode("unicode_escape"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return None
+            items = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                items = json.loads(text.encode().decode("unicode_escape"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return None
+    except RecursionError:
+        raise TraceError("the process-group list of this METADATA node is nested too deeply",
+                         node_id=graph.node_id(index)) from None
     if not isinstance(items, list):
         return None
-    return [(str(item["pg_name"]), [int(r) for r in item["ranks"]]) for item in items
-            if isinstance(item, dict) and "pg_name" in item and "ranks" in item]
+    out = []
+    for item in items:
+        if not (isinstance(item, dict) and "pg_name" in item and "ranks" in item):
+            continue
+        ranks = item["ranks"]
+        if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0
+                                                  for r in ranks):
+            raise TraceError(f"process group {shown(item['pg_name'])}: 'ranks' must be a list of rank numbers "
+                             f"(got {shown(ranks)})", node_id=graph.node_id(index))
+        out.append((str(item["pg_name"]), ranks))
+    return out
 
 
 def process_groups_node(node_id: int, groups: Mapping[Any, Sequence[int]], name: str = "process_groups",

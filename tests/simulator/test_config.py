@@ -47,10 +47,10 @@ def test_missing_keys_get_documented_defaults() -> None:
 
 
 @pytest.mark.parametrize("data,match", [
-    ({"scheduling-policy": "RANDOM"}, "'scheduling-policy' is 'RANDOM'; valid: LIFO, FIFO, EXPLICIT"),
+    ({"scheduling-policy": "RANDOM"}, r"'scheduling-policy' must be one of LIFO, FIFO, EXPLICIT \(got 'RANDOM'\)"),
     ({"all-reduce-implementation": ["rign"]}, "unknown collective algorithm 'rign'; valid: ring"),
     ({"all-reduce-implementation": ["direct0"]}, "unknown collective algorithm"),
-    ({"preferred-dataset-splits": 0}, "'preferred-dataset-splits' must be at least 1"),
+    ({"preferred-dataset-splits": 0}, "'preferred-dataset-splits' must be a whole number from 1"),
     ({"local-mem-bw": "fast"}, "'local-mem-bw' must be a number"),
     ({"all-reduce-implementation-custom": ["x.et"]}, "custom"),
     ({"active-chunks-per-dimension": 1.5}, "whole number"),
@@ -67,9 +67,11 @@ def test_default_system_file_is_the_built_in_default() -> None:
 
 @pytest.mark.parametrize("data,match", [
     ({"topology": ["Ring"], "npus_count": [8], "bandwidth": [50, 50], "latency": [1]}, "'bandwidth' has 2 entries"),
-    ({"topology": ["Torus"], "npus_count": [8], "bandwidth": [50], "latency": [1]}, "topology 'Torus'"),
-    ({"topology": ["Ring"], "npus_count": [1], "bandwidth": [50], "latency": [1]}, "larger than 1"),
-    ({"topology": ["Ring"], "npus_count": [4], "bandwidth": [0], "latency": [1]}, "positive"),
+    ({"topology": ["Torus"], "npus_count": [8], "bandwidth": [50], "latency": [1]},
+     r"'topology' must be one of Ring, FullyConnected, Switch \(got 'Torus'\)"),
+    ({"topology": ["Ring"], "npus_count": [1], "bandwidth": [50], "latency": [1]},
+     "'npus_count' must be a whole number from 2"),
+    ({"topology": ["Ring"], "npus_count": [4], "bandwidth": [0], "latency": [1]}, "'bandwidth' must be above 0"),
     ({"topology": ["Ring"], "npus_count": [4], "bandwidth": [5]}, "missing key 'latency'"),
 ])
 def test_bad_network_values(data: dict, match: str) -> None:

