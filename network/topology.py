@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterator
 
-import networkx as nx
-
 from workload.errors import ConfigError
 
 _MASK = (1 << 64) - 1
@@ -33,6 +31,8 @@ class Fabric:
         self.logical_dims = logical_dims
         self.npus_forward = npus_forward  # may an NPU relay other NPUs' traffic (direct networks)?
         self.where = where
+        import networkx as nx  # only fabrics need a graph: ASTRA-sim's dimensions run without it
+
         self.graph = nx.DiGraph()
         self.names: list[str] = []
         for i in range(npus):

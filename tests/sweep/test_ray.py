@@ -30,7 +30,7 @@ def points(out: Path) -> list[tuple[object, ...]]:
 
 
 def test_ray_and_local_executors_give_identical_rows(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'astrasim-py[ray]')")
     for name in ("workload_backends", "shapes_64"):  # trace files from disk, and generated workloads
         local, ray = tmp_path / f"{name}-local", tmp_path / f"{name}-ray"
         done = run_cli("sweep", str(SWEEPS / f"{name}.yaml"), "--out", str(local), "--jobs", "2")
@@ -94,7 +94,7 @@ def _listening(pids: set[int]) -> set[str]:
 
 @pytest.mark.slow  # a Ray start-up; every default run's Ray sweep is checked to be on 127.0.0.1 by run_ray itself
 def test_a_local_ray_instance_listens_on_loopback_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("ray")
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'astrasim-py[ray]')")
     if not sys.platform.startswith("linux"):
         pytest.skip("reads /proc")
     monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # restored after the test
