@@ -50,7 +50,10 @@ def quote(name: str) -> str:
 
 
 def cell(value: Any) -> Any:
-    """A setting as stored: numbers and text as they are, anything else (lists, mappings) as JSON."""
+    """A setting as stored: numbers and text as they are, anything else (lists, mappings, integers beyond
+    SQLite's 64 bits) as JSON text."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < 1 << 63:
+        return json.dumps(value)
     if value is None or (isinstance(value, (int, float, str)) and not isinstance(value, bool)):
         return value
     if isinstance(value, bool):

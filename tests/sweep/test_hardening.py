@@ -299,3 +299,9 @@ def test_exported_cells_never_run_as_formulas(tmp_path: Path, capsys: Cap) -> No
     for evil in ('\'=HYPERLINK(""x"")', "'+1", "'@A1"):
         assert any(evil in line for line in lines), evil
     assert not any(",=" in line or ",+1" in line or ",@" in line for line in lines)
+
+
+def test_settings_beyond_sqlite_integers_are_stored_as_text() -> None:
+    from simulator.sweep.store import cell
+
+    assert cell(2**64) == "18446744073709551616" and cell(-(2**63)) == -(2**63) and cell(True) == 1
