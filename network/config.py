@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from network.fabrics import fabric_from_dict
-from network.packet import PacketConfig, packet_config_from_dict
+from network.packet_config import PacketConfig, packet_config_from_dict
 from network.topology import DimensionOrderRouter, EcmpRouter, Fabric, from_dimensions
 from network.values import MAX_BANDWIDTH_GBPS, MAX_LATENCY_NS, check_size, choice, key_names, number, whole
 from workload.errors import ConfigError

@@ -40,7 +40,7 @@ from typing import Any
 
 from network.config import NETWORK_KEYS, network_from_dict
 from network.fabrics import FABRIC_KEYS
-from network.packet import PACKET_KEYS
+from network.packet_config import PACKET_KEYS
 from simulator.config import DEFAULT_SYSTEM, IMPLEMENTATION_KEYS, MEMORY_KEYS, SYSTEM_KEYS
 from workload.errors import ConfigError, InputError, LimitError, printable, shown
 from workload.files import parse_yaml, read_json, read_text, read_yaml, shown_path
