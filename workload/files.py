@@ -15,9 +15,9 @@ import json
 import math
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
-from workload.errors import ConfigError, printable, shown
+from workload.errors import ConfigError, InputError, printable, shown
 
 MAX_CONFIG_BYTES = 64 << 20  # no configuration file (network, system, sweep, groups) comes near this
 MAX_YAML_VALUES = 1_000_000  # values a YAML document may hold once its aliases are expanded
@@ -29,20 +29,44 @@ def shown_path(path: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+class FileProblem(InputError):
+    """A file that cannot be read as asked: ``problem`` says why, without the file's name."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{shown_path(path)}: {problem}")
+
+
+def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:
+    """``path`` opened for binary reading, refusing anything but a regular file without blocking on it."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
+    except FileNotFoundError:
+        raise FileProblem(name, f"{what} not found") from None
+    except IsADirectoryError:
+        raise FileProblem(name, f"{what} is a folder, not a file") from None
+    except (OSError, ValueError) as e:
+        raise FileProblem(name, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a folder, not a file" if stat.S_ISDIR(mode) else "not a regular file"
+            raise FileProblem(name, f"{what} is {kind}")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_text(path: str, what: str, limit_bytes: int = MAX_CONFIG_BYTES) -> str:
     """The UTF-8 text of the regular file ``path``; ``what`` names the kind of file in errors."""
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ConfigError(f"{shown_path(path)}: {what} file not found") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{shown_path(path)}: cannot read: {getattr(e, 'strerror', None) or e}") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise ConfigError(f"{shown_path(path)}: {what} is {kind}")
-    try:
-        with open(path, "rb") as f:
+        with open_regular(path, f"{what} file") as f:
             data = f.read(limit_bytes + 1)
+    except FileProblem as e:
+        raise ConfigError(str(e)) from None
     except OSError as e:
         raise ConfigError(f"{shown_path(path)}: cannot read: {e.strerror}") from None
     if len(data) > limit_bytes:

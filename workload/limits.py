@@ -12,12 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import stat
 import zlib
 from typing import BinaryIO
 
 from workload.errors import InputError, LimitError, TraceError, shown
-from workload.files import shown_path
+from workload.files import FileProblem, open_regular, shown_path
 
 INT64_MAX = (1 << 63) - 1
 GZIP_MAGIC = b"\x1f\x8b"
@@ -73,15 +72,6 @@ def env_limit(name: str, default: int) -> int:
     return value
 
 
-class FileProblem(InputError):
-    """A file that cannot be read as asked: ``problem`` says why, without the file's name."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{shown_path(path)}: {problem}")
-
-
 def available_memory_bytes() -> int:
     """Memory the machine can still give this process (Linux MemAvailable; free pages elsewhere)."""
     try:
@@ -95,28 +85,6 @@ def available_memory_bytes() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, AttributeError):
         return 1 << 62  # unknown: no limit
-
-
-def open_regular(path: str | os.PathLike[str], what: str) -> BinaryIO:
-    """``path`` opened for binary reading, refusing anything but a regular file without blocking on it."""
-    name = os.fspath(path)
-    try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a FIFO must not block the open
-    except FileNotFoundError:
-        raise FileProblem(name, f"{what} not found") from None
-    except IsADirectoryError:
-        raise FileProblem(name, f"{what} is a folder, not a file") from None
-    except (OSError, ValueError) as e:
-        raise FileProblem(name, f"cannot read: {getattr(e, 'strerror', None) or e}") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = "a folder, not a file" if stat.S_ISDIR(mode) else "not a regular file"
-            raise FileProblem(name, f"{what} is {kind}")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def gunzip_capped(f: BinaryIO, path: str, limit_bytes: int, limit_hint: str, padding: int = 0) -> bytearray:
