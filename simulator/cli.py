@@ -47,7 +47,8 @@ def run_report(argv: list[str], warn: object = None) -> int:
 
 # Each subcommand's module is imported only when it runs: a simulation need not load sweeps, SQLite or plots.
 SUBCOMMANDS = {"trace": "workload.tools.cli", "report": "simulator.cli", "sweep": "simulator.sweep.cli",
-               "compare": "simulator.compare", "plot": "simulator.plot"}
+               "compare": "simulator.compare", "plot": "simulator.plot", "validate": "simulator.validate",
+               "calibrate": "simulator.calibrate"}
 
 
 def _subcommand(name: str) -> Callable[..., int]:

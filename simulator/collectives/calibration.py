@@ -1,0 +1,240 @@
+"""Published collective measurements (nccl-tests / rccl-tests tables), the model's error on them, and the fit of a
+profile's timing parameters.
+
+A table is a TSV with the columns ``system, collective, gpus, nodes, bytes, busbw_GBps, source_url, algo``
+(``bytes``: the nccl-tests size; ``busbw_GBps``: GB = 10^9 B; ``algo``: set where the run forced the algorithm).
+
+The fit is least squares on log time, per calibration key (algorithm/protocol/scope, the library's choice for
+each row), with the library's constants as priors: a key no row selects keeps its priors. Levenberg-Marquardt
+in NumPy from a fixed start: the same tables give the same parameters, byte for byte.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from simulator.collectives.hardware import PARAMETER_KEYS, HardwareProfile
+from simulator.collectives.nccl import CollectiveModel, Communicator, bus_factor
+from workload.errors import ConfigError, shown
+from workload.files import read_text, shown_path
+
+COLUMNS = ("system", "collective", "gpus", "nodes", "bytes", "busbw_GBps")
+COLLECTIVES = {"all_reduce": ALL_REDUCE, "allreduce": ALL_REDUCE, "all_gather": ALL_GATHER,
+               "allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER, "reducescatter": REDUCE_SCATTER,
+               "all_to_all": ALL_TO_ALL, "alltoall": ALL_TO_ALL}
+BANDS = (("ge_1MiB", 1 << 20, math.inf), ("64KiB_1MiB", 1 << 16, 1 << 20), ("lt_64KiB", 0, 1 << 16))
+PRIOR_WEIGHT = {"latency_us": 0.05, "hop_latency_us": 0.05, "efficiency": 0.02, "fill_us": 0.02, "fill_MB": 0.05}
+FLOORS = {"latency_us": 1.0, "hop_latency_us": 0.1, "fill_us": 1.0, "fill_MB": 1.0}
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    table: str
+    system: str
+    collective: str
+    gpus: int
+    nodes: int
+    size_bytes: int
+    busbw_GBps: float
+    algo: str | None
+
+    @property
+    def comm(self) -> Communicator:
+        return Communicator.packed(self.gpus, self.nodes)
+
+    @property
+    def time_us(self) -> float:
+        return self.size_bytes * bus_factor(self.collective, self.gpus) / (self.busbw_GBps * 1e3)
+
+
+def read_table(path: str) -> list[Measurement]:
+    """The rows of one TSV table, checked: a bad cell is a one-line error naming file and line."""
+    where = shown_path(path)
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    lines = read_text(path, "measurement table").splitlines()
+    reader = csv.DictReader(lines, delimiter="\t")
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise ConfigError(f"{where}: a measurement table needs the columns {', '.join(COLUMNS)}; missing "
+                          f"{', '.join(missing)}")
+    rows = []
+    for line, r in enumerate(reader, start=2):
+        try:
+            collective = COLLECTIVES[r["collective"].strip().lower()]
+            gpus, nodes, size = int(r["gpus"]), int(r["nodes"]), int(r["bytes"])
+            busbw = float(r["busbw_GBps"])
+        except (KeyError, ValueError, AttributeError):
+            raise ConfigError(f"{where}: line {line}: bad row {shown(list(r.values()))} (collective one of "
+                              f"{', '.join(sorted(set(COLLECTIVES.values())))}; gpus, nodes, bytes whole numbers; "
+                              "busbw_GBps a number)") from None
+        if not (1 <= nodes <= gpus <= 1 << 20 and 0 < size < 1 << 50 and 0 < busbw < 1e6 and gpus % nodes == 0):
+            raise ConfigError(f"{where}: line {line}: out of range (need 1 <= nodes <= gpus, gpus a multiple of "
+                              "nodes, bytes and busbw_GBps above 0)")
+        if gpus == 1:
+            continue  # nothing moves: no bus bandwidth to compare
+        algo = (r.get("algo") or "").strip() or None
+        rows.append(Measurement(name, r["system"], collective, gpus, nodes, size, busbw, algo))
+    if not rows:
+        raise ConfigError(f"{where}: no measurements")
+    return rows
+
+
+def read_tables(paths: Sequence[str]) -> list[Measurement]:
+    return [m for p in paths for m in read_table(p)]
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    row: Measurement
+    busbw_GBps: float
+    algorithm: str
+    protocol: str
+    channels: int
+
+    @property
+    def error(self) -> float:
+        """predicted / published - 1."""
+        return self.busbw_GBps / self.row.busbw_GBps - 1
+
+
+def predict(model: CollectiveModel, rows: Iterable[Measurement]) -> list[Prediction]:
+    out = []
+    for row in rows:
+        chosen = model.plan(row.collective, row.size_bytes, row.comm, row.algo).chosen
+        out.append(Prediction(row, chosen.busbw_GBps, chosen.algorithm, chosen.protocol, chosen.channels))
+    return out
+
+
+def geomean_abs_error(errors: Sequence[float]) -> float | None:
+    """exp(mean |log(predicted / published)|) - 1; None without rows."""
+    if not errors:
+        return None
+    return math.exp(sum(abs(math.log1p(e)) for e in errors) / len(errors)) - 1
+
+
+def summarize(predictions: Sequence[Prediction]) -> list[dict[str, object]]:
+    """Per table: geomean |error| in the size bands (>= 1 MiB, 64 KiB - 1 MiB, below) and the largest >= 1 MiB."""
+    tables: dict[str, list[Prediction]] = {}
+    for p in predictions:
+        tables.setdefault(p.row.table, []).append(p)
+    out = []
+    for name, preds in tables.items():
+        entry: dict[str, object] = {"table": name, "rows": len(preds)}
+        for band, low, high in BANDS:
+            errs = [p.error for p in preds if low <= p.row.size_bytes < high]
+            g = geomean_abs_error(errs)
+            entry[f"geomean_abs_error_{band}"] = None if g is None else round(g, 4)
+        big = [abs(p.error) for p in preds if p.row.size_bytes >= 1 << 20]
+        entry["max_abs_error_ge_1MiB"] = round(max(big), 4) if big else None
+        out.append(entry)
+    return out
+
+
+# --- fitting ---------------------------------------------------------------------------------------------------------
+def _to_vector(params: dict[str, float], prior: dict[str, float]) -> np.ndarray:
+    z = []
+    for k in PARAMETER_KEYS:
+        if k == "efficiency":
+            z.append(math.log(params[k] / (1 - params[k])) - math.log(prior[k] / (1 - prior[k])))
+        else:
+            z.append(math.log(max(params[k], 1e-9) / prior[k]))
+    return np.array(z)
+
+
+def _from_vector(z: np.ndarray, prior: dict[str, float]) -> dict[str, float]:
+    out = {}
+    for k, v in zip(PARAMETER_KEYS, z, strict=True):
+        if k == "efficiency":
+            logit = math.log(prior[k] / (1 - prior[k])) + float(v)
+            out[k] = 1 / (1 + math.exp(-max(-50.0, min(50.0, logit))))
+        else:
+            out[k] = prior[k] * math.exp(max(-50.0, min(50.0, float(v))))
+    return out
+
+
+def _prior(model: CollectiveModel, row: Measurement, algorithm: str, protocol: str) -> dict[str, float]:
+    base = model.default_parameters(algorithm, protocol, row.collective, row.comm)
+    prior = {k: max(base[k], FLOORS.get(k, 0.0)) for k in PARAMETER_KEYS}
+    prior["efficiency"] = min(max(base["efficiency"], 0.05), 0.95)
+    return prior
+
+
+def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], iterations: int = 200
+            ) -> tuple[dict[str, float], float]:
+    """Fitted parameters of one key from its rows, and the RMS of log(predicted / measured) time."""
+    first, algorithm, protocol = rows[0]
+    prior = _prior(model, first, algorithm, protocol)
+    weights = np.array([PRIOR_WEIGHT[k] for k in PARAMETER_KEYS])
+    measured = np.array([math.log(r.time_us) for r, _, _ in rows])
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        params = _from_vector(z, prior)
+        pred = [model.candidate(a, p, r.collective, r.size_bytes, r.comm, params).time_us for r, a, p in rows]
+        return np.concatenate([np.log(np.maximum(pred, 1e-9)) - measured, weights * z])
+
+    z = np.zeros(len(PARAMETER_KEYS))
+    res = residuals(z)
+    cost = float(res @ res)
+    damping = 1e-3
+    for _ in range(iterations):
+        jac = np.empty((len(res), len(z)))
+        for j in range(len(z)):
+            step = np.zeros_like(z)
+            step[j] = 1e-6
+            jac[:, j] = (residuals(z + step) - res) / 1e-6
+        grad = jac.T @ res
+        normal = jac.T @ jac
+        improved = False
+        while damping < 1e10:
+            delta = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-12), -grad)
+            trial = residuals(z + delta)
+            trial_cost = float(trial @ trial)
+            if trial_cost < cost:
+                z, res, cost, improved = z + delta, trial, trial_cost, True
+                damping = max(damping / 10, 1e-12)
+                break
+            damping *= 10
+        if not improved or float(np.max(np.abs(delta))) < 1e-9:
+            break
+    fitted = _from_vector(z, prior)
+    rms = float(np.sqrt(np.mean(res[: len(rows)] ** 2)))
+    return {k: float(f"{fitted[k]:.6g}") for k in PARAMETER_KEYS}, rms
+
+
+def calibrate(profile: HardwareProfile, rows: Sequence[Measurement]) -> dict[str, object]:
+    """The profile's ``calibration`` section fitted on ``rows``: parameters per key, and per-key fit residuals."""
+    uncalibrated = CollectiveModel(_without_calibration(profile))
+    groups: dict[str, list[tuple[Measurement, str, str]]] = {}
+    for row in rows:
+        chosen = uncalibrated.plan(row.collective, row.size_bytes, row.comm, row.algo).chosen
+        key = CollectiveModel.key(chosen.algorithm, chosen.protocol, row.comm)
+        groups.setdefault(key, []).append((row, chosen.algorithm, chosen.protocol))
+    parameters: dict[str, dict[str, float]] = {}
+    fit: dict[str, dict[str, float]] = {}
+    for key in sorted(groups):
+        params, rms = fit_key(uncalibrated, groups[key])
+        parameters[key] = params
+        fit[key] = {"rows": len(groups[key]), "rms_log_time": round(rms, 4)}
+    calibrated = CollectiveModel(_with_parameters(profile, parameters))
+    tables = sorted({r.table for r in rows})
+    return {"method": "astrasim-py calibrate: least squares on log time per algorithm/protocol/scope, library "
+                      "constants as priors", "tables": tables, "parameters": parameters, "fit": fit,
+            "residuals": summarize(predict(calibrated, rows))}
+
+
+def _without_calibration(profile: HardwareProfile) -> HardwareProfile:
+    from dataclasses import replace
+
+    return replace(profile, calibration={})
+
+
+def _with_parameters(profile: HardwareProfile, parameters: dict[str, dict[str, float]]) -> HardwareProfile:
+    from dataclasses import replace
+
+    return replace(profile, calibration={"parameters": parameters})

@@ -1,0 +1,190 @@
+"""Hardware profiles for the NCCL/RCCL-like collective model: a node's GPUs, its scale-up and scale-out fabrics,
+the collective library and its calibration (``configs/hardware/*.yml``).
+
+Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per direction with GB = 10^9 bytes
+(as nccl-tests' busbw), ``_Gbps`` gigabits per second (NIC speeds as vendors state them).
+
+    name: hgx-h200
+    gpu: H200-SXM
+    gpus_per_node: 8
+    library: nccl               # nccl | rccl
+    library_version: "2.27.7"
+    arch: hopper                # the library's tuning constants: volta, ampere, hopper, blackwell, cdna3, cdna4
+    scale_up: {fabric: nvswitch, links_per_gpu: 18, link_bandwidth_GBps: 25, latency_us: 0.6, nvls: true}
+    scale_out: {nics_per_node: 8, nic_bandwidth_Gbps: 400, transport: ib, latency_us: 2.5, sharp: false}
+    assumptions: ["..."]        # figures no source states
+    sources: ["..."]
+    calibration: {...}          # written by `astrasim-py calibrate`; see simulator/collectives/nccl.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from network.values import choice, flag, key_names, number, whole
+from workload.errors import ConfigError, InputError, shown
+from workload.files import read_yaml, shown_path
+
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "configs" / "hardware"
+FABRICS = ("nvswitch", "xgmi-mesh", "pcie")
+TRANSPORTS = ("ib", "roce", "efa", "tcp")
+LIBRARIES = ("nccl", "rccl")
+ARCHS = ("volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4")
+MAX_GBPS = 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUp:
+    fabric: str
+    links_per_gpu: int
+    link_bandwidth_GBps: float  # per link and direction
+    latency_us: float
+    nvls: bool  # in-switch reduction (NVLink SHARP)
+
+    @property
+    def bandwidth_GBps(self) -> float:
+        """One GPU's scale-up bandwidth per direction, all links together."""
+        return self.links_per_gpu * self.link_bandwidth_GBps
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleOut:
+    nics_per_node: int
+    nic_bandwidth_Gbps: float
+    transport: str
+    latency_us: float
+    sharp: bool  # in-network reduction (CollNet)
+
+    @property
+    def nic_GBps(self) -> float:
+        return self.nic_bandwidth_Gbps / 8
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareProfile:
+    name: str
+    gpu: str
+    gpus_per_node: int
+    library: str
+    library_version: str
+    arch: str
+    scale_up: ScaleUp
+    scale_out: ScaleOut | None
+    assumptions: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    calibration: dict[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    def parameters(self) -> dict[str, dict[str, float]]:
+        """Calibrated timing parameters by candidate key ("ring/LL/intra"), as checked on loading."""
+        return self.calibration.get("parameters", {})
+
+
+_TOP = {"name", "description", "gpu", "gpus_per_node", "library", "library_version", "arch", "scale_up", "scale_out",
+        "assumptions", "sources", "calibration"}
+_UP = {"fabric", "links_per_gpu", "link_bandwidth_GBps", "latency_us", "nvls"}
+_OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp"}
+PARAMETER_KEYS = ("latency_us", "hop_latency_us", "efficiency", "fill_us", "fill_MB")
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.yml"))
+
+
+def load_profile(name_or_path: str) -> HardwareProfile:
+    """A shipped profile by name ("hgx-h100") or a profile file (``*.yml``/``*.yaml``)."""
+    path = Path(name_or_path)
+    if path.suffix not in (".yml", ".yaml"):
+        path = PROFILES_DIR / f"{name_or_path}.yml"
+        if not path.is_file():
+            raise InputError(f"unknown hardware profile {shown(name_or_path)}; valid: {', '.join(profile_names())} "
+                             "or a profile file (.yml)")
+    return parse_profile(read_yaml(str(path), "hardware profile"), shown_path(str(path)), str(path))
+
+
+def _section(data: Any, key: str, where: str, keys: set[str]) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: '{key}' must be a mapping (got {shown(data)})")
+    unknown = set(data) - keys
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) in '{key}': {key_names(unknown)}; valid: {', '.join(sorted(keys))}")
+    missing = [k for k in sorted(keys) if k not in data and k not in ("description", "assumptions", "sources",
+                                                                        "calibration", "scale_out", "sharp", "nvls")]
+    if missing:
+        raise ConfigError(f"{where}: '{key}' misses {', '.join(missing)}")
+    return data
+
+
+def _text(value: Any, key: str, where: str) -> str:
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool) or len(str(value)) > 200:
+        raise ConfigError(f"{where}: '{key}' must be a short text (got {shown(value)})")
+    return str(value)
+
+
+def _texts(value: Any, key: str, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: '{key}' must be a list of texts")
+    return tuple(value)
+
+
+def check_parameters(params: Any, where: str) -> dict[str, dict[str, float]]:
+    """The calibration's ``parameters``: {"algo/proto/scope": {latency_us, hop_latency_us, efficiency, fill_us,
+    fill_MB}}, every value a finite number in range."""
+    if not isinstance(params, dict):
+        raise ConfigError(f"{where}: 'calibration.parameters' must be a mapping")
+    checked: dict[str, dict[str, float]] = {}
+    for key, values in params.items():
+        if not isinstance(key, str) or key.count("/") != 2:
+            raise ConfigError(f"{where}: calibration key {shown(key)} must read algorithm/protocol/scope")
+        if not isinstance(values, dict) or set(values) - set(PARAMETER_KEYS):
+            raise ConfigError(f"{where}: calibration '{key}' must map some of {', '.join(PARAMETER_KEYS)} to numbers")
+        checked[key] = {
+            k: number(v, f"calibration.{key}.{k}", where, high=1.0 if k == "efficiency" else 1e7,
+                      positive=k == "efficiency")
+            for k, v in values.items()}
+    return checked
+
+
+def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
+    top = _section(data, "profile", where, _TOP)
+    up = _section(top["scale_up"], "scale_up", where, _UP)
+    out = top.get("scale_out")
+    gpus = whole(top["gpus_per_node"], "gpus_per_node", where, high=1024)
+    scale_out = None
+    if out is not None:
+        out = _section(out, "scale_out", where, _OUT)
+        scale_out = ScaleOut(
+            nics_per_node=whole(out["nics_per_node"], "scale_out.nics_per_node", where, high=1024),
+            nic_bandwidth_Gbps=number(out["nic_bandwidth_Gbps"], "scale_out.nic_bandwidth_Gbps", where,
+                                      high=MAX_GBPS, positive=True),
+            transport=choice(out["transport"], "scale_out.transport", where, TRANSPORTS),
+            latency_us=number(out["latency_us"], "scale_out.latency_us", where, high=1e6),
+            sharp=flag(out.get("sharp", False), "scale_out.sharp", where))
+    calibration = top.get("calibration") or {}
+    if not isinstance(calibration, dict):
+        raise ConfigError(f"{where}: 'calibration' must be a mapping")
+    if "parameters" in calibration:
+        calibration = {**calibration, "parameters": check_parameters(calibration["parameters"], where)}
+    return HardwareProfile(
+        name=_text(top["name"], "name", where),
+        gpu=_text(top["gpu"], "gpu", where),
+        gpus_per_node=gpus,
+        library=choice(top["library"], "library", where, LIBRARIES),
+        library_version=_text(top["library_version"], "library_version", where),
+        arch=choice(top["arch"], "arch", where, ARCHS),
+        scale_up=ScaleUp(
+            fabric=choice(up["fabric"], "scale_up.fabric", where, FABRICS),
+            links_per_gpu=whole(up["links_per_gpu"], "scale_up.links_per_gpu", where, high=1024),
+            link_bandwidth_GBps=number(up["link_bandwidth_GBps"], "scale_up.link_bandwidth_GBps", where,
+                                       high=MAX_GBPS, positive=True),
+            latency_us=number(up["latency_us"], "scale_up.latency_us", where, high=1e6),
+            nvls=flag(up.get("nvls", False), "scale_up.nvls", where)),
+        scale_out=scale_out,
+        assumptions=_texts(top.get("assumptions"), "assumptions", where),
+        sources=_texts(top.get("sources"), "sources", where),
+        calibration=calibration,
+        path=path)

@@ -1,0 +1,384 @@
+"""The NCCL/RCCL-like collective model: which algorithm and protocol the library picks, and how long it takes.
+
+Two halves, as in the libraries themselves:
+
+- **Selection** follows the library's own tuning model (NCCL's ``tuning.cc``, RCCL's derivative): for every
+  enabled (algorithm, protocol) an estimate ``latency + size / bandwidth`` from fixed per-architecture constants
+  (base and per-hop latencies, LL/LL128 caps, bus-to-algorithm bandwidth ratios) and the topology's bandwidth;
+  the cheapest wins. The estimate is the library's, so its sub-optimal choices are reproduced too.
+- **Timing** of the chosen pair uses the profile's calibrated parameters (``calibration.parameters``, fitted by
+  ``astrasim-py calibrate`` on published nccl-tests/rccl-tests tables), per key ``algorithm/protocol/scope``
+  (scope ``intra``: one node, ``inter``: several)::
+
+      time_us = latency_us + hops x hop_latency_us + bus_bytes / (efficiency x raw_busbw)
+                + fill_us x (1 - exp(-bus_bytes / fill_MB))
+
+  ``raw_busbw`` is the hardware bound of the algorithm in nccl-tests' bus bandwidth (GB = 10^9 B): a ring never
+  exceeds the slowest link it crosses (efficiency <= 1); NVLS and SHARP reduce in the switch and may exceed the
+  links. The fill term is the pipeline filling up: it grows with the size and saturates at ``fill_us``. Keys
+  without calibration use the library's constants (latencies) and its bandwidth factors (efficiency).
+
+Sizes are nccl-tests sizes: the whole buffer (all-gather: the gathered output; reduce-scatter: the input).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from simulator.collectives.hardware import HardwareProfile
+from workload.errors import InputError
+
+SEND_RECV = "send_recv"
+KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV)
+RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P = (
+    "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct", "p2p")
+ALGORITHMS = (RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P)
+LL, LL128, SIMPLE = "LL", "LL128", "Simple"
+PROTOCOLS = (LL, LL128, SIMPLE)
+# Spellings in tables and NCCL_ALGO values -> our names
+ALGORITHM_ALIASES = {"ring": RING, "tree": TREE, "nvls": NVLS, "nvlstree": NVLS_TREE, "collnet": COLLNET,
+                     "collnetdirect": COLLNET, "collnetchain": COLLNET, "sharp": COLLNET, "pat": PAT,
+                     "direct": DIRECT, "p2p": P2P}
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryConstants:
+    """One architecture's tuning constants (microseconds, GB/s), as the library ships them."""
+
+    base_us: dict[str, tuple[float, float, float]]  # algorithm -> (LL, LL128, Simple)
+    hop_intra_us: dict[str, tuple[float, float, float]]  # per step on the scale-up fabric
+    hop_inter_us: dict[str, tuple[float, float, float]]  # per step over the network
+    ll_max_GBps: tuple[float, float, float]  # LL bus bandwidth cap for 1, 2, >2 nodes
+    ll128_per_channel_GBps: float
+    tree_per_channel_GBps: tuple[float, float, float]
+    channels: int  # collective channels the topology search finds on a full node
+    ll128: bool  # LL128 enabled by default
+
+
+_BASE = {RING: (6.6, 14.0, 8.4), TREE: (6.8, 14.0, 8.4), NVLS: (0, 0, 0), NVLS_TREE: (0, 0, 0), COLLNET: (0, 0, 0),
+         PAT: (0, 0, 8.0), DIRECT: (0, 0, 6.0), P2P: (0, 0, 6.0)}
+_HOP_NVLINK = {RING: (0.6, 1.9, 3.4), TREE: (0.6, 1.25, 4.0), NVLS: (0, 0, 25.0), NVLS_TREE: (0, 0, 25.0),
+               COLLNET: (0, 0, 3.7), PAT: (0, 0, 2.8), DIRECT: (0, 0, 1.0), P2P: (0, 0, 1.0)}
+_HOP_PCI = {**_HOP_NVLINK, RING: (1.0, 2.5, 5.7), TREE: (1.0, 1.9, 4.0)}
+_HOP_NET = {RING: (2.7, 4.0, 14.0), TREE: (5.0, 8.5, 14.0), NVLS: (0, 0, 18.0), NVLS_TREE: (0, 0, 14.0),
+            COLLNET: (0, 0, 31.0), PAT: (0, 0, 14.0), DIRECT: (0, 0, 5.0), P2P: (0, 0, 5.0)}
+# RCCL keeps NCCL's structure with larger base latencies (kernel launch on ROCm).
+_RCCL_BASE = {**_BASE, RING: (12.0, 12.0, 17.0), TREE: (12.0, 12.0, 17.0)}
+
+
+def _nccl(ll: float, ll128: float, tree: float, channels: int) -> LibraryConstants:
+    return LibraryConstants(_BASE, _HOP_NVLINK, _HOP_NET, (ll, ll / 3.1, ll / 4.0), ll128,
+                            (tree, tree * 1.07, tree * 0.93), channels, True)
+
+
+CONSTANTS: dict[str, LibraryConstants] = {
+    "volta": _nccl(39.0, 20.0, 26.5, 12),
+    "ampere": _nccl(87.7, 20.0, 24.0, 24),
+    "hopper": _nccl(141.0, 36.7, 38.7, 32),
+    "blackwell": _nccl(282.0, 73.4, 77.4, 32),
+    "cdna3": LibraryConstants(_RCCL_BASE, _HOP_NVLINK, _HOP_NET, (60.0, 22.5, 19.0), 20.0, (24.0, 23.6, 17.8), 56,
+                              True),
+    "cdna4": LibraryConstants(_RCCL_BASE, _HOP_NVLINK, _HOP_NET, (80.0, 30.0, 25.0), 26.0, (32.0, 30.0, 24.0), 56,
+                              True),
+}
+_PROTO = {LL: 0, LL128: 1, SIMPLE: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Communicator:
+    """Where a collective's ranks sit: how many, on how many nodes, at most how many per node."""
+
+    ranks: int
+    nodes: int
+    per_node: int
+
+    @staticmethod
+    def of(members: Sequence[int], gpus_per_node: int) -> Communicator:
+        counts: dict[int, int] = {}
+        for r in members:
+            counts[r // gpus_per_node] = counts.get(r // gpus_per_node, 0) + 1
+        return Communicator(len(members), len(counts), max(counts.values()) if counts else 0)
+
+    @staticmethod
+    def packed(ranks: int, nodes: int) -> Communicator:
+        return Communicator(ranks, nodes, -(-ranks // nodes))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One (algorithm, protocol): the library's estimate and the calibrated time, in microseconds."""
+
+    algorithm: str
+    protocol: str
+    channels: int
+    library_us: float  # the library's own estimate, which picks
+    latency_us: float  # the size-independent part of the calibrated time (does not slow down when links are shared)
+    transfer_us: float  # the bandwidth part (shares links with concurrent traffic)
+    bus_bytes: float
+
+    @property
+    def time_us(self) -> float:
+        return self.latency_us + self.transfer_us
+
+    @property
+    def busbw_GBps(self) -> float:
+        return self.bus_bytes / self.time_us / 1e3 if self.time_us > 0 else math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    kind: str
+    size_bytes: int
+    comm: Communicator
+    chosen: Candidate
+    candidates: tuple[Candidate, ...]  # every enabled candidate, the library's cheapest first
+
+    @property
+    def time_ns(self) -> int:
+        return round(self.chosen.time_us * 1e3)
+
+
+def bus_factor(kind: str, ranks: int) -> float:
+    """nccl-tests' busbw / algbw."""
+    if ranks <= 1:
+        return 0.0
+    if kind == ALL_REDUCE:
+        return 2 * (ranks - 1) / ranks
+    if kind == SEND_RECV:
+        return 1.0
+    return (ranks - 1) / ranks
+
+
+class CollectiveModel:
+    """The model for one hardware profile; ``plan`` is cached per (kind, size, communicator, forced algorithm)."""
+
+    def __init__(self, profile: HardwareProfile) -> None:
+        self.profile = profile
+        self.constants = CONSTANTS[profile.arch]
+        self.parameters = profile.parameters()
+        self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
+
+    # --- hardware bounds (bus bandwidth, GB/s) ------------------------------------------------------------
+    def scale_up_GBps(self, per_node: int) -> float:
+        up = self.profile.scale_up
+        if per_node <= 1:
+            return math.inf
+        if up.fabric == "xgmi-mesh":  # a ring uses one link per neighbour; more rings need more distinct links
+            return min(per_node - 1, up.links_per_gpu) * up.link_bandwidth_GBps
+        if up.fabric == "pcie":
+            return up.link_bandwidth_GBps
+        return up.bandwidth_GBps
+
+    def network_GBps(self, comm: Communicator) -> float:
+        """What one GPU's share of the node's NICs carries when the communicator spans nodes."""
+        out = self.profile.scale_out
+        if comm.nodes <= 1:
+            return math.inf
+        if out is None:
+            raise InputError(f"hardware profile {self.profile.name}: a collective spans {comm.nodes} nodes, but the "
+                             "profile has no 'scale_out' section")
+        nics = min(out.nics_per_node, max(1.0, comm.per_node * out.nics_per_node / self.profile.gpus_per_node))
+        return nics * out.nic_GBps
+
+    def raw_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
+        """The hardware bound of ``algorithm`` in bus bandwidth (GB/s)."""
+        up = self.scale_up_GBps(comm.per_node)
+        net = self.network_GBps(comm)
+        n = comm.ranks
+        if algorithm in (RING, TREE, PAT):
+            return min(up, net)
+        if algorithm in (NVLS, NVLS_TREE):
+            gain = 2 * (n - 1) / n if kind == ALL_REDUCE else 1.0
+            nvls = self.profile.scale_up.bandwidth_GBps * gain
+            if comm.nodes > 1:
+                out = self.profile.scale_out
+                assert out is not None
+                nvls = min(nvls, out.nics_per_node * out.nic_GBps * comm.ranks / max(1, comm.ranks - comm.per_node))
+            return nvls
+        if algorithm == COLLNET:  # the switch reduces: each node sends and receives its data once
+            return min(self.profile.scale_up.bandwidth_GBps, 2 * net if kind == ALL_REDUCE else net)
+        if algorithm == DIRECT:  # all-to-all as grouped sends: the share to peers on the node and off it
+            peers = n - 1
+            local, remote = comm.per_node - 1, n - comm.per_node
+            t = (local / up if local else 0.0) + 0.0
+            t = max(t, remote / net if remote else 0.0)
+            return peers / t if t > 0 else math.inf
+        if algorithm == P2P:
+            return min(self.profile.scale_up.bandwidth_GBps if comm.nodes <= 1 else net,
+                       self.profile.scale_up.bandwidth_GBps)
+        raise InputError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+
+    # --- the library's estimate ---------------------------------------------------------------------------------
+    def enabled(self, kind: str, comm: Communicator) -> list[tuple[str, str]]:
+        """(algorithm, protocol) pairs the library would consider."""
+        prof, c = self.profile, self.constants
+        protocols = [LL, LL128, SIMPLE] if c.ll128 and prof.scale_up.fabric != "pcie" else [LL, SIMPLE]
+        sharp = prof.scale_out is not None and prof.scale_out.sharp and comm.nodes > 1
+        nvls = prof.scale_up.nvls and comm.per_node > 1
+        pairs: list[tuple[str, str]] = []
+        if kind == ALL_REDUCE:
+            pairs += [(RING, p) for p in protocols] + [(TREE, p) for p in protocols]
+            if nvls and comm.nodes == 1:
+                pairs.append((NVLS, SIMPLE))
+            if nvls and comm.nodes > 1:
+                pairs.append((NVLS_TREE, SIMPLE))
+            if sharp:
+                pairs.append((COLLNET, SIMPLE))
+        elif kind in (ALL_GATHER, REDUCE_SCATTER):
+            pairs += [(RING, p) for p in protocols]
+            if comm.per_node == 1 and comm.nodes > 1:
+                pairs.append((PAT, SIMPLE))
+            if nvls and comm.nodes == 1:
+                pairs.append((NVLS, SIMPLE))
+            if sharp and comm.per_node == 1:
+                pairs.append((COLLNET, SIMPLE))
+        elif kind == ALL_TO_ALL:
+            pairs.append((DIRECT, SIMPLE))
+        elif kind == SEND_RECV:
+            pairs.append((P2P, SIMPLE))
+        else:
+            raise InputError(f"the collective model cannot time {kind!r}; valid: {', '.join(KINDS)}")
+        return pairs
+
+    def _steps(self, algorithm: str, kind: str, comm: Communicator) -> tuple[int, int]:
+        """(intra-node, inter-node) latency steps of one call."""
+        n, nodes, ppn = comm.ranks, comm.nodes, comm.per_node
+        log_nodes = (nodes - 1).bit_length() if nodes > 1 else 0
+        if algorithm == RING:
+            total = 2 * (n - 1) if kind == ALL_REDUCE else n - 1
+            inter = 0 if nodes == 1 else (2 * (nodes - 1) if kind == ALL_REDUCE else nodes - 1)
+            return total - inter, inter
+        if algorithm == TREE:
+            return 2 * (ppn - 1), 2 * log_nodes
+        if algorithm == NVLS:
+            return 1, 0 if nodes == 1 else 1
+        if algorithm == NVLS_TREE:
+            return 1, 2 * log_nodes
+        if algorithm == COLLNET:
+            return 2 * (ppn - 1), 1
+        if algorithm == PAT:
+            return 0, log_nodes
+        if algorithm == DIRECT:
+            return ppn - 1, n - ppn
+        return (1, 0) if nodes <= 1 else (0, 1)
+
+    def library_latency_us(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
+        c, p = self.constants, _PROTO[protocol]
+        intra_table = _HOP_PCI if self.profile.scale_up.fabric == "pcie" else c.hop_intra_us
+        intra, inter = intra_table[algorithm][p], c.hop_inter_us[algorithm][p]
+        if comm.nodes > 1 and protocol == LL:
+            intra *= 1.8
+        s_intra, s_inter = self._steps(algorithm, kind, comm)
+        if algorithm in (NVLS, NVLS_TREE):  # NCCL charges NVLS one switch traversal, not a base latency
+            return intra + s_inter * inter
+        if algorithm == RING and comm.nodes > 1:
+            intra = max(intra, 3.0 if protocol == SIMPLE else 1.0)  # a network post per step
+        return c.base_us[algorithm][p] + s_intra * intra + s_inter * inter
+
+    def library_bandwidth(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> tuple[float, int]:
+        """(the library's algorithm bandwidth in GB/s, its channels on a full node)."""
+        c = self.constants
+        nodes_idx = 0 if comm.nodes == 1 else 1 if comm.nodes == 2 else 2
+        channels = c.channels
+        raw = self.raw_busbw(RING if algorithm in (TREE, PAT) else algorithm, kind, comm)
+        if algorithm in (NVLS, NVLS_TREE):  # NVLS channels x their bandwidth: ~70% of the links on NVSwitch systems
+            bus = min(raw, self.profile.scale_up.bandwidth_GBps) * 0.7
+        elif algorithm == COLLNET:
+            bus = raw * 0.85
+        else:
+            bus = raw
+        if algorithm == RING and protocol == LL:
+            bus = min(c.ll_max_GBps[nodes_idx], bus * 0.5)
+        elif algorithm == RING and protocol == LL128:
+            bus = min(bus * 0.92, channels * c.ll128_per_channel_GBps)
+        if algorithm == TREE:
+            bus = min(bus * 0.92, channels * c.tree_per_channel_GBps[nodes_idx])
+            if protocol == LL:
+                bus = min(bus / 3.8, c.ll_max_GBps[nodes_idx])
+            elif protocol == LL128:
+                bus = min(bus * (7 / 9 if comm.nodes == 1 else 120 / 128), channels * c.ll128_per_channel_GBps)
+        if algorithm == PAT:
+            bus *= 0.75
+        n = comm.ranks
+        if algorithm == RING:
+            nsteps = 2 * (n - 1) if kind == ALL_REDUCE else n - 1
+            algbw = bus * n / nsteps if kind in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER) else bus
+        elif kind == ALL_REDUCE:
+            algbw = bus * (5 / 6 if algorithm in (NVLS, NVLS_TREE) else 0.5)
+        else:
+            algbw = bus / bus_factor(kind, n) if kind in (ALL_TO_ALL,) else bus
+        return algbw, channels
+
+    def channels_for(self, protocol: str, size_bytes: int, full: int, ranks: int) -> int:
+        """Channels the library launches: fewer while each thread would get too little data."""
+        threads = 512
+        per_thread = {LL: 8 * ranks, LL128: 8, SIMPLE: 64}[protocol]
+        return max(1, min(full, size_bytes // (threads * per_thread)))
+
+    # --- calibrated timing ----------------------------------------------------------------------------------------
+    def default_parameters(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> dict[str, float]:
+        """The priors: the library's latencies, and its bandwidth factors as the efficiency."""
+        p = _PROTO[protocol]
+        scope_inter = comm.nodes > 1
+        hop = (self.constants.hop_inter_us if scope_inter else self.constants.hop_intra_us)[algorithm][p]
+        raw = self.raw_busbw(algorithm, kind, comm)
+        lib_algbw, _ = self.library_bandwidth(algorithm, protocol, kind, comm)
+        eff = min(1.0, lib_algbw * bus_factor(kind, comm.ranks) / raw) if math.isfinite(raw) and raw > 0 else 0.8
+        base = self.constants.base_us[algorithm][p] if algorithm not in (NVLS, NVLS_TREE) else 0.0
+        return {"latency_us": base, "hop_latency_us": hop, "efficiency": max(eff, 0.05), "fill_us": 0.0,
+                "fill_MB": 1.0}
+
+    @staticmethod
+    def key(algorithm: str, protocol: str, comm: Communicator) -> str:
+        return f"{algorithm}/{protocol}/{'inter' if comm.nodes > 1 else 'intra'}"
+
+    def candidate(self, algorithm: str, protocol: str, kind: str, size_bytes: int, comm: Communicator,
+                  params: dict[str, float] | None = None) -> Candidate:
+        lib_algbw, full_channels = self.library_bandwidth(algorithm, protocol, kind, comm)
+        library_us = (self.library_latency_us(algorithm, protocol, kind, comm) + size_bytes / (1e3 * lib_algbw)
+                      if lib_algbw > 0 else math.inf)
+        if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
+                size_bytes >= comm.ranks / 16 * 65536):
+            library_us += self.library_latency_us(algorithm, protocol, kind, comm) * 0.4  # the ring's plateau
+        if params is None:
+            params = {**self.default_parameters(algorithm, protocol, kind, comm),
+                      **self.parameters.get(self.key(algorithm, protocol, comm), {})}
+        s_intra, s_inter = self._steps(algorithm, kind, comm)
+        bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
+        raw = self.raw_busbw(algorithm, kind, comm)
+        latency = params["latency_us"] + (s_intra + s_inter) * params["hop_latency_us"]
+        transfer = bus_bytes / (1e3 * params["efficiency"] * raw) if math.isfinite(raw) else 0.0
+        if params["fill_us"] > 0:
+            transfer += params["fill_us"] * -math.expm1(-bus_bytes / (params["fill_MB"] * 1e6))
+        channels = self.channels_for(protocol, size_bytes, full_channels, comm.ranks)
+        return Candidate(algorithm, protocol, channels, library_us, latency, transfer, bus_bytes)
+
+    def plan(self, kind: str, size_bytes: int, comm: Communicator, algorithm: str | None = None) -> Plan:
+        """The library's choice for one call (or its best protocol for a forced ``algorithm``), timed."""
+        cache_key = (kind, size_bytes, comm, algorithm)
+        cached = self._cache.get(cache_key)
+        if cached is not None:
+            return cached
+        if comm.ranks < 1:
+            raise InputError("a collective needs at least one rank")
+        pairs = self.enabled(kind, comm)
+        if comm.ranks == 1 or size_bytes == 0:  # nothing moves
+            only = Candidate(pairs[0][0], pairs[0][1], 1, 0.0, 0.0, 0.0, 0.0)
+            return Plan(kind, size_bytes, comm, only, (only,))
+        if algorithm is not None:
+            name = ALGORITHM_ALIASES.get(algorithm.lower().replace("_", "").replace("-", ""))
+            forced = [(a, p) for a, p in pairs if a == name]
+            if not forced:
+                valid = sorted({a for a, _ in pairs})
+                raise InputError(f"algorithm {algorithm!r} cannot run {kind} on {comm.ranks} GPU(s) over "
+                                 f"{comm.nodes} node(s) with profile {self.profile.name}; valid: {', '.join(valid)}")
+            pairs = forced
+        candidates = sorted((self.candidate(a, p, kind, size_bytes, comm) for a, p in pairs),
+                            key=lambda c: (c.library_us, ALGORITHMS.index(c.algorithm), _PROTO[c.protocol]))
+        plan = Plan(kind, size_bytes, comm, candidates[0], tuple(candidates))
+        if len(self._cache) < 100_000:
+            self._cache[cache_key] = plan
+        return plan
