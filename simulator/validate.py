@@ -4,7 +4,8 @@
 
 Per row: published and predicted busbw (GB/s, GB = 10^9 B, nccl-tests' definition), the algorithm and protocol
 the model picked (or was forced to by the row's ``algo``), and error = predicted / published - 1. Per table:
-geomean |error| for sizes >= 1 MiB, 64 KiB - 1 MiB and below, and the largest error >= 1 MiB.
+geomean |error| for sizes >= 1 MiB, 64 KiB - 1 MiB, below 64 KiB and all >= 64 KiB, and the largest error
+>= 1 MiB.
 """
 
 from __future__ import annotations
@@ -49,11 +50,12 @@ def format_summary(summary: Sequence[dict[str, object]]) -> list[str]:
     def pct(v: object) -> str:
         return "-" if v is None else f"{v:.1%}"  # type: ignore[str-format]
 
-    lines = [f"{'table':<48} {'rows':>4} {'>=1MiB':>8} {'64K-1M':>8} {'<64KiB':>8} "
+    lines = [f"{'table':<48} {'rows':>4} {'>=1MiB':>8} {'64K-1M':>8} {'<64KiB':>8} {'>=64KiB':>8} "
              f"{'max>=1MiB':>10}  (geomean |error|)"]
     for t in summary:
         lines.append(f"{str(t['table'])[:48]:<48} {t['rows']:>4} {pct(t['geomean_abs_error_ge_1MiB']):>8} "
                      f"{pct(t['geomean_abs_error_64KiB_1MiB']):>8} {pct(t['geomean_abs_error_lt_64KiB']):>8} "
+                     f"{pct(t['geomean_abs_error_ge_64KiB']):>8} "
                      f"{pct(t['max_abs_error_ge_1MiB']):>10}")
     return lines
 

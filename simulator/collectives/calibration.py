@@ -4,9 +4,9 @@ profile's timing parameters.
 A table is a TSV with the columns ``system, collective, gpus, nodes, bytes, busbw_GBps, source_url, algo``
 (``bytes``: the nccl-tests size; ``busbw_GBps``: GB = 10^9 B; ``algo``: set where the run forced the algorithm).
 
-The fit is least squares on log time, per calibration key (algorithm/protocol/scope, the library's choice for
-each row), with the library's constants as priors: a key no row selects keeps its priors. Levenberg-Marquardt
-in NumPy from a fixed start: the same tables give the same parameters, byte for byte.
+The fit is robust (soft-L1) least squares on log time, per calibration key (algorithm/protocol/scope, the
+library's choice for each row), with the library's constants as priors: a key no row selects keeps its priors.
+Levenberg-Marquardt in NumPy from a fixed start: the same tables give the same parameters, byte for byte.
 """
 
 from __future__ import annotations
@@ -28,8 +28,11 @@ COLUMNS = ("system", "collective", "gpus", "nodes", "bytes", "busbw_GBps")
 COLLECTIVES = {"all_reduce": ALL_REDUCE, "allreduce": ALL_REDUCE, "all_gather": ALL_GATHER,
                "allgather": ALL_GATHER, "reduce_scatter": REDUCE_SCATTER, "reducescatter": REDUCE_SCATTER,
                "all_to_all": ALL_TO_ALL, "alltoall": ALL_TO_ALL}
-BANDS = (("ge_1MiB", 1 << 20, math.inf), ("64KiB_1MiB", 1 << 16, 1 << 20), ("lt_64KiB", 0, 1 << 16))
+BANDS = (("ge_1MiB", 1 << 20, math.inf), ("64KiB_1MiB", 1 << 16, 1 << 20), ("lt_64KiB", 0, 1 << 16),
+         ("ge_64KiB", 1 << 16, math.inf))
 PRIOR_WEIGHT = {"latency_us": 0.05, "hop_latency_us": 0.05, "efficiency": 0.02, "fill_us": 0.02, "fill_MB": 0.05}
+MIN_ROWS_PER_SIZE = 3
+ROBUST_SCALE = 1.0  # log-time residual beyond which a row counts linearly, not quadratically
 FLOORS = {"latency_us": 1.0, "hop_latency_us": 0.1, "fill_us": 1.0, "fill_MB": 1.0}
 
 
@@ -176,7 +179,10 @@ def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]]
     def residuals(z: np.ndarray) -> np.ndarray:
         params = _from_vector(z, prior)
         pred = [model.candidate(a, p, r.collective, r.size_bytes, r.comm, params).time_us for r, a, p in rows]
-        return np.concatenate([np.log(np.maximum(pred, 1e-9)) - measured, weights * z])
+        r = np.log(np.maximum(pred, 1e-9)) - measured
+        # soft-L1: quadratic within ROBUST_SCALE, linear beyond it, so one noisy row cannot pull a whole curve
+        robust = np.sign(r) * ROBUST_SCALE * np.sqrt(2 * (np.sqrt(1 + (r / ROBUST_SCALE) ** 2) - 1))
+        return np.concatenate([robust, weights * z])
 
     z = np.zeros(len(PARAMETER_KEYS))
     res = residuals(z)
@@ -203,7 +209,10 @@ def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]]
         if not improved or float(np.max(np.abs(delta))) < 1e-9:
             break
     fitted = _from_vector(z, prior)
-    rms = float(np.sqrt(np.mean(res[: len(rows)] ** 2)))
+    params = _from_vector(z, prior)
+    logs = [math.log(model.candidate(a, p, r.collective, r.size_bytes, r.comm, params).time_us / r.time_us)
+            for r, a, p in rows]
+    rms = math.sqrt(sum(x * x for x in logs) / len(logs))
     return {k: float(f"{fitted[k]:.6g}") for k in PARAMETER_KEYS}, rms
 
 
@@ -218,9 +227,18 @@ def calibrate(profile: HardwareProfile, rows: Sequence[Measurement]) -> dict[str
     parameters: dict[str, dict[str, float]] = {}
     fit: dict[str, dict[str, float]] = {}
     for key in sorted(groups):
-        params, rms = fit_key(uncalibrated, groups[key])
+        rows_of_key = groups[key]
+        params, rms = fit_key(uncalibrated, rows_of_key)
         parameters[key] = params
-        fit[key] = {"rows": len(groups[key]), "rms_log_time": round(rms, 4)}
+        fit[key] = {"rows": len(rows_of_key), "rms_log_time": round(rms, 4)}
+        sizes = sorted({r.gpus for r, _, _ in rows_of_key})
+        if len(sizes) > 1:  # refine per communicator size where several were measured
+            for gpus in sizes:
+                subset = [x for x in rows_of_key if x[0].gpus == gpus]
+                if len(subset) >= MIN_ROWS_PER_SIZE:
+                    params, rms = fit_key(uncalibrated, subset)
+                    parameters[f"{key}@{gpus}"] = params
+                    fit[f"{key}@{gpus}"] = {"rows": len(subset), "rms_log_time": round(rms, 4)}
     calibrated = CollectiveModel(_with_parameters(profile, parameters))
     tables = sorted({r.table for r in rows})
     return {"method": "astrasim-py calibrate: least squares on log time per algorithm/protocol/scope, library "

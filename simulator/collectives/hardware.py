@@ -19,6 +19,7 @@ Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per di
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ _TOP = {"name", "description", "gpu", "gpus_per_node", "library", "library_versi
         "assumptions", "sources", "calibration"}
 _UP = {"fabric", "links_per_gpu", "link_bandwidth_GBps", "latency_us", "nvls"}
 _OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp"}
+_KEY = re.compile(r"[a-z_]+/(LL|LL128|Simple)/(intra|inter)(@[1-9][0-9]{0,6})?")
 PARAMETER_KEYS = ("latency_us", "hop_latency_us", "efficiency", "fill_us", "fill_MB")
 
 
@@ -138,8 +140,9 @@ def check_parameters(params: Any, where: str) -> dict[str, dict[str, float]]:
         raise ConfigError(f"{where}: 'calibration.parameters' must be a mapping")
     checked: dict[str, dict[str, float]] = {}
     for key, values in params.items():
-        if not isinstance(key, str) or key.count("/") != 2:
-            raise ConfigError(f"{where}: calibration key {shown(key)} must read algorithm/protocol/scope")
+        if not isinstance(key, str) or key.count("/") != 2 or not _KEY.fullmatch(key):
+            raise ConfigError(f"{where}: calibration key {shown(key)} must read algorithm/protocol/scope "
+                              "(optionally @GPUs)")
         if not isinstance(values, dict) or set(values) - set(PARAMETER_KEYS):
             raise ConfigError(f"{where}: calibration '{key}' must map some of {', '.join(PARAMETER_KEYS)} to numbers")
         checked[key] = {

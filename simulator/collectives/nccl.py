@@ -8,7 +8,8 @@ Two halves, as in the libraries themselves:
   the cheapest wins. The estimate is the library's, so its sub-optimal choices are reproduced too.
 - **Timing** of the chosen pair uses the profile's calibrated parameters (``calibration.parameters``, fitted by
   ``astrasim-py calibrate`` on published nccl-tests/rccl-tests tables), per key ``algorithm/protocol/scope``
-  (scope ``intra``: one node, ``inter``: several)::
+  (scope ``intra``: one node, ``inter``: several), refined per communicator size where tables measured several
+  (``ring/LL/intra@8``; other sizes use the pooled key)::
 
       time_us = latency_us + hops x hop_latency_us + bus_bytes / (efficiency x raw_busbw)
                 + fill_us x (1 - exp(-bus_bytes / fill_MB))
@@ -344,8 +345,9 @@ class CollectiveModel:
                 size_bytes >= comm.ranks / 16 * 65536):
             library_us += self.library_latency_us(algorithm, protocol, kind, comm) * 0.4  # the ring's plateau
         if params is None:
-            params = {**self.default_parameters(algorithm, protocol, kind, comm),
-                      **self.parameters.get(self.key(algorithm, protocol, comm), {})}
+            key = self.key(algorithm, protocol, comm)
+            fitted = self.parameters.get(f"{key}@{comm.ranks}") or self.parameters.get(key, {})
+            params = {**self.default_parameters(algorithm, protocol, kind, comm), **fitted}
         s_intra, s_inter = self._steps(algorithm, kind, comm)
         bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
         raw = self.raw_busbw(algorithm, kind, comm)
