@@ -78,9 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", default="1MiB,16MiB,256MiB",
                    help="sizes for --collective, each the whole buffer as nccl-tests' -b/-e (all_gather: the "
                         "gathered output; each rank sends size/ranks) (default 1MiB,16MiB,256MiB)")
-    p.add_argument("--algorithms", required=True,
+    p.add_argument("--algorithms",
                    help="comma-separated, e.g. ring,direct,halvingDoubling,doubleBinaryTree; ring/direct for one "
-                        "per dimension")
+                        "per dimension (not with --collective-model nccl: the library chooses)")
+    p.add_argument("--collective-model", dest="collective_model", choices=("astra-sim", "nccl"), default="astra-sim",
+                   help="astra-sim (default): the system's algorithms; nccl: the NCCL/RCCL-like model of "
+                        "--hw-profile chooses and times each collective")
+    p.add_argument("--hw-profile", dest="hw_profile", help="hardware profile for the nccl model: a shipped name or "
+                                                          "a .yml file")
+    p.add_argument("--explain", metavar="SIZE",
+                   help="with --hw-profile: list every algorithm/protocol the library considers for --collective at "
+                        "SIZE on the network's NPUs, with the library's estimate and the calibrated time (no "
+                        "simulation)")
     p.add_argument("--metric", choices=("time", "busbw"), default="time", help="what --plot draws (default time)")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw the comparison (needs matplotlib: pip install 'astrasim-py[plot]')")
@@ -101,17 +110,55 @@ def per_dimension(text: str, dims: int) -> list[str]:
     return names
 
 
+def explain(args: argparse.Namespace, npus: int) -> int:
+    """Every candidate of the library for one collective and size: its estimate (which picks) and the timing."""
+    from simulator.collectives.hardware import load_profile
+    from simulator.collectives.nccl import CollectiveModel, Communicator
+
+    if not args.hw_profile or not args.collective:
+        raise InputError("--explain needs --hw-profile and --collective")
+    try:
+        size = parse_size(args.explain)
+    except ValueError as e:
+        raise InputError(f"--explain: {e}") from None
+    profile = load_profile(args.hw_profile)
+    nodes = -(-npus // profile.gpus_per_node)
+    plan = CollectiveModel(profile).plan(args.collective, size, Communicator.of(range(npus), profile.gpus_per_node))
+    print(f"{args.collective} of {size_label(size)} (nccl-tests size) on {npus} GPUs, {nodes} node(s) of "
+          f"{profile.name} ({profile.library} {profile.library_version}); the library picks the lowest estimate; "
+          "busbw in GB/s, GB = 10^9 B")
+    print(f"{'algorithm':<10} {'protocol':<8} {'channels':>8} {'library estimate':>17} {'calibrated time':>16} "
+          f"{'busbw':>9}")
+    for i, c in enumerate(plan.candidates):
+        print(f"{c.algorithm:<10} {c.protocol:<8} {c.channels:>8} {format_ns(round(c.library_us * 1e3)):>17} "
+              f"{format_ns(round(c.time_us * 1e3)):>16}{' ' if c.calibrated else '*'} {c.busbw_GBps:>9.2f}"
+              + ("  <- chosen" if i == 0 else ""))
+    if any(not c.calibrated for c in plan.candidates):
+        print("* not calibrated on this profile's tables: timed with the library's constants")
+    return 0
+
+
 def run(argv: list[str], warn: Callable[[str], None]) -> int:
     args = build_parser().parse_args(argv)
+    if args.explain:
+        return explain(args, load_network(args.network, warn).num_npus)
+    nccl = args.collective_model == "nccl"
+    if nccl and not args.hw_profile:
+        raise InputError("--collective-model nccl needs --hw-profile (a shipped name or a .yml file)")
+    if nccl and args.algorithms:
+        raise InputError("--algorithms: with --collective-model nccl the library chooses; leave --algorithms out "
+                         "(compare --explain SIZE lists its candidates)")
+    if not nccl and not args.algorithms:
+        raise InputError("--algorithms is needed (or --collective-model nccl)")
     if args.plot:
         pyplot("--plot")  # before any simulation: a missing matplotlib must not cost the whole comparison
     jobs = capped_jobs(args.jobs, args.force_jobs, warn)
     device = device_preset(args.device).name if args.device else None
     network = load_network(args.network, warn)
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    algorithms = ["nccl"] if nccl else [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if not algorithms:
         raise InputError("--algorithms: name at least one algorithm")
-    per_dim = {a: per_dimension(a, network.num_dims) for a in algorithms}
+    per_dim = {a: [] if nccl else per_dimension(a, network.num_dims) for a in algorithms}
     if args.collective:
         if args.collective not in KEYS:
             raise InputError(f"--collective {args.collective!r}: valid: {', '.join(KEYS)} (broadcast has no "
@@ -127,8 +174,11 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     base = {"workload": ({"generate": "collective", "type": args.collective} if args.collective
                          else os.path.abspath(args.workload)),
             "network": os.path.abspath(args.network), "backend": args.backend}
-    if device:
-        base["options"] = {"device": device}
+    options: dict[str, str] = {"device": device} if device else {}
+    if nccl:
+        options.update(collective_model="nccl", hw_profile=args.hw_profile)
+    if options:
+        base["options"] = options
     for section in ("system", "memory", "comm_groups"):
         if getattr(args, section):
             base[section] = os.path.abspath(getattr(args, section))
@@ -136,7 +186,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     skipped = []
     for algorithm in algorithms:
         families = {parse_algorithm(n).family for n in per_dim[algorithm]}
-        usable[algorithm] = [k for k in kinds if all(k in FAMILIES[f] for f in families)]
+        usable[algorithm] = kinds if nccl else [k for k in kinds if all(k in FAMILIES[f] for f in families)]
         if not usable[algorithm]:
             skipped.append(f"{algorithm} does not implement {kinds[0].replace('_', '-')}")
     points: list[Point] = []
@@ -144,7 +194,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         for algorithm in algorithms:
             if not usable[algorithm]:
                 continue
-            chosen = [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm]) for k in usable[algorithm]]
+            chosen = [] if nccl else [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm])
+                                      for k in usable[algorithm]]
             if size is not None:
                 chosen.append((parse_setting("workload.size", PROG), rank_bytes(args.collective, size,
                                                                                 network.num_npus)))

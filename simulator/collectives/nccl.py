@@ -119,6 +119,7 @@ class Candidate:
     latency_us: float  # the size-independent part of the calibrated time (does not slow down when links are shared)
     transfer_us: float  # the bandwidth part (shares links with concurrent traffic)
     bus_bytes: float
+    calibrated: bool = False  # timed with fitted parameters (else with the library's constants)
 
     @property
     def time_us(self) -> float:
@@ -344,10 +345,12 @@ class CollectiveModel:
         if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
                 size_bytes >= comm.ranks / 16 * 65536):
             library_us += self.library_latency_us(algorithm, protocol, kind, comm) * 0.4  # the ring's plateau
+        calibrated = params is not None
         if params is None:
             key = self.key(algorithm, protocol, comm)
             fitted = self.parameters.get(f"{key}@{comm.ranks}") or self.parameters.get(key, {})
             params = {**self.default_parameters(algorithm, protocol, kind, comm), **fitted}
+            calibrated = bool(fitted)
         s_intra, s_inter = self._steps(algorithm, kind, comm)
         bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
         raw = self.raw_busbw(algorithm, kind, comm)
@@ -356,7 +359,7 @@ class CollectiveModel:
         if params["fill_us"] > 0:
             transfer += params["fill_us"] * -math.expm1(-bus_bytes / (params["fill_MB"] * 1e6))
         channels = self.channels_for(protocol, size_bytes, full_channels, comm.ranks)
-        return Candidate(algorithm, protocol, channels, library_us, latency, transfer, bus_bytes)
+        return Candidate(algorithm, protocol, channels, library_us, latency, transfer, bus_bytes, calibrated)
 
     def plan(self, kind: str, size_bytes: int, comm: Communicator, algorithm: str | None = None) -> Plan:
         """The library's choice for one call (or its best protocol for a forced ``algorithm``), timed."""

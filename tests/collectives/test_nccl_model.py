@@ -184,3 +184,16 @@ def test_validate_and_calibrate_commands(tmp_path: Path) -> None:
     bad.write_text("system\tcollective\tgpus\tnodes\tbytes\tbusbw_GBps\nx\tall_reduce\t8\t1\tmany\t3\n")
     done = run_cli("validate", "--profile", "hgx-h200", "--tables", str(bad))
     assert done.returncode == 1 and "line 2" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_compare_explain_lists_every_candidate() -> None:
+    done = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--hw-profile", "hgx-h200",
+                   "--collective", "all_reduce", "--explain", "2MiB", cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    chosen = [line for line in lines if "<- chosen" in line]
+    assert len(chosen) == 1 and chosen[0].split()[:2] == ["nvls", "Simple"]
+    assert sum(line.split()[0] in ("ring", "tree", "nvls") for line in lines[2:] if line.split()) == 7
+    done = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--collective", "all_reduce",
+                   "--collective-model", "nccl", cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 1 and "needs --hw-profile" in done.stderr
