@@ -162,6 +162,8 @@ class CollectiveModel:
         self.constants = CONSTANTS[profile.arch]
         self.parameters = profile.parameters()
         self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
+        self._fixed_cache: dict[tuple[str, str, str, Communicator], tuple[float, float, int, float, dict[str, float],
+                                                                          bool, int]] = {}
 
     # --- hardware bounds (bus bandwidth, GB/s) ------------------------------------------------------------
     def scale_up_GBps(self, per_node: int) -> float:
@@ -337,24 +339,39 @@ class CollectiveModel:
     def key(algorithm: str, protocol: str, comm: Communicator) -> str:
         return f"{algorithm}/{protocol}/{'inter' if comm.nodes > 1 else 'intra'}"
 
+    def _fixed(self, algorithm: str, protocol: str, kind: str, comm: Communicator
+               ) -> tuple[float, float, int, float, dict[str, float], bool, int]:
+        """The size-independent terms of a candidate (cached): library latency and bandwidth, channels, hardware
+        bound, timing parameters, whether they are calibrated, latency steps."""
+        key = (algorithm, protocol, kind, comm)
+        fixed = self._fixed_cache.get(key)
+        if fixed is None:
+            lib_algbw, channels = self.library_bandwidth(algorithm, protocol, kind, comm)
+            name = self.key(algorithm, protocol, comm)
+            fitted = self.parameters.get(f"{name}@{comm.ranks}") or self.parameters.get(name, {})
+            params = {**self.default_parameters(algorithm, protocol, kind, comm), **fitted}
+            steps = sum(self._steps(algorithm, kind, comm))
+            fixed = (self.library_latency_us(algorithm, protocol, kind, comm), lib_algbw, channels,
+                     self.raw_busbw(algorithm, kind, comm), params, bool(fitted), steps)
+            if len(self._fixed_cache) < 100_000:
+                self._fixed_cache[key] = fixed
+        return fixed
+
     def candidate(self, algorithm: str, protocol: str, kind: str, size_bytes: int, comm: Communicator,
                   params: dict[str, float] | None = None) -> Candidate:
-        lib_algbw, full_channels = self.library_bandwidth(algorithm, protocol, kind, comm)
-        library_us = (self.library_latency_us(algorithm, protocol, kind, comm) + size_bytes / (1e3 * lib_algbw)
-                      if lib_algbw > 0 else math.inf)
+        """One (algorithm, protocol) at ``size_bytes``; ``params`` overrides the profile's (calibration)."""
+        lib_latency, lib_algbw, full_channels, raw, own, calibrated, steps = self._fixed(algorithm, protocol, kind,
+                                                                                         comm)
+        if params is None:
+            params = own
+        else:
+            calibrated = True
+        library_us = lib_latency + size_bytes / (1e3 * lib_algbw) if lib_algbw > 0 else math.inf
         if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
                 size_bytes >= comm.ranks / 16 * 65536):
-            library_us += self.library_latency_us(algorithm, protocol, kind, comm) * 0.4  # the ring's plateau
-        calibrated = params is not None
-        if params is None:
-            key = self.key(algorithm, protocol, comm)
-            fitted = self.parameters.get(f"{key}@{comm.ranks}") or self.parameters.get(key, {})
-            params = {**self.default_parameters(algorithm, protocol, kind, comm), **fitted}
-            calibrated = bool(fitted)
-        s_intra, s_inter = self._steps(algorithm, kind, comm)
+            library_us += lib_latency * 0.4  # the ring's plateau
         bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
-        raw = self.raw_busbw(algorithm, kind, comm)
-        latency = params["latency_us"] + (s_intra + s_inter) * params["hop_latency_us"]
+        latency = params["latency_us"] + steps * params["hop_latency_us"]
         transfer = bus_bytes / (1e3 * params["efficiency"] * raw) if math.isfinite(raw) else 0.0
         if params["fill_us"] > 0:
             transfer += params["fill_us"] * -math.expm1(-bus_bytes / (params["fill_MB"] * 1e6))
