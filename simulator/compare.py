@@ -80,12 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "gathered output; each rank sends size/ranks) (default 1MiB,16MiB,256MiB)")
     p.add_argument("--algorithms",
                    help="comma-separated, e.g. ring,direct,halvingDoubling,doubleBinaryTree; ring/direct for one "
-                        "per dimension (not with --collective-model nccl: the library chooses)")
-    p.add_argument("--collective-model", dest="collective_model", choices=("astra-sim", "nccl"), default="astra-sim",
-                   help="astra-sim (default): the system's algorithms; nccl: the NCCL/RCCL-like model of "
-                        "--hw-profile chooses and times each collective")
-    p.add_argument("--hw-profile", dest="hw_profile", help="hardware profile for the nccl model: a shipped name or "
-                                                          "a .yml file")
+                        "per dimension (needed unless --explain)")
+    p.add_argument("--hw-profile", dest="hw_profile", help="hardware profile of the NCCL/RCCL-like collective model "
+                                                          "for --explain: a shipped name or a .yml file")
     p.add_argument("--explain", metavar="SIZE",
                    help="with --hw-profile: list every algorithm/protocol the library considers for --collective at "
                         "SIZE on the network's NPUs, with the library's estimate and the calibrated time (no "
@@ -142,23 +139,17 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     args = build_parser().parse_args(argv)
     if args.explain:
         return explain(args, load_network(args.network, warn).num_npus)
-    nccl = args.collective_model == "nccl"
-    if nccl and not args.hw_profile:
-        raise InputError("--collective-model nccl needs --hw-profile (a shipped name or a .yml file)")
-    if nccl and args.algorithms:
-        raise InputError("--algorithms: with --collective-model nccl the library chooses; leave --algorithms out "
-                         "(compare --explain SIZE lists its candidates)")
-    if not nccl and not args.algorithms:
-        raise InputError("--algorithms is needed (or --collective-model nccl)")
+    if not args.algorithms:
+        raise InputError("--algorithms is needed (or --explain SIZE with --hw-profile)")
     if args.plot:
         pyplot("--plot")  # before any simulation: a missing matplotlib must not cost the whole comparison
     jobs = capped_jobs(args.jobs, args.force_jobs, warn)
     device = device_preset(args.device).name if args.device else None
     network = load_network(args.network, warn)
-    algorithms = ["nccl"] if nccl else [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     if not algorithms:
         raise InputError("--algorithms: name at least one algorithm")
-    per_dim = {a: [] if nccl else per_dimension(a, network.num_dims) for a in algorithms}
+    per_dim = {a: per_dimension(a, network.num_dims) for a in algorithms}
     if args.collective:
         if args.collective not in KEYS:
             raise InputError(f"--collective {args.collective!r}: valid: {', '.join(KEYS)} (broadcast has no "
@@ -174,11 +165,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     base = {"workload": ({"generate": "collective", "type": args.collective} if args.collective
                          else os.path.abspath(args.workload)),
             "network": os.path.abspath(args.network), "backend": args.backend}
-    options: dict[str, str] = {"device": device} if device else {}
-    if nccl:
-        options.update(collective_model="nccl", hw_profile=args.hw_profile)
-    if options:
-        base["options"] = options
+    if device:
+        base["options"] = {"device": device}
     for section in ("system", "memory", "comm_groups"):
         if getattr(args, section):
             base[section] = os.path.abspath(getattr(args, section))
@@ -186,7 +174,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     skipped = []
     for algorithm in algorithms:
         families = {parse_algorithm(n).family for n in per_dim[algorithm]}
-        usable[algorithm] = kinds if nccl else [k for k in kinds if all(k in FAMILIES[f] for f in families)]
+        usable[algorithm] = [k for k in kinds if all(k in FAMILIES[f] for f in families)]
         if not usable[algorithm]:
             skipped.append(f"{algorithm} does not implement {kinds[0].replace('_', '-')}")
     points: list[Point] = []
@@ -194,8 +182,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         for algorithm in algorithms:
             if not usable[algorithm]:
                 continue
-            chosen = [] if nccl else [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm])
-                                      for k in usable[algorithm]]
+            chosen = [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm]) for k in usable[algorithm]]
             if size is not None:
                 chosen.append((parse_setting("workload.size", PROG), rank_bytes(args.collective, size,
                                                                                 network.num_npus)))

@@ -195,5 +195,5 @@ def test_compare_explain_lists_every_candidate() -> None:
     assert len(chosen) == 1 and chosen[0].split()[:2] == ["nvls", "Simple"]
     assert sum(line.split()[0] in ("ring", "tree", "nvls") for line in lines[2:] if line.split()) == 7
     done = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--collective", "all_reduce",
-                   "--collective-model", "nccl", cwd=Path(__file__).resolve().parents[2])
+                   "--explain", "1MiB", cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 1 and "needs --hw-profile" in done.stderr
