@@ -55,6 +55,9 @@ class CollectiveSummary:
     time_ns_per_rank: int  # summed durations, mean over ranks rounded to a ns
     algbw_gbps: float  # algorithm bandwidth: data size / time (nccl-tests)
     busbw_gbps: float  # bus bandwidth: algbw x the collective's factor (nccl-tests)
+    # --collective-model nccl: what the library chose, most frequent first: {algorithm, protocol, channels,
+    # count_per_rank}; empty under the astra-sim model (and then left out of the results JSON)
+    choices: tuple[dict[str, Any], ...] = ()
 
 
 def summarize_collectives(logs: list[list[CollectiveRecord]]) -> list[CollectiveSummary]:
@@ -63,8 +66,11 @@ def summarize_collectives(logs: list[list[CollectiveRecord]]) -> list[Collective
     time: dict[str, int] = defaultdict(int)
     alg: dict[str, float] = defaultdict(float)
     bus: dict[str, float] = defaultdict(float)
+    chosen: dict[str, dict[tuple[str, str, int], int]] = defaultdict(lambda: defaultdict(int))
     for log in logs:
         for r in log:
+            if r.algorithm:
+                chosen[r.kind][(r.algorithm, r.protocol, r.channels)] += 1
             duration = r.end_ns - r.start_ns
             count[r.kind] += 1
             size[r.kind] += r.size_bytes
@@ -75,8 +81,15 @@ def summarize_collectives(logs: list[list[CollectiveRecord]]) -> list[Collective
     ranks = max(len(logs), 1)
     return [CollectiveSummary(kind, count[kind] / ranks, round(size[kind] / ranks), round(time[kind] / ranks),
                               alg[kind] / time[kind] if time[kind] else 0.0,
-                              bus[kind] / time[kind] if time[kind] else 0.0)
+                              bus[kind] / time[kind] if time[kind] else 0.0,
+                              _choices(chosen[kind], ranks) if kind in chosen else ())
             for kind in sorted(count)]
+
+
+def _choices(counts: dict[tuple[str, str, int], int], ranks: int) -> tuple[dict[str, Any], ...]:
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return tuple({"algorithm": a, "protocol": p, "channels": c, "count_per_rank": n / ranks}
+                 for (a, p, c), n in ordered)
 
 
 def link_table(links: dict[Any, Any], finish_ns: int, symmetric: bool) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from network.backends import BACKENDS
 from network.config import load_network, load_packet_config
 from simulator.config import MemoryConfig, default_system, load_memory, load_system
 from simulator.results import SimulationResult, format_astra_sim, format_text
-from simulator.simulation import ENGINES, SEMANTICS, RunOptions, Simulation, WallTimeExceeded
+from simulator.simulation import COLLECTIVE_MODELS, ENGINES, SEMANTICS, RunOptions, Simulation, WallTimeExceeded
 from workload.errors import InputError, printable, shown
 from workload.files import shown_path
 from workload.groups import load_comm_groups
@@ -131,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=ENGINES, default="auto",
                    help="auto (default): simulate one representative rank when all ranks are symmetric, else every "
                         "message; message: always every message; symmetric: insist on the representative rank")
+    p.add_argument("--collective-model", default="astra-sim", metavar="|".join(COLLECTIVE_MODELS),
+                   help="astra-sim (default): ASTRA-sim's chunked collective algorithms over the network model; nccl: "
+                        "every collective and send/receive timed by the NCCL/RCCL-like model of --hw-profile (the "
+                        "library's algorithm and protocol, calibrated timing), sharing GPUs and NICs with concurrent "
+                        "ones")
+    p.add_argument("--hw-profile", metavar="NAME|FILE.yml",
+                   help="the hardware profile of --collective-model nccl: a shipped name (e.g. hgx-h200) or a "
+                        "profile file")
     p.add_argument("--drop-dangling-deps", action="store_true",
                    help="ignore dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
@@ -176,7 +184,8 @@ def run_simulation(argv: list[str]) -> int:
                          semantics=args.semantics, drop_dangling=args.drop_dangling_deps, device=args.device,
                          engine=args.engine, progress=not args.quiet, strict=args.strict,
                          timeline=bool(args.timeline), timeline_phases=args.timeline_phases,
-                         max_wall_time_s=args.max_wall_time)
+                         max_wall_time_s=args.max_wall_time, collective_model=args.collective_model,
+                         hw_profile=args.hw_profile)
     sim = Simulation(resolve_workload(args.workload), network, system, memory, groups, options, _warn)
     try:
         result = sim.run()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from compute.roofline import Roofline
+from simulator.collectives.algorithms import ALL_GATHER
 from simulator.memory import RemoteMemory
 from simulator.node_table import (
     COLLECTIVE_KINDS,
@@ -30,6 +31,8 @@ from workload.schema import CollectiveType, NodeType
 from workload.validate import Dependencies
 
 if TYPE_CHECKING:
+    from simulator.collectives.nccl import Candidate
+    from simulator.nccl_run import NcclRun
     from simulator.results import RankStats
 
 COMM_TYPES = (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
@@ -41,7 +44,7 @@ class RankWorkload:
     def __init__(self, rank: int, path: str, graph: TraceGraph, deps: Dependencies, system: RankSystem,
                  *, memory: RemoteMemory, roofline: Roofline | None, replay_only: bool, corrected: bool,
                  comm_groups: dict[int, tuple[int, ...]], warn: Callable[[str], None],
-                 timeline: bool = False) -> None:
+                 timeline: bool = False, nccl: NcclRun | None = None) -> None:
         self.rank = rank
         self.path = path
         self.graph = graph
@@ -68,6 +71,7 @@ class RankWorkload:
         self.collective_log: list[CollectiveRecord] = []
         self._collective_info: dict[int, tuple[str, int, int]] = {}  # node -> (kind, participants, group)
         self.timeline = TimelineLog() if timeline else None
+        self.nccl = nccl  # --collective-model nccl: collectives go to the run's NCCL-like model
 
     # --- the issue loop ------------------------------------------------------------------------------
     def wake(self, _: Any = None) -> None:
@@ -161,6 +165,9 @@ class RankWorkload:
         if kind is None:
             raise self._error(i, f"collective {CollectiveType(ctype).name} is not supported by ASTRA-sim 2.x "
                                  "(all-reduce, all-gather, reduce-scatter, all-to-all and broadcast are)")
+        if self.nccl is not None:
+            self._issue_nccl(i, kind, group, participants)
+            return
         involved = t.involved_dim.get(i)
         dims = len(self.system.setup.npus_per_dim)
         if involved is None:
@@ -177,6 +184,26 @@ class RankWorkload:
         self.collectives[i] = dataset
         if dataset.total == 0:  # nothing to communicate (ASTRA-sim would never finish it)
             self.system.register(0, lambda _, i=i: self._collective_done(i, 0))
+
+    def _issue_nccl(self, i: int, kind: str, group: CommGroup | None, participants: int) -> None:
+        """Hand the collective to the NCCL-like model: it starts when every member has issued it."""
+        assert self.nccl is not None
+        size = self.table.comm_size[i]
+        if kind == ALL_GATHER:  # the trace carries what each rank contributes; the model takes the gathered output
+            size *= participants
+        gid = group.gid if group else 0
+        self._collective_info[i] = (kind, participants, gid)
+        dataset = DataSet(1, self.engine.now)  # a placeholder for progress lines and deadlock reports
+        dataset.label = i
+        self.collectives[i] = dataset
+        try:
+            self.nccl.issue(self.rank, gid, group.members if group else self.nccl.world, kind, size,
+                            self._nccl_done, i, lambda: self._where(i))
+        except InputError as e:
+            raise self._error(i, str(e)) from None
+
+    def _nccl_done(self, i: int, chosen: Candidate) -> None:
+        self._collective_done(i, self.engine.now - self.start_ns[i], chosen)
 
     def _group(self, i: int) -> CommGroup | None:
         name = self.table.pg_name.get(i, "")
@@ -274,14 +301,19 @@ class RankWorkload:
         self.feeder.finish(i)
         self.wake()
 
-    def _collective_done(self, i: int, execution_ns: int) -> None:
+    def _collective_done(self, i: int, execution_ns: int, chosen: Candidate | None = None) -> None:
         if self.finish_ns is not None:
             return
         self.comm_busy_ns += execution_ns
         self.collectives.pop(i, None)
         kind, participants, group = self._collective_info.pop(i)
-        self.collective_log.append(CollectiveRecord(i, kind, self.table.comm_size[i], participants, group,
-                                                    self.start_ns[i], self.engine.now))
+        if chosen is None:
+            record = CollectiveRecord(i, kind, self.table.comm_size[i], participants, group, self.start_ns[i],
+                                      self.engine.now)
+        else:
+            record = CollectiveRecord(i, kind, self.table.comm_size[i], participants, group, self.start_ns[i],
+                                      self.engine.now, chosen.algorithm, chosen.protocol, chosen.channels)
+        self.collective_log.append(record)
         self._node_done(i)
 
     def _check_finished(self) -> None:
@@ -295,6 +327,9 @@ class RankWorkload:
             self.stalled = True  # only zero-time nodes ran: nothing will wake this rank again
 
     # --- errors and reports --------------------------------------------------------------------------
+    def _where(self, i: int) -> str:
+        return f"{self.path} node {self.graph.node_id(i)} ({self.graph.name(i)!r})"
+
     def _error(self, i: int, problem: str, hint: str | None = None) -> InputError:
         text = f"{self.path}: rank {self.rank}: node {self.graph.node_id(i)} ({self.graph.name(i)!r}): {problem}"
         return InputError(text + (f" ({hint})" if hint else ""))

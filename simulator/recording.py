@@ -16,6 +16,10 @@ class CollectiveRecord:
     group: int  # communicator group id, 0 for all NPUs
     start_ns: int
     end_ns: int
+    # --collective-model nccl: the library's choice ("" / 0 under the astra-sim model)
+    algorithm: str = ""
+    protocol: str = ""
+    channels: int = 0
 
 
 @dataclass(slots=True)

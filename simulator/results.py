@@ -83,7 +83,7 @@ class SimulationResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"finish_ns": self.finish_ns, "ranks": [asdict(r) for r in self.ranks], "backend": self.backend,
-                "collectives": [asdict(c) for c in self.collectives], "links": self.links,
+                "collectives": [_collective_json(c) for c in self.collectives], "links": self.links,
                 "activity": self.activity, "network": self.network, "complete": self.complete,
                 "config": self.config, "version": self.version,
                 "run": {"wall_time_s": round(self.wall_time_s, 3), "engine": self.engine, "events": self.events,
@@ -93,6 +93,16 @@ class SimulationResult:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_json(), f, indent=1)
             f.write("\n")
+
+
+def _collective_json(summary: CollectiveSummary) -> dict[str, Any]:
+    """A collective type's summary; the library's choices only where a model made them (--collective-model nccl)."""
+    data = asdict(summary)
+    if not summary.choices:
+        del data["choices"]
+    else:
+        data["choices"] = list(data["choices"])
+    return data
 
 
 def format_ns(ns: float) -> str:
@@ -126,8 +136,9 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
         lines = [f"stopped part-way: {format_ns(result.finish_ns)} ({result.finish_ns} ns) simulated, "
                  f"{unfinished} of {len(ranks)} ranks unfinished, {result.backend} network"]
     else:
+        network = "NCCL-like collective model" if result.backend == "nccl" else f"{result.backend} network"
         lines = [f"end-to-end time: {format_ns(result.finish_ns)} ({result.finish_ns} ns) over {len(ranks)} ranks, "
-                 f"{result.backend} network"]
+                 f"{network}"]
     compute = result.config.get("compute")
     if compute:
         if compute["model"] == "roofline":
@@ -136,6 +147,11 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
                          f"{compute['memory_bw_gbps']:g} GB/s memory)")
         else:
             lines.append("compute: durations recorded in the trace")
+    hardware = result.config.get("hardware")
+    if hardware:  # --collective-model nccl
+        lines.append(f"communication: NCCL/RCCL-like model on hardware profile {hardware['name']} ({hardware['gpu']}, "
+                     f"{hardware['gpus_per_node']} GPUs per node, {hardware['library']} {hardware['library_version']})"
+                     "; the network file only sets the number of NPUs")
     if not result.complete:
         pass
     elif len(ranks) <= max_rows:
@@ -159,6 +175,10 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
         for c in result.collectives:
             lines.append(f"{c.kind:>15}  {c.count_per_rank:>8.4g}  {format_bytes(c.bytes_per_rank):>11}  "
                          f"{format_ns(c.time_ns_per_rank):>11}  {c.algbw_gbps:>7.2f} GB/s  {c.busbw_gbps:>7.2f} GB/s")
+            if c.choices:  # --collective-model nccl: algorithm/protocol x channels (count per rank)
+                lines.append(f"{'':>15}  chosen: " + ", ".join(
+                    f"{ch['algorithm']}/{ch['protocol']} x{ch['channels']} ch ({ch['count_per_rank']:.4g})"
+                    for ch in c.choices))
     if result.links:
         lines.append("")
         classes = " (each a class of equal links)" if result.engine == "symmetric" else ""

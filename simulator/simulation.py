@@ -16,9 +16,11 @@ from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
 from simulator.checks import ComputeModel, check_workload, compute_model
 from simulator.chunk_order import ChunkOrders
-from simulator.config import MemoryConfig, SystemConfig, check_memory_fits
+from simulator.collectives.hardware import HardwareProfile, load_profile, profile_names
+from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, check_memory_fits
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
+from simulator.nccl_run import NcclRun
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
 from simulator.symmetry import symmetry_blockers
@@ -31,6 +33,8 @@ from workload.validate import validate
 VERSION = "0.1.0"
 SEMANTICS = ("astra-sim", "corrected")
 ENGINES = ("auto", "message", "symmetric")
+COLLECTIVE_MODELS = ("astra-sim", "nccl")
+DEFAULT_BACKEND = "analytical-unaware"
 Warn = Callable[[str], None]
 
 
@@ -48,7 +52,7 @@ class WallTimeExceeded(Exception):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunOptions:
-    backend: str = "analytical-unaware"
+    backend: str = DEFAULT_BACKEND
     queues_per_dim: int = 1
     injection_scale: float = 1.0
     rendezvous: bool = False
@@ -61,6 +65,9 @@ class RunOptions:
     progress: bool = True
     strict: bool = False  # refuse instead of warning when compute nodes cannot be timed
     max_wall_time_s: float | None = None  # stop (WallTimeExceeded) after this much wall-clock time
+    collective_model: str = "astra-sim"  # astra-sim: ASTRA-sim's chunked algorithms on the network; nccl: the
+    # NCCL/RCCL-like model (simulator/nccl_run.py) times every collective and send/receive
+    hw_profile: str | None = None  # the nccl model's hardware profile: a shipped name or a profile file (.yml)
 
 
 def _finite(value: Any, low: float, high: float) -> bool:
@@ -85,6 +92,8 @@ class Simulation:
         self._orders = ChunkOrders()
         self.compute = ComputeModel(None, None)
         self.warn = warn or (lambda message: None)
+        self.hw_profile: HardwareProfile | None = None
+        self.nccl: NcclRun | None = None
         if self.options.semantics not in SEMANTICS:
             raise InputError(f"unknown semantics {self.options.semantics!r}; valid: {', '.join(SEMANTICS)}")
         if self.options.engine not in ENGINES:
@@ -99,6 +108,27 @@ class Simulation:
         if opts.max_wall_time_s is not None and not (_finite(opts.max_wall_time_s, 0, 1e9) and opts.max_wall_time_s):
             raise InputError("the wall-time limit must be a positive number of seconds, not "
                              f"{shown(opts.max_wall_time_s)}")
+        self._check_collective_model()
+
+    def _check_collective_model(self) -> None:
+        opts = self.options
+        if opts.collective_model not in COLLECTIVE_MODELS:
+            raise InputError(f"unknown collective model {shown(opts.collective_model)}; valid: "
+                             f"{', '.join(COLLECTIVE_MODELS)}")
+        if opts.hw_profile is not None and not isinstance(opts.hw_profile, str):
+            raise InputError(f"the hardware profile must be a name or a file, not {shown(opts.hw_profile)}")
+        if opts.collective_model == "astra-sim":
+            if opts.hw_profile is not None:
+                self.warn(f"hardware profile {shown(opts.hw_profile)} has no effect with the astra-sim collective "
+                          "model (it is used by --collective-model nccl)")
+            return
+        if not opts.hw_profile:
+            raise InputError("the nccl collective model needs a hardware profile (--hw-profile NAME or FILE.yml); "
+                             f"shipped: {', '.join(profile_names())}")
+        self.hw_profile = load_profile(opts.hw_profile)
+        if opts.backend != DEFAULT_BACKEND:
+            self.warn(f"the {opts.backend} backend has no effect with --collective-model nccl: the model times every "
+                      "collective and send/receive")
 
     def run(self) -> SimulationResult:
         started = time.perf_counter()
@@ -110,10 +140,14 @@ class Simulation:
         check_memory_fits(self.memory, npus)
         self.compute = compute_model(self.system, opts.device)
         roofline = self.compute.roofline
-        check_workload(graphs, self.traces, self.system, self.network, self.compute, opts.strict, self.warn)
+        # the nccl model replaces the system's collective algorithms: check and judge symmetry without them
+        system = self.system if self.hw_profile is None else _without_algorithms(self.system, self.network.num_dims)
+        check_workload(graphs, self.traces, system, self.network, self.compute, opts.strict, self.warn)
 
-        blockers = symmetry_blockers(graphs, self.system, self.memory, self.network.npus_count, self.comm_groups)
-        if opts.backend not in SYMMETRIC_BACKENDS:
+        blockers = symmetry_blockers(graphs, system, self.memory, self.network.npus_count, self.comm_groups)
+        if self.hw_profile is not None:
+            pass  # no network backend: the model times collectives alike on every rank
+        elif opts.backend not in SYMMETRIC_BACKENDS:
             blockers.append(f"the {opts.backend} backend simulates every message")
         elif self.network.fabric is not None:
             blockers.append("routes on a fabric differ from NPU to NPU")
@@ -149,7 +183,10 @@ class Simulation:
         opts, npus = self.options, self.network.num_npus
         self._orders = ChunkOrders(enforce_order)
         engine = CheckedEngine() if symmetric else Engine()
-        backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
+        if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
+            backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus))
+        else:
+            backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
         if opts.timeline and hasattr(backend, "enable_history"):
             backend.enable_history()
         elif opts.timeline and hasattr(backend, "keep_history"):
@@ -169,7 +206,7 @@ class Simulation:
                 r, self.traces.file_for(r), graph, validate(graph, drop_dangling=opts.drop_dangling),
                 RankSystem(r, setup), memory=memory, roofline=roofline, replay_only=self.system.replay_only,
                 corrected=opts.semantics == "corrected", comm_groups=self.comm_groups, warn=self.warn,
-                timeline=opts.timeline))
+                timeline=opts.timeline, nccl=self.nccl))
             if opts.timeline_phases:
                 ranks[-1].system.phase_log = []
         for w in ranks:
@@ -190,7 +227,7 @@ class Simulation:
                 raise DeadlockError(
                     f"deadlock in the packet network: {len(blocked)} link(s) wait for buffer room that never frees "
                     f"(a cycle of full queues, e.g. {', '.join(blocked[:4])}); {advice}")
-            raise DeadlockError(deadlock_report(unfinished, messaging))
+            raise DeadlockError(deadlock_report(unfinished, messaging, self.nccl))
         stats = [w.stats() for w in ranks]
         negative = [s.rank for s in stats if s.exposed_signed_ns < 0]
         if negative:
@@ -203,7 +240,7 @@ class Simulation:
         self.workloads = ranks  # for timelines
         links = getattr(backend, "links", None)
         return SimulationResult(
-            finish_ns=finish, ranks=stats, backend=opts.backend,
+            finish_ns=finish, ranks=stats, backend=self.backend_name,
             config=self.config_summary(), version=VERSION, wall_time_s=time.perf_counter() - started,
             events=engine.events_processed, messages=messaging.messages * (npus if symmetric else 1),
             engine="symmetric" if symmetric else "message",
@@ -217,7 +254,7 @@ class Simulation:
         now = int(engine.now)
         links = getattr(self.backend, "links", None)
         return SimulationResult(
-            finish_ns=now, ranks=[w.stats() for w in ranks], backend=self.options.backend,
+            finish_ns=now, ranks=[w.stats() for w in ranks], backend=self.backend_name,
             config=self.config_summary(), version=VERSION, wall_time_s=time.perf_counter() - started,
             events=engine.events_processed, messages=messaging.messages, engine="message",
             notes=[f"stopped at {now} ns of simulated time: {sum(w.finish_ns is None for w in ranks)} rank(s) "
@@ -256,16 +293,33 @@ class Simulation:
         engine.events_processed = count
         return monitor
 
+    @property
+    def backend_name(self) -> str:
+        return "nccl" if self.hw_profile is not None else self.options.backend
+
     def config_summary(self) -> dict[str, Any]:
         """The configuration as run: the system as the compute model applied it (a --device turns roofline on)."""
         compute = self.compute
         system = replace(self.system, roofline_enabled=compute.roofline is not None,
                          device=compute.device or self.system.device)
-        return {
+        summary = {
             "workload": self.traces.source, "network": self.network.summary(), "system": asdict(system),
             "compute": compute.summary(), "memory": asdict(self.memory),
             "comm_groups": {str(k): list(v) for k, v in self.comm_groups.items()}, "options": asdict(self.options),
         }
+        if self.hw_profile is not None:  # --collective-model nccl: the profile as loaded
+            p = self.hw_profile
+            summary["hardware"] = {"name": p.name, "gpu": p.gpu, "gpus_per_node": p.gpus_per_node,
+                                   "library": p.library, "library_version": p.library_version, "arch": p.arch,
+                                   "path": p.path}
+        return summary
+
+
+def _without_algorithms(system: SystemConfig, dims: int) -> SystemConfig:
+    """The system as the nccl model uses it: its collective algorithms (and reductions) are the model's, so they
+    are neither checked nor a reason to simulate every rank."""
+    return replace(system, implementations={kind: ("ring",) * dims for kind in IMPLEMENTATION_KEYS.values()},
+                   local_mem_bw_gbps=system.local_mem_bw_gbps or 1.0)
 
 
 def network_stats(backend: Any) -> dict[str, Any]:
@@ -334,7 +388,8 @@ class RunMonitor:
                 f"{done} of {self.total_nodes} trace nodes done; the statistics below cover the part simulated")
 
 
-def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, per_rank: int = 4) -> str:
+def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, nccl: NcclRun | None = None,
+                    per_rank: int = 4) -> str:
     """Which ranks are stuck, on which nodes, waiting for what."""
     pending_from: dict[int, list[str]] = {}
     for tag, src, dst, size, _, state in messaging.unmatched():
@@ -355,6 +410,8 @@ def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, per_ra
                 what += f" waits for a send from rank {src} with tag {tag} and {size} bytes"
             elif i in w.collectives:
                 waits = [m for m in pending_from.get(w.rank, []) if m.startswith("collective")]
+                if nccl is not None:
+                    waits = nccl.waiting_for(w.rank)[:1]
                 what += " waits for " + (waits[0] if waits else "other ranks to join the collective")
             parts.append(what)
         blocked = w.feeder.num_nodes - w.feeder.finished - len(ongoing)

@@ -101,6 +101,9 @@ def _simulate(run: dict[str, Any], root: str, sources: dict[str, str], warn: Any
         warn = _without(warn, "one trace file for all")
     else:
         traces = resolve_workload(os.path.normpath(os.path.join(root, workload)))
+    profile = run["options"].get("hw_profile")
+    if isinstance(profile, str) and profile.endswith((".yml", ".yaml")):  # a profile file, beside the sweep file
+        run = {**run, "options": {**run["options"], "hw_profile": os.path.normpath(os.path.join(root, profile))}}
     options = RunOptions(**run["options"], progress=False)
     return Simulation(traces, network, system, memory, groups, options, warn).run()
 
