@@ -2,6 +2,7 @@
 
     astrasim-py --workload W --network N.yml [--system S.json] [--memory M.json] [--comm-groups C.json]
                 [--backend analytical-unaware|analytical-aware|packet] [--json FILE] [--format text|astra-sim]
+                [--collective-model astra-sim|nccl --hw-profile NAME|FILE.yml]
     astrasim-py trace {inspect,analyze,jsonize,generate,visualize} ...
     astrasim-py report RESULTS.json --html FILE
     astrasim-py sweep SWEEP.yaml --out DIR [--jobs N] [--executor local|ray]   (and: sweep export DIR --csv FILE)

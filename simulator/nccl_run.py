@@ -280,7 +280,7 @@ class NcclRun:
             text = f"{k} of {s} B" + (" (gathered output)" if k == ALL_GATHER else "")
             return text if m == call.members or m is call.members else text + f" over ranks {_short(m)}"
 
-        return (f"rank {rank} issues {what(kind, size, members)} as its collective #{call.seq} on {comm}, but rank "
+        return (f"{what(kind, size, members)} is rank {rank}'s collective #{call.seq} on {comm}, but rank "
                 f"{other_rank} ({other_where()}) issued {what(call.kind, call.size, call.members)} as its #{call.seq}: "
                 "NCCL collectives synchronise their communicator, so every member must issue the same collectives "
                 "(kind and size) in the same order")
@@ -301,8 +301,8 @@ class NcclRun:
         for (comm_id, _), call in self._pending.items():
             if rank in call.ranks:
                 missing = [m for m in call.comm.members if m not in call.ranks and m in self.simulated]
-                out.append(f"{call.kind} #{call.seq} on communicator {comm_id}, which rank(s) {_short(missing)} have "
-                           "not issued")
+                out.append(f"{call.kind} #{call.seq} on communicator {comm_id}, which rank(s) {_short(missing)} "
+                           "have not issued")
         return out
 
     # --- sends and receives (the NetworkBackend protocol) --------------------------------------------------
@@ -324,5 +324,6 @@ class NcclRun:
 
 
 def _short(members: Sequence[int], limit: int = 8) -> str:
-    shown_ = ", ".join(map(str, members[:limit]))
-    return f"[{shown_}{', ...' if len(members) > limit else ''}] ({len(members)})"
+    """Ranks in a line: "0, 1, 2" or "0, 1, ..., 7, ... (1024 ranks)"."""
+    text = ", ".join(map(str, members[:limit]))
+    return text if len(members) <= limit else f"{text}, ... ({len(members)} ranks)"

@@ -205,6 +205,7 @@ def test_members_disagreeing_is_a_one_line_error(tmp_path: Path) -> None:
     text = str(e.value)
     assert "\n" not in text
     assert "rank 1" in text and "node 7" in text and "rank 0" in text and "node 1" in text
+    assert "all_gather of 2097152 B (gathered output) is rank 1's collective #0" in text
     assert "all_reduce" in text and "all_gather" in text
     with pytest.raises(InputError, match="of 2097152 B"):
         simulate(tmp_path, [[coll(1, AR, MiB)], [coll(1, AR, 2 * MiB)]], switch(2), **NCCL)
