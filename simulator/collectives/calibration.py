@@ -33,6 +33,7 @@ BANDS = (("ge_1MiB", 1 << 20, math.inf), ("64KiB_1MiB", 1 << 16, 1 << 20), ("lt_
 PRIOR_WEIGHT = {"latency_us": 0.05, "hop_latency_us": 0.05, "efficiency": 0.02, "fill_us": 0.02, "fill_MB": 0.05}
 MIN_ROWS_PER_SIZE = 3
 ROBUST_SCALE = 1.0  # log-time residual beyond which a row counts linearly, not quadratically
+TRIM_FACTOR, TRIM_FLOOR, TRIM_MIN_ROWS = 2.0, 0.2, 6
 FLOORS = {"latency_us": 1.0, "hop_latency_us": 0.1, "fill_us": 1.0, "fill_MB": 1.0}
 
 
@@ -168,11 +169,9 @@ def _prior(model: CollectiveModel, row: Measurement, algorithm: str, protocol: s
     return prior
 
 
-def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], iterations: int = 200
-            ) -> tuple[dict[str, float], float]:
-    """Fitted parameters of one key from its rows, and the RMS of log(predicted / measured) time."""
-    first, algorithm, protocol = rows[0]
-    prior = _prior(model, first, algorithm, protocol)
+def _solve(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], prior: dict[str, float],
+           z: np.ndarray, iterations: int) -> np.ndarray:
+    """Levenberg-Marquardt from ``z`` on the robust log-time residuals of ``rows`` plus the prior terms."""
     weights = np.array([PRIOR_WEIGHT[k] for k in PARAMETER_KEYS])
     measured = np.array([math.log(r.time_us) for r, _, _ in rows])
 
@@ -184,7 +183,6 @@ def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]]
         robust = np.sign(r) * ROBUST_SCALE * np.sqrt(2 * (np.sqrt(1 + (r / ROBUST_SCALE) ** 2) - 1))
         return np.concatenate([robust, weights * z])
 
-    z = np.zeros(len(PARAMETER_KEYS))
     res = residuals(z)
     cost = float(res @ res)
     damping = 1e-3
@@ -208,12 +206,35 @@ def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]]
             damping *= 10
         if not improved or float(np.max(np.abs(delta))) < 1e-9:
             break
-    fitted = _from_vector(z, prior)
-    params = _from_vector(z, prior)
-    logs = [math.log(model.candidate(a, p, r.collective, r.size_bytes, r.comm, params).time_us / r.time_us)
+    return z
+
+
+def _log_errors(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], params: dict[str, float]
+                ) -> list[float]:
+    return [math.log(model.candidate(a, p, r.collective, r.size_bytes, r.comm, params).time_us / r.time_us)
             for r, a, p in rows]
+
+
+def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], iterations: int = 200
+            ) -> tuple[dict[str, float], float]:
+    """Fitted parameters of one key from its rows, and the RMS of log(predicted / measured) time.
+
+    Rows far off the first fit (beyond TRIM_FACTOR x the median error, and TRIM_FLOOR) are measurement noise a
+    smooth curve cannot follow: they are set aside and the key refitted on the rest (at most a quarter of them)."""
+    first, algorithm, protocol = rows[0]
+    prior = _prior(model, first, algorithm, protocol)
+    z = _solve(model, rows, prior, np.zeros(len(PARAMETER_KEYS)), iterations)
+    if len(rows) >= TRIM_MIN_ROWS:
+        errors = np.abs(_log_errors(model, rows, _from_vector(z, prior)))
+        limit = max(TRIM_FLOOR, TRIM_FACTOR * float(np.median(errors)))
+        order = sorted(range(len(rows)), key=lambda i: -errors[i])
+        drop = {i for i in order[: len(rows) // 4] if errors[i] > limit}
+        if drop:
+            z = _solve(model, [x for i, x in enumerate(rows) if i not in drop], prior, z, iterations)
+    params = _from_vector(z, prior)
+    logs = _log_errors(model, rows, params)
     rms = math.sqrt(sum(x * x for x in logs) / len(logs))
-    return {k: float(f"{fitted[k]:.6g}") for k in PARAMETER_KEYS}, rms
+    return {k: float(f"{params[k]:.6g}") for k in PARAMETER_KEYS}, rms
 
 
 def calibrate(profile: HardwareProfile, rows: Sequence[Measurement]) -> dict[str, object]:

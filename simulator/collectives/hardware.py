@@ -12,6 +12,9 @@ Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per di
     arch: hopper                # the library's tuning constants: volta, ampere, hopper, blackwell, cdna3, cdna4
     scale_up: {fabric: nvswitch, links_per_gpu: 18, link_bandwidth_GBps: 25, latency_us: 0.6, nvls: true}
     scale_out: {nics_per_node: 8, nic_bandwidth_Gbps: 400, transport: ib, latency_us: 2.5, sharp: false}
+    msccl:                      # RCCL: MSCCL programs it loads, chosen before its tuning model (optional)
+    - {collective: all_reduce, gpus: 8, protocol: LL, min_bytes: 0, max_bytes: 65536, chunks_per_loop: 256,
+       channels: 4}
     assumptions: ["..."]        # figures no source states
     sources: ["..."]
     calibration: {...}          # written by `astrasim-py calibrate`; see simulator/collectives/nccl.py
@@ -64,6 +67,27 @@ class ScaleOut:
 
 
 @dataclass(frozen=True, slots=True)
+class MscclProgram:
+    """One MSCCL program the library loads (RCCL's ``tools/msccl-algorithms``): it runs a single-node collective of
+    exactly ``gpus`` ranks whose size lies in [min_bytes, max_bytes] and whose element count (4-byte elements, as
+    nccl-tests/rccl-tests use by default) divides into ``chunks_per_loop`` chunks; the library then uses it instead
+    of its own algorithms."""
+
+    collective: str
+    gpus: int
+    protocol: str
+    min_bytes: int
+    max_bytes: int
+    chunks_per_loop: int
+    channels: int
+
+    def runs(self, kind: str, size_bytes: int, ranks: int, nodes: int) -> bool:
+        return (kind == self.collective and nodes == 1 and ranks == self.gpus
+                and self.min_bytes <= size_bytes <= self.max_bytes
+                and size_bytes % 4 == 0 and (size_bytes // 4) % self.chunks_per_loop == 0)
+
+
+@dataclass(frozen=True, slots=True)
 class HardwareProfile:
     name: str
     gpu: str
@@ -73,6 +97,7 @@ class HardwareProfile:
     arch: str
     scale_up: ScaleUp
     scale_out: ScaleOut | None
+    msccl: tuple[MscclProgram, ...] = ()
     assumptions: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)
@@ -84,9 +109,13 @@ class HardwareProfile:
 
 
 _TOP = {"name", "description", "gpu", "gpus_per_node", "library", "library_version", "arch", "scale_up", "scale_out",
-        "assumptions", "sources", "calibration"}
+        "msccl", "assumptions", "sources", "calibration"}
 _UP = {"fabric", "links_per_gpu", "link_bandwidth_GBps", "latency_us", "nvls"}
 _OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp"}
+_MSCCL = {"collective", "gpus", "protocol", "min_bytes", "max_bytes", "chunks_per_loop", "channels"}
+_OPTIONAL = {"description", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls", "msccl"}
+MSCCL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all")
+MSCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 _KEY = re.compile(r"[a-z_]+/(LL|LL128|Simple)/(intra|inter)(@[1-9][0-9]{0,6})?")
 PARAMETER_KEYS = ("latency_us", "hop_latency_us", "efficiency", "fill_us", "fill_MB")
 
@@ -112,8 +141,7 @@ def _section(data: Any, key: str, where: str, keys: set[str]) -> dict[str, Any]:
     unknown = set(data) - keys
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) in '{key}': {key_names(unknown)}; valid: {', '.join(sorted(keys))}")
-    missing = [k for k in sorted(keys) if k not in data and k not in ("description", "assumptions", "sources",
-                                                                        "calibration", "scale_out", "sharp", "nvls")]
+    missing = [k for k in sorted(keys) if k not in data and k not in _OPTIONAL]
     if missing:
         raise ConfigError(f"{where}: '{key}' misses {', '.join(missing)}")
     return data
@@ -152,6 +180,27 @@ def check_parameters(params: Any, where: str) -> dict[str, dict[str, float]]:
     return checked
 
 
+def _msccl(data: Any, where: str) -> tuple[MscclProgram, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, list):
+        raise ConfigError(f"{where}: 'msccl' must be a list of programs")
+    programs = []
+    for i, entry in enumerate(data):
+        e = _section(entry, f"msccl[{i}]", where, _MSCCL)
+        at = f"msccl[{i}]"
+        low = whole(e["min_bytes"], f"{at}.min_bytes", where, low=0, high=1 << 50)
+        programs.append(MscclProgram(
+            collective=choice(e["collective"], f"{at}.collective", where, MSCCL_COLLECTIVES),
+            gpus=whole(e["gpus"], f"{at}.gpus", where, low=2, high=1024),
+            protocol=choice(e["protocol"], f"{at}.protocol", where, MSCCL_PROTOCOLS),
+            min_bytes=low,
+            max_bytes=whole(e["max_bytes"], f"{at}.max_bytes", where, low=max(low, 1), high=1 << 50),
+            chunks_per_loop=whole(e["chunks_per_loop"], f"{at}.chunks_per_loop", where, high=1 << 20),
+            channels=whole(e["channels"], f"{at}.channels", where, high=1024)))
+    return tuple(programs)
+
+
 def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
     top = _section(data, "profile", where, _TOP)
     up = _section(top["scale_up"], "scale_up", where, _UP)
@@ -187,6 +236,7 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
             latency_us=number(up["latency_us"], "scale_up.latency_us", where, high=1e6),
             nvls=flag(up.get("nvls", False), "scale_up.nvls", where)),
         scale_out=scale_out,
+        msccl=_msccl(top.get("msccl"), where),
         assumptions=_texts(top.get("assumptions"), "assumptions", where),
         sources=_texts(top.get("sources"), "sources", where),
         calibration=calibration,

@@ -18,6 +18,8 @@ Two halves, as in the libraries themselves:
   exceeds the slowest link it crosses (efficiency <= 1); NVLS and SHARP reduce in the switch and may exceed the
   links. The fill term is the pipeline filling up: it grows with the size and saturates at ``fill_us``. Keys
   without calibration use the library's constants (latencies) and its bandwidth factors (efficiency).
+- **MSCCL** (RCCL): where the profile lists MSCCL programs the library loads (``msccl``), a call they cover runs
+  the program (all-pairs exchanges over the node's links) and the tuning model is not consulted, as in RCCL.
 
 Sizes are nccl-tests sizes: the whole buffer (all-gather: the gathered output; reduce-scatter: the input).
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
 from simulator.collectives.hardware import HardwareProfile
@@ -34,15 +36,15 @@ from workload.errors import InputError
 
 SEND_RECV = "send_recv"
 KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV)
-RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P = (
-    "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct", "p2p")
-ALGORITHMS = (RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P)
+RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P, MSCCL = (
+    "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct", "p2p", "msccl")
+ALGORITHMS = (RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P, MSCCL)
 LL, LL128, SIMPLE = "LL", "LL128", "Simple"
 PROTOCOLS = (LL, LL128, SIMPLE)
 # Spellings in tables and NCCL_ALGO values -> our names
 ALGORITHM_ALIASES = {"ring": RING, "tree": TREE, "nvls": NVLS, "nvlstree": NVLS_TREE, "collnet": COLLNET,
                      "collnetdirect": COLLNET, "collnetchain": COLLNET, "sharp": COLLNET, "pat": PAT,
-                     "direct": DIRECT, "p2p": P2P}
+                     "direct": DIRECT, "p2p": P2P, "msccl": MSCCL}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +61,17 @@ class LibraryConstants:
     ll128: bool  # LL128 enabled by default
 
 
+# MSCCL programs are not in the library's tuning tables (it runs them whenever they apply); their priors are the
+# ring's, which has the same kind of steps.
 _BASE = {RING: (6.6, 14.0, 8.4), TREE: (6.8, 14.0, 8.4), NVLS: (0, 0, 0), NVLS_TREE: (0, 0, 0), COLLNET: (0, 0, 0),
-         PAT: (0, 0, 8.0), DIRECT: (0, 0, 6.0), P2P: (0, 0, 6.0)}
+         PAT: (0, 0, 8.0), DIRECT: (0, 0, 6.0), P2P: (0, 0, 6.0), MSCCL: (6.6, 14.0, 8.4)}
 _HOP_NVLINK = {RING: (0.6, 1.9, 3.4), TREE: (0.6, 1.25, 4.0), NVLS: (0, 0, 25.0), NVLS_TREE: (0, 0, 25.0),
-               COLLNET: (0, 0, 3.7), PAT: (0, 0, 2.8), DIRECT: (0, 0, 1.0), P2P: (0, 0, 1.0)}
+               COLLNET: (0, 0, 3.7), PAT: (0, 0, 2.8), DIRECT: (0, 0, 1.0), P2P: (0, 0, 1.0), MSCCL: (0.6, 1.9, 3.4)}
 _HOP_PCI = {**_HOP_NVLINK, RING: (1.0, 2.5, 5.7), TREE: (1.0, 1.9, 4.0)}
 _HOP_NET = {RING: (2.7, 4.0, 14.0), TREE: (5.0, 8.5, 14.0), NVLS: (0, 0, 18.0), NVLS_TREE: (0, 0, 14.0),
-            COLLNET: (0, 0, 31.0), PAT: (0, 0, 14.0), DIRECT: (0, 0, 5.0), P2P: (0, 0, 5.0)}
+            COLLNET: (0, 0, 31.0), PAT: (0, 0, 14.0), DIRECT: (0, 0, 5.0), P2P: (0, 0, 5.0), MSCCL: (2.7, 4.0, 14.0)}
 # RCCL keeps NCCL's structure with larger base latencies (kernel launch on ROCm).
-_RCCL_BASE = {**_BASE, RING: (12.0, 12.0, 17.0), TREE: (12.0, 12.0, 17.0)}
+_RCCL_BASE = {**_BASE, RING: (12.0, 12.0, 17.0), TREE: (12.0, 12.0, 17.0), MSCCL: (12.0, 12.0, 17.0)}
 
 
 def _nccl(ll: float, ll128: float, tree: float, channels: int) -> LibraryConstants:
@@ -192,7 +196,7 @@ class CollectiveModel:
         up = self.scale_up_GBps(comm.per_node)
         net = self.network_GBps(comm)
         n = comm.ranks
-        if algorithm in (RING, TREE, PAT):
+        if algorithm in (RING, TREE, PAT, MSCCL):  # MSCCL: all-pairs over the node's links
             return min(up, net)
         if algorithm in (NVLS, NVLS_TREE):
             gain = 2 * (n - 1) / n if kind == ALL_REDUCE else 1.0
@@ -267,6 +271,8 @@ class CollectiveModel:
             return 0, log_nodes
         if algorithm == DIRECT:
             return ppn - 1, n - ppn
+        if algorithm == MSCCL:  # all-pairs: one exchange to reduce, one to gather
+            return (2, 0) if kind == ALL_REDUCE else (1, 0)
         return (1, 0) if nodes <= 1 else (0, 1)
 
     def library_latency_us(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
@@ -306,10 +312,14 @@ class CollectiveModel:
                 bus = min(bus * (7 / 9 if comm.nodes == 1 else 120 / 128), channels * c.ll128_per_channel_GBps)
         if algorithm == PAT:
             bus *= 0.75
+        if algorithm == MSCCL:
+            bus *= {LL: 0.5, LL128: 0.92, SIMPLE: 1.0}[protocol]
         n = comm.ranks
         if algorithm == RING:
             nsteps = 2 * (n - 1) if kind == ALL_REDUCE else n - 1
             algbw = bus * n / nsteps if kind in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER) else bus
+        elif algorithm == MSCCL:
+            algbw = bus / bus_factor(kind, n)
         elif kind == ALL_REDUCE:
             algbw = bus * (5 / 6 if algorithm in (NVLS, NVLS_TREE) else 0.5)
         else:
@@ -390,6 +400,9 @@ class CollectiveModel:
         if comm.ranks == 1 or size_bytes == 0:  # nothing moves
             only = Candidate(pairs[0][0], pairs[0][1], 1, 0.0, 0.0, 0.0, 0.0)
             return Plan(kind, size_bytes, comm, only, (only,))
+        program = next((m for m in self.profile.msccl if m.runs(kind, size_bytes, comm.ranks, comm.nodes)), None)
+        if program is not None:  # the library runs a loaded MSCCL program before consulting its tuning model
+            pairs = [(MSCCL, program.protocol), *pairs]
         if algorithm is not None:
             name = ALGORITHM_ALIASES.get(algorithm.lower().replace("_", "").replace("-", ""))
             forced = [(a, p) for a, p in pairs if a == name]
@@ -399,7 +412,10 @@ class CollectiveModel:
                                  f"{comm.nodes} node(s) with profile {self.profile.name}; valid: {', '.join(valid)}")
             pairs = forced
         candidates = sorted((self.candidate(a, p, kind, size_bytes, comm) for a, p in pairs),
-                            key=lambda c: (c.library_us, ALGORITHMS.index(c.algorithm), _PROTO[c.protocol]))
+                            key=lambda c: (c.algorithm != MSCCL, c.library_us, ALGORITHMS.index(c.algorithm),
+                                           _PROTO[c.protocol]))
+        if program is not None and candidates[0].algorithm == MSCCL:
+            candidates[0] = replace(candidates[0], channels=program.channels)
         plan = Plan(kind, size_bytes, comm, candidates[0], tuple(candidates))
         if len(self._cache) < 100_000:
             self._cache[cache_key] = plan

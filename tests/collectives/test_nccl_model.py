@@ -77,17 +77,32 @@ def test_forced_rows_run_the_forced_algorithm() -> None:
 
 def test_an_algorithm_the_machine_lacks_is_refused() -> None:
     model = CollectiveModel(load_profile("mi300x"))
-    with pytest.raises(InputError, match="valid: ring, tree"):
+    with pytest.raises(InputError, match="valid: msccl, ring, tree"):
         model.plan(ALL_REDUCE, 1 << 20, Communicator.packed(8, 1), "nvls")
 
 
+def test_rccl_runs_its_msccl_programs_where_they_apply() -> None:
+    """RCCL on an 8x MI300X node runs its all-pairs MSCCL programs inside their size windows, for element counts
+    (4-byte elements) that split into their chunks; elsewhere, and across nodes, its own tuning model picks."""
+    model = CollectiveModel(load_profile("mi300x"))
+    node = Communicator.packed(8, 1)
+    expect = {512: None, 1 << 10: ("LL", 4), 64 << 10: ("LL", 4), 256 << 10: ("LL", 8), 1 << 20: ("Simple", 8),
+              11 << 20: ("Simple", 8), 12 << 20: None, 16 << 20: ("Simple", 8), 32 << 20: None, 1028: None}
+    for size, program in expect.items():
+        chosen = model.plan(ALL_REDUCE, size, node).chosen
+        got = (chosen.protocol, chosen.channels) if chosen.algorithm == "msccl" else None
+        assert got == program, size
+    assert model.plan(ALL_REDUCE, 1 << 20, Communicator.packed(16, 2)).chosen.algorithm != "msccl"
+    assert model.plan(ALL_REDUCE, 1 << 20, Communicator.packed(4, 1)).chosen.algorithm != "msccl"
+    assert model.plan(ALL_REDUCE, 1 << 20, node, "ring").chosen.algorithm == RING
+    assert CollectiveModel(load_profile("hgx-h200")).plan(ALL_REDUCE, 1 << 20, node).chosen.algorithm != "msccl"
+
+
 # Accuracy on the shared tables, with the matching shipped profile. The issue's targets are geomean |error| <= 5%
-# for sizes >= 64 KiB, <= 15% below, and no size >= 1 MiB off by more than 20%; the bounds below are what the
-# model reaches today, where a table misses a target the README says so (non-monotone small sizes on MI300X, a
-# noisy 2 KiB row on 32x A100, bumps in the B200 curve).
-BOUNDS = {"b200_nvlink5_8gpu_all_reduce_torchbench.tsv": {"ge_64KiB": 0.06},
-          "mi300x_xgmi_8gpu_all_reduce_rccl.tsv": {"lt_64KiB": 0.20},
-          "azure_ndv4_a100_16_32gpu_all_reduce.tsv": {"lt_64KiB": 0.17}}
+# for sizes >= 64 KiB, <= 15% below, and no size >= 1 MiB off by more than 20%. One table misses one target and
+# the README says why: the B200 curve is not monotone in bandwidth (8 and 16 MiB take the same time, 64 MiB is
+# slower than its neighbours' trend, and busbw steps up 13% from 4 to 8 GiB), which no smooth curve follows.
+BOUNDS = {"b200_nvlink5_8gpu_all_reduce_torchbench.tsv": {"ge_64KiB": 0.056}}
 
 
 @pytest.mark.parametrize("table", sorted(MATCHING))
@@ -157,7 +172,11 @@ def test_profile_errors_are_one_line() -> None:
     good = {"name": "x", "gpu": "g", "gpus_per_node": 8, "library": "nccl", "library_version": "2", "arch": "hopper",
             "scale_up": {"fabric": "nvswitch", "links_per_gpu": 18, "link_bandwidth_GBps": 25, "latency_us": 1}}
     parse_profile(good, "p.yml")
-    for bad in ({**good, "gpus_per_node": True}, {**good, "arch": "pascal"},
+    program = {"collective": "all_reduce", "gpus": 8, "protocol": "LL", "min_bytes": 0, "max_bytes": 65536,
+               "chunks_per_loop": 256, "channels": 4}
+    assert parse_profile({**good, "msccl": [program]}, "p.yml").msccl[0].max_bytes == 65536
+    for bad in ({**good, "gpus_per_node": True}, {**good, "arch": "pascal"}, {**good, "msccl": program},
+                {**good, "msccl": [{**program, "protocol": "ll"}]}, {**good, "msccl": [{**program, "max_bytes": -1}]},
                 {**good, "scale_up": {**good["scale_up"], "link_bandwidth_GBps": float("nan")}},
                 {**good, "extra": 1}, {**good, "calibration": {"parameters": {"ring/LL": {}}}}):
         with pytest.raises(ConfigError):
