@@ -29,7 +29,8 @@ def simulate(workload: PathLike, network: PathLike | NetworkConfig, system: Path
 
     Options are RunOptions fields (``backend``, ``queues_per_dim``, ``injection_scale``, ``rendezvous``,
     ``semantics``, ``engine``, ``device``, ``collective_model`` ("astra-sim" or "nccl"), ``hw_profile`` (the
-    nccl model's hardware profile: a shipped name or a .yml file), ...). Returns the SimulationResult the CLI
+    nccl model's hardware profile: a shipped name or a .yml file), ``nccl_algorithm`` (forced where it can run,
+    as NCCL_ALGO), ...). Returns the SimulationResult the CLI
     prints and writes.
     """
     net = network if isinstance(network, NetworkConfig) else load_network(network, warn)

@@ -2,7 +2,7 @@
 
     astrasim-py --workload W --network N.yml [--system S.json] [--memory M.json] [--comm-groups C.json]
                 [--backend analytical-unaware|analytical-aware|packet] [--json FILE] [--format text|astra-sim]
-                [--collective-model astra-sim|nccl --hw-profile NAME|FILE.yml]
+                [--collective-model astra-sim|nccl --hw-profile NAME|FILE.yml [--nccl-algo NAME]]
     astrasim-py trace {inspect,analyze,jsonize,generate,visualize} ...
     astrasim-py report RESULTS.json --html FILE
     astrasim-py sweep SWEEP.yaml --out DIR [--jobs N] [--executor local|ray]   (and: sweep export DIR --csv FILE)
@@ -140,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hw-profile", metavar="NAME|FILE.yml",
                    help="the hardware profile of --collective-model nccl: a shipped name (e.g. hgx-h200) or a "
                         "profile file")
+    p.add_argument("--nccl-algo", dest="nccl_algo", metavar="NAME",
+                   help="with --collective-model nccl: run this algorithm (ring, tree, nvls, nvls_tree, collnet, pat, "
+                        "direct, msccl) for every collective it can run, as NCCL_ALGO does; the library picks for the "
+                        "rest")
     p.add_argument("--drop-dangling-deps", action="store_true",
                    help="ignore dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
@@ -186,7 +190,7 @@ def run_simulation(argv: list[str]) -> int:
                          engine=args.engine, progress=not args.quiet, strict=args.strict,
                          timeline=bool(args.timeline), timeline_phases=args.timeline_phases,
                          max_wall_time_s=args.max_wall_time, collective_model=args.collective_model,
-                         hw_profile=args.hw_profile)
+                         hw_profile=args.hw_profile, nccl_algorithm=args.nccl_algo)
     sim = Simulation(resolve_workload(args.workload), network, system, memory, groups, options, _warn)
     try:
         result = sim.run()

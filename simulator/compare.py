@@ -3,12 +3,18 @@
     astrasim-py compare --network N.yml [--system S.json] --collective all_reduce --sizes 1MiB,64MiB,1GiB \\
                         --algorithms ring,direct,halvingDoubling,doubleBinaryTree [--plot FILE.png]
     astrasim-py compare --network N.yml --system S.json --workload W --algorithms ring,ring/direct
+    astrasim-py compare --network N.yml --collective all_reduce --sizes 1MiB,1GiB --collective-model nccl \
+                        --hw-profile hgx-h200 [--algorithms auto,ring,nvls]
 
 An algorithm is one name for every dimension or one per dimension joined by "/". Sizes, times and
 bandwidths follow nccl-tests: a size is the whole buffer (all-gather: the gathered output, n x what each
 rank sends), a collective's time is averaged over the ranks, algbw = size / time and busbw = algbw x the
 collective's bus factor (2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter, all-to-all), both
 in GB/s with GB = 10^9 bytes.
+
+With ``--collective-model nccl`` the NCCL/RCCL-like model of ``--hw-profile`` times the collectives: an
+"algorithm" is then the library's own choice (``auto``, the default) or one it is forced to run (``ring``,
+``tree``, ``nvls``, ... as NCCL_ALGO), and each row names what ran (algorithm/protocol x channels).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from compute.devices import device as device_preset
 from network.config import load_network
 from simulator.collectives.registry import FAMILIES, parse_algorithm
 from simulator.config import IMPLEMENTATION_KEYS
-from simulator.results import format_ns
+from simulator.results import NETWORK_GB, format_ns
 from simulator.sweep.executors import capped_jobs, run_points
 from simulator.sweep.spec import Point, parse_setting, resolve_run
 from workload.errors import InputError
@@ -80,9 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "gathered output; each rank sends size/ranks) (default 1MiB,16MiB,256MiB)")
     p.add_argument("--algorithms",
                    help="comma-separated, e.g. ring,direct,halvingDoubling,doubleBinaryTree; ring/direct for one "
-                        "per dimension (needed unless --explain)")
+                        "per dimension (needed unless --explain); with --collective-model nccl: auto (the "
+                        "library's choice, the default) and NCCL algorithms to force (ring, tree, nvls, nvls_tree, "
+                        "collnet, pat, direct, msccl)")
+    p.add_argument("--collective-model", dest="collective_model", choices=("astra-sim", "nccl"), default="astra-sim",
+                   help="astra-sim (default): ASTRA-sim's algorithms on the network; nccl: the NCCL/RCCL-like model "
+                        "of --hw-profile times every collective")
     p.add_argument("--hw-profile", dest="hw_profile", help="hardware profile of the NCCL/RCCL-like collective model "
-                                                          "for --explain: a shipped name or a .yml file")
+                                                          "(--collective-model nccl, --explain): a shipped name or a "
+                                                          ".yml file")
     p.add_argument("--explain", metavar="SIZE",
                    help="with --hw-profile: list every algorithm/protocol the library considers for --collective at "
                         "SIZE on the network's NPUs, with the library's estimate and the calibrated time (no "
@@ -139,17 +151,24 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     args = build_parser().parse_args(argv)
     if args.explain:
         return explain(args, load_network(args.network, warn).num_npus)
-    if not args.algorithms:
-        raise InputError("--algorithms is needed (or --explain SIZE with --hw-profile)")
+    nccl = args.collective_model == "nccl"
+    if nccl and not args.hw_profile:
+        raise InputError("--collective-model nccl needs --hw-profile NAME or FILE.yml")
+    if not nccl and args.hw_profile:
+        raise InputError("--hw-profile needs --collective-model nccl (or --explain SIZE)")
+    if not args.algorithms and not nccl:
+        raise InputError("--algorithms is needed (or --collective-model nccl, or --explain SIZE with --hw-profile)")
     if args.plot:
         pyplot("--plot")  # before any simulation: a missing matplotlib must not cost the whole comparison
     jobs = capped_jobs(args.jobs, args.force_jobs, warn)
     device = device_preset(args.device).name if args.device else None
     network = load_network(args.network, warn)
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    algorithms = [a.strip() for a in (args.algorithms or "auto").split(",") if a.strip()]
     if not algorithms:
         raise InputError("--algorithms: name at least one algorithm")
-    per_dim = {a: per_dimension(a, network.num_dims) for a in algorithms}
+    per_dim = {} if nccl else {a: per_dimension(a, network.num_dims) for a in algorithms}
+    if nccl:
+        check_nccl_algorithms(algorithms)
     if args.collective:
         if args.collective not in KEYS:
             raise InputError(f"--collective {args.collective!r}: valid: {', '.join(KEYS)} (broadcast has no "
@@ -165,14 +184,22 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     base = {"workload": ({"generate": "collective", "type": args.collective} if args.collective
                          else os.path.abspath(args.workload)),
             "network": os.path.abspath(args.network), "backend": args.backend}
-    if device:
-        base["options"] = {"device": device}
+    options: dict[str, Any] = {"device": device} if device else {}
+    if nccl:
+        profile = args.hw_profile
+        options.update(collective_model="nccl",
+                       hw_profile=os.path.abspath(profile) if profile.endswith((".yml", ".yaml")) else profile)
+    if options:
+        base["options"] = options
     for section in ("system", "memory", "comm_groups"):
         if getattr(args, section):
             base[section] = os.path.abspath(getattr(args, section))
     usable: dict[str, list[str]] = {}
     skipped = []
     for algorithm in algorithms:
+        if nccl:  # the model times every kind; a forced algorithm runs where it can (as NCCL_ALGO)
+            usable[algorithm] = kinds
+            continue
         families = {parse_algorithm(n).family for n in per_dim[algorithm]}
         usable[algorithm] = [k for k in kinds if all(k in FAMILIES[f] for f in families)]
         if not usable[algorithm]:
@@ -182,7 +209,10 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         for algorithm in algorithms:
             if not usable[algorithm]:
                 continue
-            chosen = [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm]) for k in usable[algorithm]]
+            if nccl:
+                chosen = [(parse_setting("options.nccl_algorithm", PROG), None if algorithm == "auto" else algorithm)]
+            else:
+                chosen = [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm]) for k in usable[algorithm]]
             if size is not None:
                 chosen.append((parse_setting("workload.size", PROG), rank_bytes(args.collective, size,
                                                                                 network.num_npus)))
@@ -193,7 +223,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         warn(f"skipped: {reason}")
     if not points:
         raise InputError("nothing to compare: " + "; ".join(skipped))
-    print(f"{PROG}: {len(points)} simulations on {network.describe()}, {args.backend}", file=sys.stderr)
+    model = f"nccl model, {args.hw_profile}" if nccl else args.backend
+    print(f"{PROG}: {len(points)} simulations on {network.describe()}, {model}", file=sys.stderr)
     outcomes = {p.index: o for p, o in run_points(points, "local", jobs)}
     rows = [Row(p.settings["algorithm"], p.settings["size"], outcomes[p.index]) for p in points]
     for r in rows:
@@ -202,14 +233,31 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
             warn(f"{r.algorithm} does not implement {', '.join(others)}: those collectives of the workload ran with "
                  "the system's algorithms")
     title = (f"{args.collective} on {network.describe()}" if args.collective
-             else f"{args.workload} on {network.describe()}") + f", {args.backend}" + (f", {device}" if device else "")
+             else f"{args.workload} on {network.describe()}") + f", {model}" + (f", {device}" if device else "")
     print(format_table(rows, title))
+    if not nccl:
+        print(f"(the network file's bandwidths: {NETWORK_GB})")
     if args.csv:
         write_csv(args.csv, rows, args.collective)
     if args.plot:
         plot(args.plot, rows, title, args.metric)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0 if all(r.ok for r in rows) else 1
+
+
+def check_nccl_algorithms(names: list[str]) -> None:
+    from simulator.collectives.nccl import ALGORITHMS, algorithm_name
+
+    for name in names:
+        if name != "auto" and algorithm_name(name) is None:
+            raise InputError(f"--algorithms {name!r}: with --collective-model nccl, valid: auto, "
+                             f"{', '.join(ALGORITHMS)}")
+
+
+def ran(row: Row) -> str:
+    """What the nccl model ran for a row: algorithm/protocol x channels, the most frequent choice first."""
+    choices = [c for k in json.loads(row.metric("collectives") or "[]") for c in k.get("choices", [])]
+    return ", ".join(f"{c['algorithm']}/{c['protocol']} x{c['channels']}" for c in choices)
 
 
 def rank_bytes(collective: str | None, size_bytes: int, ranks: int) -> int:
@@ -251,9 +299,11 @@ def format_table(rows: list[Row], title: str) -> str:
     width = max(9, *(len(r.algorithm) for r in rows))
     head = f"{'size':>9}  " if micro else ""
     what = "time: per collective, mean over ranks (as nccl-tests)" if micro else "time: end to end"
+    ran_by = {i: ran(r) for i, r in enumerate(rows) if r.ok}
     lines = [f"{title}; {what}; {BANDWIDTHS}",
              f"{head}{'algorithm':<{width}}  {'time':>12}  {'algbw (GB/s)':>12}  {'busbw (GB/s)':>12}  "
-             f"{'speed-up':>8}" + ("" if micro else f"  {'exposed comm':>12}")]
+             f"{'speed-up':>8}" + ("" if micro else f"  {'exposed comm':>12}")
+             + ("  ran (algorithm/protocol x channels)" if any(ran_by.values()) else "")]
     previous = object()
     for i, r in enumerate(rows):
         size = "" if r.size_bytes == previous else size_label(r.size_bytes) if micro else ""
@@ -266,7 +316,8 @@ def format_table(rows: list[Row], title: str) -> str:
         lines.append(f"{lead}{r.algorithm:<{width}}  {format_ns(r.time_ns):>12}  "
                      + (f"{alg:>12.2f}  {bus:>12.2f}" if alg is not None else f"{'-':>12}  {'-':>12}")
                      + f"  {up.get(i, 0):>7.2f}x"
-                     + ("" if micro else f"  {format_ns(r.metric('exposed_comm_ns_mean')):>12}"))
+                     + ("" if micro else f"  {format_ns(r.metric('exposed_comm_ns_mean')):>12}")
+                     + (f"  {ran_by[i]}" if ran_by[i] else ""))
     return "\n".join(lines)
 
 
@@ -278,14 +329,14 @@ def write_csv(path: str, rows: list[Row], collective: str | None = None) -> None
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["algorithm", "size_bytes", "rank_bytes", "status", "time_ns", "finish_ns", "algbw_gbps",
-                    "busbw_gbps", "speedup", "exposed_comm_ns_mean", "error"])
+                    "busbw_gbps", "speedup", "exposed_comm_ns_mean", "ran", "error"])
         for i, r in enumerate(rows):
             per_rank = None if r.size_bytes is None or len(ranks) != 1 else \
                 rank_bytes(collective, r.size_bytes, next(iter(ranks)))
             w.writerow(inert_row([r.algorithm, r.size_bytes, per_rank, r.outcome["status"],
                                   r.time_ns if r.ok else None, r.metric("finish_ns"), r.metric("algbw_gbps"),
                                   r.metric("busbw_gbps"), up.get(i), r.metric("exposed_comm_ns_mean"),
-                                  r.outcome["error"]]))
+                                  ran(r) if r.ok else None, r.outcome["error"]]))
 
 
 def plot(path: str, rows: list[Row], title: str, metric: str) -> None:

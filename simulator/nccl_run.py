@@ -185,10 +185,14 @@ class NcclRun:
 
     name = "nccl"  # as a network backend
 
-    def __init__(self, engine: Any, profile: HardwareProfile, npus: int, simulated: Collection[int]) -> None:
+    def __init__(self, engine: Any, profile: HardwareProfile, npus: int, simulated: Collection[int],
+                 algorithm: str | None = None, warn: Callable[[str], None] | None = None) -> None:
         self.engine = engine
         self.profile = profile
         self.model = CollectiveModel(profile)
+        self.algorithm = algorithm  # forced (NCCL_ALGO) wherever it can run; the library picks elsewhere
+        self.warn = warn or (lambda message: None)
+        self._unforced: set[tuple[str, int, int]] = set()
         self.gpus_per_node = profile.gpus_per_node
         self.nics_per_node = profile.scale_out.nics_per_node if profile.scale_out is not None else 1
         self.npus = npus
@@ -240,7 +244,15 @@ class NcclRun:
         key = (kind, size)
         found = comm.timings.get(key)
         if found is None:
-            plan = self.model.plan(kind, size, comm.communicator)
+            forced = self.algorithm
+            if forced is not None and not self.model.runs(forced, kind, size, comm.communicator):
+                c = comm.communicator
+                if (kind, c.ranks, c.nodes) not in self._unforced:
+                    self._unforced.add((kind, c.ranks, c.nodes))
+                    self.warn(f"NCCL algorithm {forced} cannot run {kind} on {c.ranks} GPU(s) over {c.nodes} "
+                              f"node(s) with profile {self.profile.name} (at {size} bytes); the library's choice ran")
+                forced = None
+            plan = self.model.plan(kind, size, comm.communicator, forced)
             latency = round(plan.chosen.latency_us * 1e3)
             found = (plan, latency, max(0, plan.time_ns - latency))
             if len(comm.timings) < 100_000:

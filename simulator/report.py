@@ -9,7 +9,7 @@ import html
 import math
 from typing import Any
 
-from simulator.results import format_bytes, format_ns
+from simulator.results import NETWORK_GB, format_bytes, format_ns, units_note
 from workload.errors import InputError
 from workload.files import parse_json, read_text, shown_path
 
@@ -116,6 +116,16 @@ def compute_text(compute: dict[str, Any]) -> str:
             f"{compute.get('memory_bw_gbps', 0):g} GB/s memory (GB = 10^9 B)")
 
 
+def network_text(net: dict[str, Any]) -> str:
+    """Topology and per-dimension bandwidth and latency, with ASTRA-sim's GB."""
+    dims = " x ".join(f"{t}({n})" for t, n in zip(net.get("topology", []), net.get("npus_count", []), strict=False))
+    bandwidths, latencies = net.get("bandwidth_gbps", []), net.get("latency_ns", [])
+    if not bandwidths:
+        return dims
+    return (f"{dims}; {', '.join(f'{b:g}' for b in bandwidths)} GB/s, {', '.join(f'{x:g}' for x in latencies)} ns "
+            f"per dimension ({NETWORK_GB})")
+
+
 def render(result: dict[str, Any], title: str = "astrasim-py report") -> str:
     """The page of a results mapping already checked by ``check_shape``."""
     ranks, finish = result["ranks"], result["finish_ns"]
@@ -125,8 +135,7 @@ def render(result: dict[str, Any], title: str = "astrasim-py report") -> str:
     compute = cfg.get("compute")
     run = result.get("run", {})
     summary = [["end-to-end time", f"{format_ns(finish)} ({finish} ns)"], ["ranks", len(ranks)],
-               ["network", " x ".join(f"{t}({n})" for t, n in zip(net.get("topology", []), net.get("npus_count", []),
-                                                                   strict=False))],
+               ["network", network_text(net)],
                ["backend", result.get("backend", "")], ["engine", run.get("engine", "")],
                ["workload", cfg.get("workload", "")], ["astrasim-py", result.get("version", "")],
                ["simulation wall time", f"{run.get('wall_time_s', 0)} s"]]
@@ -140,12 +149,14 @@ def render(result: dict[str, Any], title: str = "astrasim-py report") -> str:
     collectives = result.get("collectives", [])
     if collectives:
         sections += ["<h2>Collectives</h2>", _table(
-            ["collective", "per rank", "bytes per rank", "time per rank", "algbw (GB/s)", "busbw (GB/s)"],
+            ["collective", "per rank", "bytes per rank", "time per rank", "algbw (GB/s, GB = 10^9 B)",
+             "busbw (GB/s, GB = 10^9 B)"],
             [[c["kind"], round(c["count_per_rank"], 3), format_bytes(c["bytes_per_rank"]),
               format_ns(c["time_ns_per_rank"]), round(c["algbw_gbps"], 2), round(c["busbw_gbps"], 2)]
              for c in collectives]),
+            f"<p>{_esc(units_note(result.get('backend') == 'nccl'))}.</p>",
             bar_chart([(c["kind"], c["busbw_gbps"], f"{c['busbw_gbps']:.1f} GB/s") for c in collectives],
-                      "GB/s", "bus bandwidth per collective", "#59a14f")]
+                      "GB/s (GB = 10^9 B)", "bus bandwidth per collective", "#59a14f")]
     links = result.get("links", [])
     if links:
         top = links[:12]

@@ -85,7 +85,7 @@ class SimulationResult:
         return {"finish_ns": self.finish_ns, "ranks": [asdict(r) for r in self.ranks], "backend": self.backend,
                 "collectives": [_collective_json(c) for c in self.collectives], "links": self.links,
                 "activity": self.activity, "network": self.network, "complete": self.complete,
-                "config": self.config, "version": self.version,
+                "config": self.config, "version": self.version, "units": UNITS,
                 "run": {"wall_time_s": round(self.wall_time_s, 3), "engine": self.engine, "events": self.events,
                         "messages": self.messages, "notes": self.notes}}
 
@@ -93,6 +93,21 @@ class SimulationResult:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_json(), f, indent=1)
             f.write("\n")
+
+
+# Two conventions meet in one run: ASTRA-sim reads a network file's GB/s as 2^30 bytes, while bandwidths we report
+# (algbw, busbw as nccl-tests defines them) and hardware profiles use 10^9 bytes.
+REPORTED_GB = "GB/s with GB = 10^9 B (as nccl-tests)"
+NETWORK_GB = "GB/s with GB = 2^30 B (as ASTRA-sim reads them)"
+UNITS = {"times": "ns", "algbw_gbps": REPORTED_GB, "busbw_gbps": REPORTED_GB,
+         "config.network.bandwidth_gbps": NETWORK_GB, "config.system.local_mem_bw_gbps": "GB/s with GB = 10^9 B",
+         "hardware profile *_GBps": REPORTED_GB}
+
+
+def units_note(nccl: bool) -> str:
+    """The line under a table of algbw/busbw saying what a GB is, there and in the inputs."""
+    inputs = "as in the hardware profile" if nccl else f"the network file's bandwidths: {NETWORK_GB}"
+    return f"algbw, busbw: {REPORTED_GB}; {inputs}"
 
 
 def _collective_json(summary: CollectiveSummary) -> dict[str, Any]:
@@ -179,6 +194,7 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
                 lines.append(f"{'':>15}  chosen: " + ", ".join(
                     f"{ch['algorithm']}/{ch['protocol']} x{ch['channels']} ch ({ch['count_per_rank']:.4g})"
                     for ch in c.choices))
+        lines.append(f"{'':>15}  ({units_note(result.backend == 'nccl')})")
     if result.links:
         lines.append("")
         classes = " (each a class of equal links)" if result.engine == "symmetric" else ""

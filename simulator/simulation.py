@@ -17,6 +17,7 @@ from simulator.breakdown import activity, link_table, summarize_collectives
 from simulator.checks import ComputeModel, check_workload, compute_model
 from simulator.chunk_order import ChunkOrders
 from simulator.collectives.hardware import HardwareProfile, load_profile, profile_names
+from simulator.collectives.nccl import ALGORITHMS, algorithm_name
 from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, check_memory_fits
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
@@ -68,6 +69,7 @@ class RunOptions:
     collective_model: str = "astra-sim"  # astra-sim: ASTRA-sim's chunked algorithms on the network; nccl: the
     # NCCL/RCCL-like model (simulator/nccl_run.py) times every collective and send/receive
     hw_profile: str | None = None  # the nccl model's hardware profile: a shipped name or a profile file (.yml)
+    nccl_algorithm: str | None = None  # the nccl model runs this algorithm wherever it can (as NCCL_ALGO)
 
 
 def _finite(value: Any, low: float, high: float) -> bool:
@@ -117,10 +119,14 @@ class Simulation:
                              f"{', '.join(COLLECTIVE_MODELS)}")
         if opts.hw_profile is not None and not isinstance(opts.hw_profile, str):
             raise InputError(f"the hardware profile must be a name or a file, not {shown(opts.hw_profile)}")
+        if opts.nccl_algorithm is not None and (not isinstance(opts.nccl_algorithm, str)
+                                                or algorithm_name(opts.nccl_algorithm) is None):
+            raise InputError(f"unknown NCCL algorithm {shown(opts.nccl_algorithm)}; valid: {', '.join(ALGORITHMS)}")
         if opts.collective_model == "astra-sim":
-            if opts.hw_profile is not None:
-                self.warn(f"hardware profile {shown(opts.hw_profile)} has no effect with the astra-sim collective "
-                          "model (it is used by --collective-model nccl)")
+            for name, value in (("hardware profile", opts.hw_profile), ("NCCL algorithm", opts.nccl_algorithm)):
+                if value is not None:
+                    self.warn(f"{name} {shown(value)} has no effect with the astra-sim collective model (it is used "
+                              "by --collective-model nccl)")
             return
         if not opts.hw_profile:
             raise InputError("the nccl collective model needs a hardware profile (--hw-profile NAME or FILE.yml); "
@@ -184,7 +190,8 @@ class Simulation:
         self._orders = ChunkOrders(enforce_order)
         engine = CheckedEngine() if symmetric else Engine()
         if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
-            backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus))
+            backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus),
+                                          opts.nccl_algorithm, self.warn)
         else:
             backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
         if opts.timeline and hasattr(backend, "enable_history"):

@@ -147,6 +147,11 @@ class Plan:
         return round(self.chosen.time_us * 1e3)
 
 
+def algorithm_name(text: str) -> str | None:
+    """Our name of an algorithm as tables and NCCL_ALGO spell it ("NVLSTree" -> "nvls_tree"), None if unknown."""
+    return ALGORITHM_ALIASES.get(text.lower().replace("_", "").replace("-", ""))
+
+
 def bus_factor(kind: str, ranks: int) -> float:
     """nccl-tests' busbw / algbw."""
     if ranks <= 1:
@@ -388,6 +393,13 @@ class CollectiveModel:
         channels = self.channels_for(protocol, size_bytes, full_channels, comm.ranks)
         return Candidate(algorithm, protocol, channels, library_us, latency, transfer, bus_bytes, calibrated)
 
+    def runs(self, algorithm: str, kind: str, size_bytes: int, comm: Communicator) -> bool:
+        """Whether ``algorithm`` (any spelling) can run this call, so that forcing it (NCCL_ALGO) is possible."""
+        name = algorithm_name(algorithm)
+        if name == MSCCL:
+            return any(m.runs(kind, size_bytes, comm.ranks, comm.nodes) for m in self.profile.msccl)
+        return any(a == name for a, _ in self.enabled(kind, comm))
+
     def plan(self, kind: str, size_bytes: int, comm: Communicator, algorithm: str | None = None) -> Plan:
         """The library's choice for one call (or its best protocol for a forced ``algorithm``), timed."""
         cache_key = (kind, size_bytes, comm, algorithm)
@@ -404,7 +416,7 @@ class CollectiveModel:
         if program is not None:  # the library runs a loaded MSCCL program before consulting its tuning model
             pairs = [(MSCCL, program.protocol), *pairs]
         if algorithm is not None:
-            name = ALGORITHM_ALIASES.get(algorithm.lower().replace("_", "").replace("-", ""))
+            name = algorithm_name(algorithm)
             forced = [(a, p) for a, p in pairs if a == name]
             if not forced:
                 valid = sorted({a for a, _ in pairs})

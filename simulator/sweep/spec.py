@@ -9,7 +9,7 @@
       comm_groups: ../comm_groups/two_groups.json               # optional
       backend: analytical-unaware
       options: {queues_per_dim: 1, injection_scale: 1.0, rendezvous: false, semantics: astra-sim, engine: auto}
-                                           # also collective_model: nccl with hw_profile: hgx-h200 (or a .yml file)
+                                           # also collective_model: nccl, hw_profile: hgx-h200 (or .yml), nccl_algorithm
     axes:                                  # each a list of values; the cartesian product of all of them
       network.bandwidth: [50, 100, 200]    # a scalar fills every dimension of a per-dimension list
       network.latency[1]: [500, 2000]      # [i]: one dimension only
@@ -54,6 +54,7 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "backend": (str,), "queues_per_dim": (int,), "injection_scale": (int, float), "rendezvous": (bool,),
     "semantics": (str,), "engine": (str,), "device": (str, type(None)), "drop_dangling": (bool,),
     "max_wall_time_s": (int, float), "collective_model": (str,), "hw_profile": (str, type(None)),
+    "nccl_algorithm": (str, type(None)),
 }
 DEFAULT_OPTIONS: dict[str, Any] = {"backend": "analytical-unaware"}
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {

@@ -273,3 +273,58 @@ def test_the_cli_end_to_end(tmp_path: Path) -> None:
     p = run_cli("--workload", str(prefix), "--network", str(REPO / "configs/network/hgx_h100_8.yml"),
                 "--collective-model", "nccl")
     assert p.returncode == 1 and p.stderr.count("\n") == 1 and "hgx-h200" in p.stderr
+
+
+def test_a_forced_algorithm_runs_wherever_it_can(tmp_path: Path) -> None:
+    """--nccl-algo, as NCCL_ALGO: the forced algorithm times every collective it can run; the library's choice
+    times the rest, with a warning naming the collective."""
+    traces = [[coll(1, AR, 64 * MiB), coll(2, A2A, 8 * MiB, [1])]] * 8
+    warnings: list[str] = []
+    result = simulate(tmp_path, traces, switch(8), nccl_algorithm="Ring", warn=warnings.append, **NCCL)
+    assert {c.kind: c.choices[0]["algorithm"] for c in result.collectives} == {"all_reduce": "ring",
+                                                                               "all_to_all": "direct"}
+    assert [w for w in warnings if "cannot run" in w] == [
+        "NCCL algorithm Ring cannot run all_to_all on 8 GPU(s) over 1 node(s) with profile hgx-h200 (at 8388608 "
+        "bytes); the library's choice ran"]
+    ring = MODEL.plan("all_reduce", 64 * MiB, Communicator.of(tuple(range(8)), 8), "ring").time_ns
+    assert set(finish_times(result)) == {ring + plan_ns("all_to_all", 8 * MiB, range(8))}
+    assert ring != plan_ns("all_reduce", 64 * MiB, range(8))  # the library alone would run NVLS
+    with pytest.raises(InputError, match="unknown NCCL algorithm 'fastest'; valid: ring, tree"):
+        simulate(tmp_path, traces, switch(8), nccl_algorithm="fastest", **NCCL)
+
+
+def test_results_say_what_a_gigabyte_is(tmp_path: Path) -> None:
+    from simulator.results import format_text
+
+    for options in ({}, NCCL):
+        result = simulate(tmp_path, [[coll(1, AR, MiB)]] * 8, switch(8), **options)
+        units = result.to_json()["units"]
+        assert "10^9" in units["busbw_gbps"] and "2^30" in units["config.network.bandwidth_gbps"]
+        text = format_text(result)
+        assert "algbw, busbw: GB/s with GB = 10^9 B" in text
+        assert ("2^30" in text) == (not options)
+
+
+def test_compare_under_the_nccl_model_reports_nccl_tests_bandwidths() -> None:
+    """compare --collective-model nccl: the library's choice and a forced algorithm per size; algbw = size / time
+    with the all-gather's size the gathered buffer, busbw = algbw x (n-1)/n, as nccl-tests."""
+    import re
+
+    done = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--collective", "all_gather",
+                   "--sizes", "8MiB,1GiB", "--collective-model", "nccl", "--hw-profile", PROFILE,
+                   "--algorithms", "auto,nvls", cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    row = re.compile(r"(auto|nvls) +\S+ \S+ +([\d.]+) +([\d.]+) +[\d.]+x +(\w+)/(\w+) x(\d+)$")
+    rows = [m.groups() for line in done.stdout.splitlines() if (m := row.search(line))]
+    assert len(rows) == 4, done.stdout
+    comm = Communicator.of(tuple(range(8)), 8)
+    for size, (asked, algbw, busbw, algorithm, protocol, channels) in zip(
+            (8 * MiB, 8 * MiB, 1 << 30, 1 << 30), rows, strict=True):
+        chosen = MODEL.plan("all_gather", size, comm, None if asked == "auto" else asked).chosen
+        assert (algorithm, protocol, int(channels)) == (chosen.algorithm, chosen.protocol, chosen.channels)
+        assert float(busbw) == pytest.approx(chosen.busbw_GBps, abs=0.006)
+        assert float(algbw) == pytest.approx(size / chosen.time_us / 1e3, abs=0.006)
+    assert rows[1][3] == "nvls" and rows[0][3] == "ring"
+    bad = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--collective", "all_gather",
+                  "--collective-model", "nccl", "--hw-profile", PROFILE, "--algorithms", "halvingDoubling", cwd=REPO)
+    assert bad.returncode == 1 and "valid: auto, ring" in bad.stderr and bad.stderr.count("\n") == 1
