@@ -29,6 +29,11 @@ def _write(path: str, header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> N
         writer.writerows(inert_row(row) for row in rows)
 
 
+def _chosen(choices: Iterable[dict[str, Any]]) -> str:
+    """The library's choices for a collective type, most frequent first: ``nvls/Simple x32; ring/LL x8``."""
+    return "; ".join(f"{c['algorithm']}/{c['protocol']} x{c['channels']}" for c in choices)
+
+
 def write_csvs(prefix: str, result: SimulationResult, workloads: list[Any], backend: Any = None,
                note: Callable[[str], None] = _note) -> list[str]:
     """Write PREFIX.ranks.csv, PREFIX.collectives.csv, PREFIX.links.csv (backends with a link model:
@@ -37,13 +42,24 @@ def write_csvs(prefix: str, result: SimulationResult, workloads: list[Any], back
     paths = [f"{prefix}.ranks.csv", f"{prefix}.collectives.csv"]
     names = [x.name for x in fields(RankStats)]
     _write(paths[0], names, ([getattr(r, n) for n in names] for r in result.ranks))
-    _write(paths[1], ["rank", "collective", "count", "bytes", "time_ns", "algbw_gbps", "busbw_gbps"],
-           ([w.rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_gbps, 4),
-             round(c.busbw_gbps, 4)] for w in workloads for c in summarize_collectives([w.collective_log])))
+    nccl = result.backend == "nccl"
+    per_rank = {w.rank: summarize_collectives([w.collective_log]) for w in workloads}
+    if result.engine == "symmetric" and len(per_rank) == 1:  # one rank simulated for all: each has its figures
+        (simulated,) = per_rank.values()
+        per_rank = {r.rank: simulated for r in result.ranks}
+    _write(paths[1], ["rank", "collective", "count", "bytes", "time_ns", "algbw_gbps", "busbw_gbps"]
+           + (["chosen"] if nccl else []),
+           ([rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_gbps, 4),
+             round(c.busbw_gbps, 4)] + ([_chosen(c.choices)] if nccl else [])
+            for rank, summaries in per_rank.items() for c in summaries))
     if result.links or getattr(backend, "links", None) is not None:
         columns = list(result.links[0]) if result.links else list(LINK_COLUMNS)
         paths.append(f"{prefix}.links.csv")
         _write(paths[-1], columns, ([row.get(c) for c in columns] for row in result.links))
+    elif nccl:
+        note(f"{prefix}.links.csv not written: the NCCL-like collective model shares GPU ports and NICs, not the "
+             "network file's links (per-link usage needs --collective-model astra-sim with --backend "
+             "analytical-aware or packet)")
     else:
         note(f"{prefix}.links.csv not written: the {result.backend} network has no link model (per-link usage "
              "needs --backend analytical-aware or packet)")

@@ -111,6 +111,8 @@ def test_csv_links_file_only_with_a_link_model(tmp_path: Path, capsys: pytest.Ca
     plain = cli(capsys, "--workload", AR8, "--network", RING8, "--csv", str(tmp_path / "u"), "--quiet")
     assert plain.returncode == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["u.collectives.csv", "u.ranks.csv"]
+    rows = list(csv.DictReader((tmp_path / "u.collectives.csv").open()))  # the representative rank stands for all
+    assert [r["rank"] for r in rows] == [str(i) for i in range(8)] and len({r["time_ns"] for r in rows}) == 1
     assert f"note: {tmp_path / 'u'}.links.csv not written: the analytical-unaware network has no link model" in \
         plain.stderr
     aware = cli(capsys, "--workload", AR8, "--network", RING8, "--csv", str(tmp_path / "a"), "--quiet", "--backend",
@@ -118,6 +120,11 @@ def test_csv_links_file_only_with_a_link_model(tmp_path: Path, capsys: pytest.Ca
     assert aware.returncode == 0 and "not written" not in aware.stderr
     links = list(csv.DictReader((tmp_path / "a.links.csv").open()))
     assert links and all(int(r["bytes"]) > 0 for r in links)
+    nccl = cli(capsys, "--workload", AR8, "--network", RING8, "--csv", str(tmp_path / "n"), "--quiet",
+               "--collective-model", "nccl", "--hw-profile", "hgx-h200")
+    assert nccl.returncode == 0 and "the NCCL-like collective model shares GPU ports and NICs" in nccl.stderr
+    rows = list(csv.DictReader((tmp_path / "n.collectives.csv").open()))
+    assert len(rows) == 8 and {r["chosen"] for r in rows} == {"ring/LL x32"}
 
 
 def test_report_shows_the_compute_model_as_run(tmp_path: Path) -> None:
