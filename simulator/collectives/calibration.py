@@ -31,6 +31,11 @@ COLLECTIVES = {"all_reduce": ALL_REDUCE, "allreduce": ALL_REDUCE, "all_gather": 
 BANDS = (("ge_1MiB", 1 << 20, math.inf), ("64KiB_1MiB", 1 << 16, 1 << 20), ("lt_64KiB", 0, 1 << 16),
          ("ge_64KiB", 1 << 16, math.inf))
 PRIOR_WEIGHT = {"latency_us": 0.05, "hop_latency_us": 0.05, "efficiency": 0.02, "fill_us": 0.02, "fill_MB": 0.05}
+# Where the library's base latency is a real launch-and-setup cost (rings, trees, all-pairs), it is held close and
+# the per-step latency left free: a table measured at one GPU count then puts the rest of the latency per step,
+# which is what other GPU counts need.
+STEPPED = ("ring", "tree", "msccl")
+STEPPED_WEIGHT = {**PRIOR_WEIGHT, "latency_us": 0.5, "hop_latency_us": 0.01}
 MIN_ROWS_PER_SIZE = 3
 ROBUST_SCALE = 1.0  # log-time residual beyond which a row counts linearly, not quadratically
 TRIM_FACTOR, TRIM_FLOOR, TRIM_MIN_ROWS = 2.0, 0.2, 6
@@ -172,7 +177,8 @@ def _prior(model: CollectiveModel, row: Measurement, algorithm: str, protocol: s
 def _solve(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], prior: dict[str, float],
            z: np.ndarray, iterations: int) -> np.ndarray:
     """Levenberg-Marquardt from ``z`` on the robust log-time residuals of ``rows`` plus the prior terms."""
-    weights = np.array([PRIOR_WEIGHT[k] for k in PARAMETER_KEYS])
+    chosen = STEPPED_WEIGHT if rows[0][1] in STEPPED else PRIOR_WEIGHT
+    weights = np.array([chosen[k] for k in PARAMETER_KEYS])
     measured = np.array([math.log(r.time_us) for r, _, _ in rows])
 
     def residuals(z: np.ndarray) -> np.ndarray:

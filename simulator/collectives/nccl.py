@@ -14,6 +14,10 @@ Two halves, as in the libraries themselves:
       time_us = latency_us + hops x hop_latency_us + bus_bytes / (efficiency x raw_busbw)
                 + fill_us x (1 - exp(-bus_bytes / fill_MB))
 
+  ``hops`` counts the call's latency steps: one per step on the scale-up fabric, and per step over the network
+  the library's own ratio of a network step to a scale-up step (tree/LL: 5.0 / 0.6 us), so that a fit on one
+  node count carries to others.
+
   ``raw_busbw`` is the hardware bound of the algorithm in nccl-tests' bus bandwidth (GB = 10^9 B): a ring never
   exceeds the slowest link it crosses (efficiency <= 1); NVLS and SHARP reduce in the switch and may exceed the
   links. The fill term is the pipeline filling up: it grows with the size and saturates at ``fill_us``. Keys
@@ -172,7 +176,7 @@ class CollectiveModel:
         self.parameters = profile.parameters()
         self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
         self._fixed_cache: dict[tuple[str, str, str, Communicator], tuple[float, float, int, float, dict[str, float],
-                                                                          bool, int]] = {}
+                                                                          bool, float]] = {}
 
     # --- hardware bounds (bus bandwidth, GB/s) ------------------------------------------------------------
     def scale_up_GBps(self, per_node: int) -> float:
@@ -282,8 +286,7 @@ class CollectiveModel:
 
     def library_latency_us(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
         c, p = self.constants, _PROTO[protocol]
-        intra_table = _HOP_PCI if self.profile.scale_up.fabric == "pcie" else c.hop_intra_us
-        intra, inter = intra_table[algorithm][p], c.hop_inter_us[algorithm][p]
+        intra, inter = self._intra_hops()[algorithm][p], c.hop_inter_us[algorithm][p]
         if comm.nodes > 1 and protocol == LL:
             intra *= 1.8
         s_intra, s_inter = self._steps(algorithm, kind, comm)
@@ -338,11 +341,23 @@ class CollectiveModel:
         return max(1, min(full, size_bytes // (threads * per_thread)))
 
     # --- calibrated timing ----------------------------------------------------------------------------------------
+    def hops(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
+        """Latency steps of one call in scale-up steps: a network step weighs the library's network / scale-up
+        per-step latency."""
+        p = _PROTO[protocol]
+        s_intra, s_inter = self._steps(algorithm, kind, comm)
+        if not s_inter:
+            return float(s_intra)
+        intra, inter = self._intra_hops()[algorithm][p], self.constants.hop_inter_us[algorithm][p]
+        return s_intra + s_inter * (inter / intra if intra > 0 and inter > 0 else 1.0)
+
+    def _intra_hops(self) -> dict[str, tuple[float, float, float]]:
+        return _HOP_PCI if self.profile.scale_up.fabric == "pcie" else self.constants.hop_intra_us
+
     def default_parameters(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> dict[str, float]:
         """The priors: the library's latencies, and its bandwidth factors as the efficiency."""
         p = _PROTO[protocol]
-        scope_inter = comm.nodes > 1
-        hop = (self.constants.hop_inter_us if scope_inter else self.constants.hop_intra_us)[algorithm][p]
+        hop = self._intra_hops()[algorithm][p] or self.constants.hop_inter_us[algorithm][p]
         raw = self.raw_busbw(algorithm, kind, comm)
         lib_algbw, _ = self.library_bandwidth(algorithm, protocol, kind, comm)
         eff = min(1.0, lib_algbw * bus_factor(kind, comm.ranks) / raw) if math.isfinite(raw) and raw > 0 else 0.8
@@ -355,7 +370,7 @@ class CollectiveModel:
         return f"{algorithm}/{protocol}/{'inter' if comm.nodes > 1 else 'intra'}"
 
     def _fixed(self, algorithm: str, protocol: str, kind: str, comm: Communicator
-               ) -> tuple[float, float, int, float, dict[str, float], bool, int]:
+               ) -> tuple[float, float, int, float, dict[str, float], bool, float]:
         """The size-independent terms of a candidate (cached): library latency and bandwidth, channels, hardware
         bound, timing parameters, whether they are calibrated, latency steps."""
         key = (algorithm, protocol, kind, comm)
@@ -365,7 +380,7 @@ class CollectiveModel:
             name = self.key(algorithm, protocol, comm)
             fitted = self.parameters.get(f"{name}@{comm.ranks}") or self.parameters.get(name, {})
             params = {**self.default_parameters(algorithm, protocol, kind, comm), **fitted}
-            steps = sum(self._steps(algorithm, kind, comm))
+            steps = self.hops(algorithm, protocol, kind, comm)
             fixed = (self.library_latency_us(algorithm, protocol, kind, comm), lib_algbw, channels,
                      self.raw_busbw(algorithm, kind, comm), params, bool(fitted), steps)
             if len(self._fixed_cache) < 100_000:
