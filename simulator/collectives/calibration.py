@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,11 +33,13 @@ COLLECTIVES = {"all_reduce": ALL_REDUCE, "allreduce": ALL_REDUCE, "all_gather": 
 BANDS = (("ge_1MiB", 1 << 20, math.inf), ("64KiB_1MiB", 1 << 16, 1 << 20), ("lt_64KiB", 0, 1 << 16),
          ("ge_64KiB", 1 << 16, math.inf))
 PRIOR_WEIGHT = {"latency_us": 0.05, "hop_latency_us": 0.05, "efficiency": 0.02, "fill_us": 0.02, "fill_MB": 0.05}
-# Where the library's base latency is a real launch-and-setup cost (rings, trees, all-pairs), it is held close and
-# the per-step latency left free: a table measured at one GPU count then puts the rest of the latency per step,
-# which is what other GPU counts need.
+# Stepped algorithms (rings, trees, all-pairs) with the LL protocols: the library's base latency is a real
+# launch-and-setup cost, held close, and the per-step latency left free, so that a table measured at one GPU count
+# puts the rest of the latency per step, which is what other GPU counts need. With Simple, the other way round:
+# its large per-call start-up is the same at 2, 4 and 8 GPUs (A100 tables), so the base is free and the step held.
 STEPPED = ("ring", "tree", "msccl")
 STEPPED_WEIGHT = {**PRIOR_WEIGHT, "latency_us": 0.5, "hop_latency_us": 0.01}
+STEPPED_SIMPLE_WEIGHT = {**PRIOR_WEIGHT, "latency_us": 0.01, "hop_latency_us": 0.5}
 MIN_ROWS_PER_SIZE = 3
 ROBUST_SCALE = 1.0  # log-time residual beyond which a row counts linearly, not quadratically
 ABS_SCALE = 0.02  # the nearly absolute-error fit tried beside it
@@ -177,10 +179,15 @@ def _prior(model: CollectiveModel, row: Measurement, algorithm: str, protocol: s
     return prior
 
 
-def _solve(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], prior: dict[str, float],
-           z: np.ndarray, iterations: int, scale: float = ROBUST_SCALE) -> np.ndarray:
-    """Levenberg-Marquardt from ``z`` on the robust log-time residuals of ``rows`` plus the prior terms."""
-    chosen = STEPPED_WEIGHT if rows[0][1] in STEPPED else PRIOR_WEIGHT
+Rows = Sequence[tuple[Measurement, str, str]]
+
+
+def _residual_function(model: CollectiveModel, rows: Rows, prior: dict[str, float], scale: float
+                       ) -> Callable[[np.ndarray], np.ndarray]:
+    """The robust log-time residuals of ``rows`` plus the prior terms, as a function of the parameter vector."""
+    algorithm, protocol = rows[0][1], rows[0][2]
+    chosen = PRIOR_WEIGHT if algorithm not in STEPPED else (
+        STEPPED_SIMPLE_WEIGHT if protocol == "Simple" else STEPPED_WEIGHT)
     weights = np.array([chosen[k] for k in PARAMETER_KEYS])
     measured = np.array([math.log(r.time_us) for r, _, _ in rows])
 
@@ -192,6 +199,14 @@ def _solve(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]],
         robust = np.sign(r) * scale * np.sqrt(2 * (np.sqrt(1 + (r / scale) ** 2) - 1))
         return np.concatenate([robust, weights * z])
 
+    return residuals
+
+
+def _solve(model: CollectiveModel, rows: Rows, prior: dict[str, float], z: np.ndarray, iterations: int,
+           scale: float = ROBUST_SCALE) -> tuple[np.ndarray, float]:
+    """Levenberg-Marquardt from ``z`` on the robust log-time residuals of ``rows`` plus the prior terms: the
+    solution and its cost."""
+    residuals = _residual_function(model, rows, prior, scale)
     res = residuals(z)
     cost = float(res @ res)
     damping = 1e-3
@@ -215,10 +230,31 @@ def _solve(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]],
             damping *= 10
         if not improved or float(np.max(np.abs(delta))) < 1e-9:
             break
-    return z
+    return z, cost
 
 
-def _log_errors(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], params: dict[str, float]
+def _best_start(model: CollectiveModel, rows: Rows, prior: dict[str, float], iterations: int) -> np.ndarray:
+    """The lowest-cost solution from the priors and from start-ups (fill) of the rows' own scale: the fill term
+    has little slope near its prior, so a descent from there alone can miss it. Fixed starts: deterministic."""
+    fill_us, fill_MB = PARAMETER_KEYS.index("fill_us"), PARAMETER_KEYS.index("fill_MB")
+    times = sorted(r.time_us for r, _, _ in rows)
+    sizes = sorted(r.size_bytes for r, _, _ in rows)
+    starts = [np.zeros(len(PARAMETER_KEYS))]
+    for t in (times[len(times) // 2], times[-1] / 2):
+        for size in (sizes[len(sizes) // 4], sizes[len(sizes) // 2]):
+            z = np.zeros(len(PARAMETER_KEYS))
+            z[fill_us] = math.log(t / prior["fill_us"])
+            z[fill_MB] = math.log(max(size / 1e6, 1e-3) / prior["fill_MB"])
+            starts.append(z)
+    best, best_cost = starts[0], math.inf
+    for start in starts:
+        z, cost = _solve(model, rows, prior, start, iterations)
+        if cost < best_cost:
+            best, best_cost = z, cost
+    return best
+
+
+def _log_errors(model: CollectiveModel, rows: Rows, params: dict[str, float]
                 ) -> list[float]:
     return [math.log(model.candidate(a, p, r.collective, r.size_bytes, r.comm, params).time_us / r.time_us)
             for r, a, p in rows]
@@ -228,7 +264,7 @@ def _mean_abs(values: Sequence[float]) -> float:
     return sum(abs(v) for v in values) / len(values)
 
 
-def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]], iterations: int = 200
+def fit_key(model: CollectiveModel, rows: Rows, iterations: int = 200
             ) -> tuple[dict[str, float], float]:
     """Fitted parameters of one key from its rows, and the RMS of log(predicted / measured) time.
 
@@ -237,7 +273,7 @@ def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]]
     first, algorithm, protocol = rows[0]
     prior = _prior(model, first, algorithm, protocol)
     all_rows = rows
-    z = _solve(model, rows, prior, np.zeros(len(PARAMETER_KEYS)), iterations)
+    z = _best_start(model, rows, prior, iterations)
     if len(rows) >= TRIM_MIN_ROWS:
         errors = np.abs(_log_errors(model, rows, _from_vector(z, prior)))
         limit = max(TRIM_FLOOR, TRIM_FACTOR * float(np.median(errors)))
@@ -245,10 +281,10 @@ def fit_key(model: CollectiveModel, rows: Sequence[tuple[Measurement, str, str]]
         drop = {i for i in order[: len(rows) // 4] if errors[i] > limit}
         if drop:
             rows = [x for i, x in enumerate(rows) if i not in drop]
-            z = _solve(model, rows, prior, z, iterations)
+            z, _ = _solve(model, rows, prior, z, iterations)
     # the reported error is a geomean of |error|: where a nearly absolute-error fit has the smaller mean |log
     # error| on the rows kept, it is the better curve
-    z_abs = _solve(model, rows, prior, z, iterations, scale=ABS_SCALE)
+    z_abs, _ = _solve(model, rows, prior, z, iterations, scale=ABS_SCALE)
     if _mean_abs(_log_errors(model, rows, _from_vector(z_abs, prior))) < _mean_abs(
             _log_errors(model, rows, _from_vector(z, prior))):
         z = z_abs

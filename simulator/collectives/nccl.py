@@ -12,7 +12,7 @@ Two halves, as in the libraries themselves:
   (``ring/LL/intra@8``; other sizes use the pooled key)::
 
       time_us = latency_us + hops x hop_latency_us + bus_bytes / (efficiency x raw_busbw)
-                + fill_us x (1 - exp(-bus_bytes / fill_MB))
+                + fill_us x (1 - exp(-size_bytes / fill_MB))
 
   ``hops`` counts the call's latency steps: one per step on the scale-up fabric, and per step over the network
   the library's own ratio of a network step to a scale-up step (tree/LL: 5.0 / 0.6 us), so that a fit on one
@@ -20,7 +20,8 @@ Two halves, as in the libraries themselves:
 
   ``raw_busbw`` is the hardware bound of the algorithm in nccl-tests' bus bandwidth (GB = 10^9 B): a ring never
   exceeds the slowest link it crosses (efficiency <= 1); NVLS and SHARP reduce in the switch and may exceed the
-  links. The fill term is the pipeline filling up: it grows with the size and saturates at ``fill_us``. Keys
+  links. The fill term is the start-up of a large call (pipeline filling up): it grows with the buffer's size,
+  the same at every rank count (2, 4 and 8 A100s measure the same), and saturates at ``fill_us``. Keys
   without calibration use the library's constants (latencies) and its bandwidth factors (efficiency).
 - **MSCCL** (RCCL): where the profile lists MSCCL programs the library loads (``msccl``), a call they cover runs
   the program (all-pairs exchanges over the node's links) and the tuning model is not consulted, as in RCCL.
@@ -403,8 +404,8 @@ class CollectiveModel:
         bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
         latency = params["latency_us"] + steps * params["hop_latency_us"]
         transfer = bus_bytes / (1e3 * params["efficiency"] * raw) if math.isfinite(raw) else 0.0
-        if params["fill_us"] > 0:
-            transfer += params["fill_us"] * -math.expm1(-bus_bytes / (params["fill_MB"] * 1e6))
+        if params["fill_us"] > 0:  # per buffer byte, not per bus byte: the same start-up at every rank count
+            transfer += params["fill_us"] * -math.expm1(-size_bytes / (params["fill_MB"] * 1e6))
         channels = self.channels_for(protocol, size_bytes, full_channels, comm.ranks)
         return Candidate(algorithm, protocol, channels, library_us, latency, transfer, bus_bytes, calibrated)
 
