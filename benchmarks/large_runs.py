@@ -16,12 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from workload.schema import CollectiveType  # noqa: E402
-from workload.tools.generate import collective, write_rank_traces  # noqa: E402
+from workload.tools.generate import RankTraces, collective, write_rank_traces  # noqa: E402
 
 SYSTEM = {"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
           "preferred-dataset-splits": 4, "collective-optimization": "localBWAware", "local-mem-bw": 1600}
@@ -33,6 +34,8 @@ SWITCH_OUTER = ("Switch", 25.0, 1000.0)
 RUNS = [
     ("all-reduce 1 GiB, 1024 NPUs, Ring, unaware", "all_reduce", 1 << 30, [(*RING[:1], 1024, *RING[1:])],
      "analytical-unaware", 46_129_156, 18.8, 365),
+    ("all-reduce 1 GiB, 1024 NPUs, Ring, unaware, per-rank node ids", "all_reduce", 1 << 30,
+     [(*RING[:1], 1024, *RING[1:])], "analytical-unaware", 46_129_156, 18.8, 365),
     ("all-reduce 1 GiB, 1024 NPUs, Ring, aware", "all_reduce", 1 << 30, [(*RING[:1], 1024, *RING[1:])],
      "analytical-aware", 46_129_156, 23.4, 366),
     ("all-reduce 1 GiB, 1024 NPUs, Switch, aware", "all_reduce", 1 << 30, [(*SWITCH_1D[:1], 1024, *SWITCH_1D[1:])],
@@ -62,13 +65,23 @@ BASELINE_MB = 0.0  # set in main()
 KINDS = {"all_reduce": CollectiveType.ALL_REDUCE, "all_to_all": CollectiveType.ALL_TO_ALL}
 
 
+def _own_ids(node: Any, rank: int) -> Any:
+    node.id += 1000 * rank + 7
+    node.name = f"{node.name}_rank{rank}"
+    node.data_deps[:] = [d + 1000 * rank + 7 for d in node.data_deps]
+    return node
+
+
 def prepare(tmp: str, name: str, kind: str, size: int, dims: list[tuple[str, int, float, float]]) -> tuple[str, ...]:
     npus = 1
     for _, n, _, _ in dims:
         npus *= n
     slug = "".join(ch if ch.isalnum() else "_" for ch in name)
     prefix = os.path.join(tmp, slug, "trace")
-    write_rank_traces(prefix, collective(npus, KINDS[kind], size))
+    traces = collective(npus, KINDS[kind], size)
+    if "per-rank node ids" in name:  # as per-rank exporters write them: each rank numbers and names its own nodes
+        traces = RankTraces(npus, 1, lambda rank, k, base=traces: _own_ids(base.node(rank, k), rank))
+    write_rank_traces(prefix, traces)
     network = os.path.join(tmp, slug, "network.yml")
     with open(network, "w") as f:
         f.write(f"topology: [ {', '.join(d[0] for d in dims)} ]\n")

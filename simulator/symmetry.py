@@ -1,15 +1,17 @@
 """When a run is symmetric enough to simulate one representative rank instead of all of them.
 
-If every rank runs the same trace, collectives use translation-symmetric algorithms (ring and direct per
-dimension; their one* forms on one-dimensional networks) over all NPUs, and nothing breaks the symmetry
-(point-to-point messages, communicator groups, shared memory channels), then every rank behaves like
-rank 0 shifted in space: one rank is simulated and its sends are mirrored back as its receives
-(network/messaging.py: MirroredMessaging). Same-time ties between ranks can still break the symmetry;
-the engine detects them (simulator/engine.py: CheckedEngine) and the run falls back to every rank.
+If every rank runs the same trace (up to node ids and names: simulator/canonical.py), collectives use
+translation-symmetric algorithms (ring and direct per dimension; their one* forms on one-dimensional networks)
+over all NPUs, and nothing breaks the symmetry (point-to-point messages, communicator groups, shared memory
+channels), then every rank behaves like rank 0 shifted in space: one rank is simulated and its sends are
+mirrored back as its receives (network/messaging.py: MirroredMessaging). Same-time ties between ranks can still
+break the symmetry; the engine detects them (simulator/engine.py: CheckedEngine) and the run falls back to every
+rank.
 """
 
 from __future__ import annotations
 
+from simulator.canonical import same_behaviour
 from simulator.config import MemoryConfig, SystemConfig
 from simulator.node_table import node_table
 from workload.graph import TraceGraph
@@ -22,7 +24,7 @@ _KINDS = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"
 def symmetry_blockers(graphs: list[TraceGraph], system: SystemConfig, memory: MemoryConfig,
                       npus_per_dim: tuple[int, ...], comm_groups: dict[int, tuple[int, ...]]) -> list[str]:
     """Why the representative-rank engine cannot run this workload (empty: it can)."""
-    if any(g is not graphs[0] for g in graphs):
+    if not same_behaviour(graphs):
         return ["ranks run different traces"]
     if system.replay_only:
         return []

@@ -1,0 +1,59 @@
+"""The canonical form of a rank's trace: what the simulator does with it, without node ids and names.
+
+Two ranks whose traces differ only in how nodes are numbered (each rank giving its nodes its own ids, as
+per-rank exporters do) or named behave alike: the simulator orders nodes by id and never reads an id's value
+or a name for timing. ``behaviour_key`` digests everything that does steer a run (node types, durations, the
+collective and point-to-point attributes, compute counts, dependencies as positions in id order, process-group
+declarations), so equal keys mean interchangeable traces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from simulator.node_table import node_table
+from workload.graph import TraceGraph
+from workload.groups import metadata_groups
+from workload.schema import NodeType
+
+
+def _positions(graph: TraceGraph, deps: np.ndarray) -> np.ndarray:
+    """Dependencies as positions in id order (-1: an id absent from the trace)."""
+    if not deps.size:
+        return np.zeros(0, dtype=np.int64)
+    at = np.searchsorted(graph.ids, deps)
+    inside = at < len(graph.ids)
+    found = inside.copy()
+    found[inside] = graph.ids[at[inside]] == deps[inside]
+    return np.where(found, at, -1).astype(np.int64)
+
+
+def behaviour_key(graph: TraceGraph) -> bytes:
+    """A digest equal for traces the simulator runs identically (cached on the graph)."""
+    key = graph.cache.get("behaviour_key")
+    if key is not None:
+        return key  # type: ignore[no-any-return]
+    t = node_table(graph)
+    h = hashlib.blake2b(digest_size=20)
+    h.update(np.int64(graph.num_nodes).tobytes())
+    for column in (t.types, t.is_cpu, t.replay_ns, t.comm_type, t.comm_size, t.comm_src, t.comm_dst, t.comm_tag,
+                   t.comm_priority, t.tensor_size, t.num_ops, t.has_num_ops, t.has_tensor_size):
+        h.update(np.asarray(column, dtype=np.int64).tobytes())
+    h.update(repr(sorted(t.pg_name.items())).encode())
+    h.update(repr(sorted(t.involved_dim.items())).encode())
+    for ptr, deps in ((graph.data_ptr, graph.data_deps), (graph.ctrl_ptr, graph.ctrl_deps)):
+        h.update(np.asarray(ptr, dtype=np.int64).tobytes())
+        h.update(_positions(graph, np.asarray(deps, dtype=np.uint64)).tobytes())
+    for i in np.flatnonzero(graph.types == NodeType.METADATA_NODE).tolist():
+        h.update(repr((i, metadata_groups(graph, i))).encode())
+    key = h.digest()
+    graph.cache["behaviour_key"] = key
+    return key
+
+
+def same_behaviour(graphs: list[TraceGraph]) -> bool:
+    """Whether every rank's trace is interchangeable with rank 0's."""
+    first = graphs[0]
+    return all(g is first or behaviour_key(g) == behaviour_key(first) for g in graphs)
