@@ -80,6 +80,8 @@ class SimulationResult:
     activity: dict[str, Any] = field(default_factory=dict)  # busy fractions over time, for reports
     network: dict[str, Any] = field(default_factory=dict)  # backend statistics (packet: message latencies)
     complete: bool = True  # False: stopped part-way (--max-wall-time)
+    simulated_ranks: int = 0  # ranks the engine ran (1: one representative for all)
+    engine_reason: str = ""  # why that many and not fewer
 
     def to_json(self) -> dict[str, Any]:
         return {"finish_ns": self.finish_ns, "ranks": [asdict(r) for r in self.ranks], "backend": self.backend,
@@ -87,7 +89,8 @@ class SimulationResult:
                 "activity": self.activity, "network": self.network, "complete": self.complete,
                 "config": self.config, "version": self.version, "units": UNITS,
                 "run": {"wall_time_s": round(self.wall_time_s, 3), "engine": self.engine, "events": self.events,
-                        "messages": self.messages, "notes": self.notes}}
+                        "messages": self.messages, "notes": self.notes, "simulated_ranks": self.simulated_ranks,
+                        "engine_reason": self.engine_reason}}
 
     def write_json(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
@@ -167,6 +170,8 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
         lines.append(f"communication: NCCL/RCCL-like model on hardware profile {hardware['name']} ({hardware['gpu']}, "
                      f"{hardware['gpus_per_node']} GPUs per node, {hardware['library']} {hardware['library_version']})"
                      "; the network file only sets the number of NPUs")
+    if result.engine_reason:
+        lines.append(f"engine: {result.simulated_ranks:,} of {len(ranks):,} rank(s) simulated ({result.engine_reason})")
     if not result.complete:
         pass
     elif len(ranks) <= max_rows:

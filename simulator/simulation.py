@@ -161,6 +161,7 @@ class Simulation:
             raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
                              + "; ".join(blockers) + " (use --engine message)")
         result = None
+        reason = "; ".join(blockers) if blockers else "--engine message"
         if opts.engine != "message" and not blockers:
             result = self._simulate(graphs, roofline, started, symmetric=True)
             if result is None:
@@ -168,6 +169,10 @@ class Simulation:
                     raise InputError("same-time events make this run asymmetric between ranks, so one "
                                      "representative rank cannot give exact results (use --engine message)")
                 self.warn("same-time events make ranks diverge; simulating every rank instead")
+                reason = "same-time events make ranks diverge"
+            else:
+                result.simulated_ranks = 1
+                result.engine_reason = "every rank behaves like rank 0, shifted: one representative"
         if result is None:
             # ASTRA-sim's own networks keep its chunk order (chunk_order.py) unless ranks disagree into a deadlock
             enforce = (opts.semantics == "corrected" or self.network.fabric is not None
@@ -181,6 +186,8 @@ class Simulation:
                           "differs), which deadlocks ASTRA-sim 2.x; simulating again with one agreed chunk order "
                           "per ring, as collective libraries run them")
                 result = self._simulate(graphs, roofline, started, symmetric=False, enforce_order=True)
+            result.simulated_ranks = npus
+            result.engine_reason = f"every rank: {reason}"
         return result
 
     def _simulate(self, graphs: list[Any], roofline: Roofline | None, started: float, symmetric: bool,
