@@ -16,8 +16,8 @@ from simulator.config import (
 )
 from simulator.results import SimulationResult
 from simulator.simulation import RunOptions, Simulation
+from workload.generated import workload_traces
 from workload.groups import load_comm_groups
-from workload.traceset import resolve_workload
 
 PathLike = str | os.PathLike[str]
 
@@ -25,7 +25,7 @@ PathLike = str | os.PathLike[str]
 def simulate(workload: PathLike, network: PathLike | NetworkConfig, system: PathLike | SystemConfig | None = None,
              memory: PathLike | MemoryConfig | None = None, comm_groups: PathLike | dict[int, tuple[int, ...]] | None
              = None, warn: Callable[[str], None] | None = None, **options: Any) -> SimulationResult:
-    """Simulate ``workload`` (an ASTRA-sim prefix, folder or file) on ``network``.
+    """Simulate ``workload`` (an ASTRA-sim prefix, folder or file, or a generator YAML file) on ``network``.
 
     Options are RunOptions fields (``backend``, ``queues_per_dim``, ``injection_scale``, ``rendezvous``,
     ``semantics``, ``engine``, ``device``, ``collective_model`` ("astra-sim" or "nccl"), ``hw_profile`` (the
@@ -42,5 +42,5 @@ def simulate(workload: PathLike, network: PathLike | NetworkConfig, system: Path
     groups = comm_groups if isinstance(comm_groups, dict) else (
         load_comm_groups(comm_groups, net.num_npus) if comm_groups else {})
     options.setdefault("progress", False)
-    return Simulation(resolve_workload(os.fspath(workload)), net, sys_cfg, mem, groups, RunOptions(**options),
-                      warn).run()
+    traces = workload_traces(os.fspath(workload), net.num_npus)
+    return Simulation(traces, net, sys_cfg, mem, groups, RunOptions(**options), warn).run()

@@ -30,8 +30,8 @@ from simulator.results import SimulationResult, format_astra_sim, format_text
 from simulator.simulation import COLLECTIVE_MODELS, ENGINES, SEMANTICS, RunOptions, Simulation, WallTimeExceeded
 from workload.errors import InputError, printable, shown
 from workload.files import shown_path
+from workload.generated import workload_traces
 from workload.groups import load_comm_groups
-from workload.traceset import resolve_workload
 
 PROG = "astrasim-py"
 def run_report(argv: list[str], warn: object = None) -> int:
@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "(each with --help)",
     )
     p.add_argument("--workload", "--workload-configuration", dest="workload", required=True,
-                   help="trace prefix (dir/trace for dir/trace.<r>.et), folder, or one file for every rank")
+                   help="trace prefix (dir/trace for dir/trace.<r>.et), folder, one file for every rank, or a "
+                        "generator YAML file built in memory (generate: llm, preset: llama3-405b, tp: 8, ...; or "
+                        "generate: collective, type: all_reduce, size: 1GiB)")
     p.add_argument("--network", "--network-configuration", dest="network", required=True,
                    help="analytical network YAML")
     p.add_argument("--system", "--system-configuration", dest="system",
@@ -191,7 +193,7 @@ def run_simulation(argv: list[str]) -> int:
                          timeline=bool(args.timeline), timeline_phases=args.timeline_phases,
                          max_wall_time_s=args.max_wall_time, collective_model=args.collective_model,
                          hw_profile=args.hw_profile, nccl_algorithm=args.nccl_algo)
-    sim = Simulation(resolve_workload(args.workload), network, system, memory, groups, options, _warn)
+    sim = Simulation(workload_traces(args.workload, network.num_npus), network, system, memory, groups, options, _warn)
     try:
         result = sim.run()
     except WallTimeExceeded as stop:

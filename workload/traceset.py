@@ -11,7 +11,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,11 +33,15 @@ _NODE_STATE_BYTES = 24  # per node and rank: dependency counters and issue heaps
 
 @dataclass(frozen=True, slots=True)
 class TraceSet:
-    """The trace files of a workload: one per rank, or a single file shared by every rank."""
+    """The trace files of a workload: one per rank, or a single file shared by every rank.
+
+    A generated workload (workload/generated.py) has ``contents``: a rank's file bytes, built on demand; its
+    ``files`` then only name the ranks in messages."""
 
     source: str
     files: tuple[str, ...]
     shared: bool
+    contents: Callable[[int], bytes] | None = field(default=None, compare=False)
 
     @property
     def num_ranks(self) -> int | None:
@@ -145,8 +149,12 @@ class TraceLoader:
         self._warn = warn or (lambda message: None)
         self._by_content: dict[tuple[int, int, int], list[TraceGraph]] = {}
 
-    def load(self, path: str, rank: int | None = None) -> TraceGraph:
-        data = read_trace_buffer(path, PADDING)
+    def load(self, path: str, rank: int | None = None, contents: Callable[[int], bytes] | None = None) -> TraceGraph:
+        """The graph of the trace file ``path`` (or, with ``contents``, of the bytes it gives for ``rank``)."""
+        if contents is None:
+            data = read_trace_buffer(path, PADDING)
+        else:
+            data = np.frombuffer(contents(rank or 0) + bytes(PADDING), dtype=np.uint8)
         view = memoryview(data)
         key = (len(data), zlib.crc32(view), zlib.adler32(view))
         for graph in self._by_content.get(key, ()):
@@ -170,12 +178,14 @@ class TraceLoader:
     def load_set(self, traces: TraceSet, num_ranks: int) -> list[TraceGraph]:
         """One graph per rank (the same object for ranks with identical files; a shared file is read once)."""
         traces.check_ranks(num_ranks)
-        first = self.load(traces.file_for(0), 0) if num_ranks else None
+        contents = traces.contents
+        first = self.load(traces.file_for(0), 0, contents) if num_ranks else None
         check_rank_count(num_ranks, first.num_nodes if first is not None else 0,
                          f"workload {shown_path(traces.source)}")
         if traces.shared:
             return [first] * num_ranks  # type: ignore[list-item]
-        return [first] + [self.load(traces.file_for(r), r) for r in range(1, num_ranks)]  # type: ignore[list-item]
+        return [first] + [self.load(traces.file_for(r), r, contents)  # type: ignore[list-item]
+                          for r in range(1, num_ranks)]
 
 
 def check_rank_count(num_ranks: int, nodes_per_rank: int, what: str) -> None:

@@ -1,8 +1,10 @@
 """Sweep files: a base run and axes of values, expanded into points, each a fully resolved run.
 
     base:
-      workload: ../workloads/all_reduce/8npus_1MiB/all_reduce   # a trace prefix, or a generator mapping:
+      workload: ../workloads/all_reduce/8npus_1MiB/all_reduce   # a trace prefix, a generator YAML file, or a
+                                                                # generator mapping (workload/generated.py):
                                                                 # {generate: collective, type: all_reduce, size: 64MiB}
+                                                                # {generate: llm, preset: gpt3-175b, tp: 8, pp: 8, ...}
       network: ../network/torus_4x8.yml                         # a file, or the YAML mapping inline
       system: ../system/torus_2d.json                           # optional (built-in default), file or mapping
       memory: ../memory/per_npu.json                            # optional
@@ -14,7 +16,7 @@
       network.bandwidth: [50, 100, 200]    # a scalar fills every dimension of a per-dimension list
       network.latency[1]: [500, 2000]      # [i]: one dimension only
       system.all-reduce-implementation: [ring, halvingDoubling, [ring, direct]]
-      workload.size: [1MiB, 64MiB]         # a key of a generated workload
+      workload.size: [1MiB, 64MiB]         # a key of a generated workload (workload.tp: [1, 2, 4, 8], ...)
       backend: [analytical-unaware, analytical-aware]
     zip:                                   # axes that move together (equal lengths) count as one axis
       - [network.npus_count, network.topology]
@@ -45,6 +47,7 @@ from network.packet_config import PACKET_KEYS
 from simulator.config import DEFAULT_SYSTEM, IMPLEMENTATION_KEYS, MEMORY_KEYS, SYSTEM_KEYS
 from workload.errors import ConfigError, InputError, LimitError, printable, shown
 from workload.files import parse_yaml, read_json, read_text, read_yaml, shown_path
+from workload.generated import llm_keys, read_generator
 from workload.tools.generate import GENERATOR_KEYS
 from workload.traceset import resolve_workload
 
@@ -59,7 +62,7 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
 DEFAULT_OPTIONS: dict[str, Any] = {"backend": "analytical-unaware"}
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "network": (*NETWORK_KEYS, *FABRIC_KEYS), "packet": PACKET_KEYS, "system": SYSTEM_KEYS, "memory": MEMORY_KEYS,
-    "workload": ("generate", *sorted({k for keys in GENERATOR_KEYS.values() for k in keys})),
+    "workload": ("generate", *sorted({k for keys in GENERATOR_KEYS.values() for k in keys} | set(llm_keys()))),
     "options": tuple(k for k in OPTION_TYPES if k != "backend"),
 }
 _SETTING = re.compile(r"(?P<section>[a-z_]+)(?:\.(?P<key>[A-Za-z0-9_-]+))?(?:\[(?P<index>\d+)\])?")
@@ -208,7 +211,9 @@ def load_sweep(path: str) -> Sweep:
     for value in whole("workload"):
         try:
             if isinstance(value, str):
-                resolve_workload(os.path.normpath(os.path.join(root, value)))
+                path = os.path.normpath(os.path.join(root, value))
+                if read_generator(path) is None:
+                    resolve_workload(path)
             elif isinstance(value, dict):
                 check_generator(value)
         except InputError as e:

@@ -17,6 +17,7 @@ from simulator.simulation import RunOptions, Simulation, WallTimeExceeded
 from simulator.sweep import scratch
 from workload.errors import InputError
 from workload.files import contained_path
+from workload.generated import generated_traces, workload_traces
 from workload.groups import comm_groups_from_dict
 from workload.tools import generate
 from workload.traceset import TraceSet, resolve_workload
@@ -95,12 +96,14 @@ def _simulate(run: dict[str, Any], root: str, sources: dict[str, str], warn: Any
     groups = comm_groups_from_dict(run["comm_groups"], network.num_npus, label("comm_groups")) \
         if run["comm_groups"] else {}
     workload = run["workload"]
-    if isinstance(workload, dict):
+    if isinstance(workload, dict) and workload.get("generate") == "llm":
+        traces = generated_traces(workload, network.num_npus, label("workload"))
+    elif isinstance(workload, dict):
         traces = generated_workload(workload, network.num_npus)
         # a generated workload is one file every rank runs, by construction: not worth a warning
         warn = _without(warn, "one trace file for all")
     else:
-        traces = resolve_workload(os.path.normpath(os.path.join(root, workload)))
+        traces = workload_traces(os.path.normpath(os.path.join(root, workload)), network.num_npus)
     profile = run["options"].get("hw_profile")
     if isinstance(profile, str) and profile.endswith((".yml", ".yaml")):  # a profile file, beside the sweep file
         run = {**run, "options": {**run["options"], "hw_profile": os.path.normpath(os.path.join(root, profile))}}
