@@ -132,14 +132,21 @@ def _merged(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def activity(workloads: list[Any], finish_ns: int, bins: int = 200, per_rank_limit: int = 64) -> dict[str, Any]:
-    """Busy fractions over time per category: the mean over ranks, and each rank's for up to 64 ranks."""
+    """Busy fractions over time per category: the mean over ranks, and each rank's for up to 64 ranks.
+
+    ``workloads`` holds one entry per rank in rank order; in a folded run an entry is the rank's representative
+    (the same object for every rank of its class, computed once)."""
     categories = ("compute", "comm", "memory")
     per_rank = []
-    for w in workloads:
-        iv = w.intervals
-        per_rank.append({"rank": w.rank, "compute": busy_fractions(iv.gpu + iv.cpu, finish_ns, bins),
-                         "comm": busy_fractions(iv.comm, finish_ns, bins),
-                         "memory": busy_fractions(iv.memory, finish_ns, bins)})
+    done: dict[int, dict[str, Any]] = {}
+    for rank, w in enumerate(workloads):
+        fractions = done.get(id(w))
+        if fractions is None:
+            iv = w.intervals
+            fractions = done[id(w)] = {"compute": busy_fractions(iv.gpu + iv.cpu, finish_ns, bins),
+                                       "comm": busy_fractions(iv.comm, finish_ns, bins),
+                                       "memory": busy_fractions(iv.memory, finish_ns, bins)}
+        per_rank.append({"rank": rank, **fractions})
     mean = {c: [round(sum(r[c][b] for r in per_rank) / max(len(per_rank), 1), 4) for b in range(bins)]
             for c in categories}
     return {"bins": bins, "bin_ns": finish_ns / bins, "mean": mean,

@@ -30,26 +30,30 @@ def _positions(graph: TraceGraph, deps: np.ndarray) -> np.ndarray:
     return np.where(found, at, -1).astype(np.int64)
 
 
-def behaviour_key(graph: TraceGraph) -> bytes:
-    """A digest equal for traces the simulator runs identically (cached on the graph)."""
-    key = graph.cache.get("behaviour_key")
+def behaviour_key(graph: TraceGraph, references: bool = True) -> bytes:
+    """A digest equal for traces the simulator runs identically (cached on the graph). Without ``references``
+    it leaves out what names other ranks (send/receive peers, communicator groups, process-group declarations):
+    equal keys then mean equal traces up to those (``RankReferences`` holds them)."""
+    name = "behaviour_key" if references else "structure_key"
+    key = graph.cache.get(name)
     if key is not None:
         return key  # type: ignore[no-any-return]
     t = node_table(graph)
     h = hashlib.blake2b(digest_size=20)
     h.update(np.int64(graph.num_nodes).tobytes())
-    for column in (t.types, t.is_cpu, t.replay_ns, t.comm_type, t.comm_size, t.comm_src, t.comm_dst, t.comm_tag,
+    peers = (t.comm_src, t.comm_dst) if references else ()
+    for column in (t.types, t.is_cpu, t.replay_ns, t.comm_type, t.comm_size, *peers, t.comm_tag,
                    t.comm_priority, t.tensor_size, t.num_ops, t.has_num_ops, t.has_tensor_size):
         h.update(np.asarray(column, dtype=np.int64).tobytes())
-    h.update(repr(sorted(t.pg_name.items())).encode())
+    h.update(repr(sorted(t.pg_name.items()) if references else sorted(t.pg_name)).encode())
     h.update(repr(sorted(t.involved_dim.items())).encode())
     for ptr, deps in ((graph.data_ptr, graph.data_deps), (graph.ctrl_ptr, graph.ctrl_deps)):
         h.update(np.asarray(ptr, dtype=np.int64).tobytes())
         h.update(_positions(graph, np.asarray(deps, dtype=np.uint64)).tobytes())
-    for i in np.flatnonzero(graph.types == NodeType.METADATA_NODE).tolist():
-        h.update(repr((i, metadata_groups(graph, i))).encode())
+    metadata = np.flatnonzero(graph.types == NodeType.METADATA_NODE).tolist()
+    h.update(repr([(i, metadata_groups(graph, i)) for i in metadata] if references else metadata).encode())
     key = h.digest()
-    graph.cache["behaviour_key"] = key
+    graph.cache[name] = key
     return key
 
 

@@ -224,7 +224,9 @@ def _write_timeline(args: argparse.Namespace, sim: Simulation, result: Simulatio
         raise InputError(str(e)) from None
     note = ""
     if result.engine == "symmetric":
-        note = "every rank behaves like rank 0 (symmetric run): only rank 0 is drawn"
+        drawn = sorted(set(result.representative))
+        note = (f"every rank behaves like one of rank(s) {', '.join(map(str, drawn[:16]))}"
+                f"{' ...' if len(drawn) > 16 else ''} (folded run): only those are drawn")
         _warn(f"timeline: {note}")
     elif args.timeline_ranks is None and npus > 256:
         _warn(f"timeline: drawing ranks {spec} of {npus} (choose with --timeline-ranks)")

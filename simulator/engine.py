@@ -52,10 +52,11 @@ class RankEvents:
 
     __slots__ = ("_lists", "_own", "engine")
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, rank: int = 0) -> None:
         self.engine = engine
         self._lists: dict[int, list[tuple[Callback, Any]]] = {}
-        self._own = {"offset": 0} if isinstance(engine, CheckedEngine) else {}  # the rank's own events
+        # the rank's own events
+        self._own = {"offset": engine.own(rank)} if isinstance(engine, CheckedEngine) else {}
 
     def register(self, delay: int, fn: Callback, arg: Any = None) -> None:
         tick = self.engine.now + delay
@@ -96,6 +97,11 @@ class CheckedEngine(Engine):
         self._next_id = 0
         self._seen: dict[int, tuple[int, Any]] = {}
         self._seen_tick = -1
+
+    @staticmethod
+    def own(rank: int) -> Any:
+        """The offset of a rank's own events (the representative's: 0)."""
+        return 0
 
     def call_later(self, delay: int, fn: Callback, arg: Any = None, offset: Any = None) -> None:
         self._next_id += 1

@@ -44,9 +44,8 @@ def write_csvs(prefix: str, result: SimulationResult, workloads: list[Any], back
     _write(paths[0], names, ([getattr(r, n) for n in names] for r in result.ranks))
     nccl = result.backend == "nccl"
     per_rank = {w.rank: summarize_collectives([w.collective_log]) for w in workloads}
-    if result.engine == "symmetric" and len(per_rank) == 1:  # one rank simulated for all: each has its figures
-        (simulated,) = per_rank.values()
-        per_rank = {r.rank: simulated for r in result.ranks}
+    if result.representative:  # a folded run: each rank has its representative's figures
+        per_rank = {r: per_rank[rep] for r, rep in enumerate(result.representative)}
     _write(paths[1], ["rank", "collective", "count", "bytes", "time_ns", "algbw_gbps", "busbw_gbps"]
            + (["chosen"] if nccl else []),
            ([rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_gbps, 4),

@@ -82,6 +82,7 @@ class SimulationResult:
     complete: bool = True  # False: stopped part-way (--max-wall-time)
     simulated_ranks: int = 0  # ranks the engine ran (1: one representative for all)
     engine_reason: str = ""  # why that many and not fewer
+    representative: list[int] = field(default_factory=list)  # folded runs: rank -> the rank simulated for it
 
     def to_json(self) -> dict[str, Any]:
         return {"finish_ns": self.finish_ns, "ranks": [asdict(r) for r in self.ranks], "backend": self.backend,

@@ -22,6 +22,7 @@ from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, ch
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
 from simulator.nccl_run import NcclRun
+from simulator.quotient import Quotient, QuotientEngine, QuotientMessaging, find_quotient
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
 from simulator.symmetry import symmetry_blockers
@@ -157,12 +158,31 @@ class Simulation:
             blockers.append(f"the {opts.backend} backend simulates every message")
         elif self.network.fabric is not None:
             blockers.append("routes on a fabric differ from NPU to NPU")
-        if opts.engine == "symmetric" and blockers:
+        quotient = None
+        if blockers and opts.engine != "message":
+            found = self._quotient(graphs, system)
+            if isinstance(found, str):
+                blockers.append(found)
+            else:
+                quotient = found
+        if opts.engine == "symmetric" and blockers and quotient is None:
             raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
                              + "; ".join(blockers) + " (use --engine message)")
         result = None
         reason = "; ".join(blockers) if blockers else "--engine message"
-        if opts.engine != "message" and not blockers:
+        if quotient is not None:
+            result = self._simulate(graphs, roofline, started, symmetric=False, quotient=quotient)
+            if result is None:
+                if opts.engine == "symmetric":
+                    raise InputError("same-time events make ranks of a class diverge, so their representatives "
+                                     "cannot give exact results (use --engine message)")
+                self.warn("same-time events make ranks of a class diverge; simulating every rank instead")
+                reason = "same-time events make ranks of a class diverge"
+            else:
+                result.simulated_ranks = len(quotient.representatives)
+                result.engine_reason = (f"{len(quotient.representatives):,} classes of {quotient.orbit_size:,} "
+                                        f"equivalent ranks under {quotient.described}")
+        elif opts.engine != "message" and not blockers:
             result = self._simulate(graphs, roofline, started, symmetric=True)
             if result is None:
                 if opts.engine == "symmetric":
@@ -190,12 +210,24 @@ class Simulation:
             result.engine_reason = f"every rank: {reason}"
         return result
 
+    def _quotient(self, graphs: list[Any], system: SystemConfig) -> Quotient | str:
+        """The classes of equivalent ranks, or why the quotient engine does not apply."""
+        if self.hw_profile is not None:
+            return "the classes of equivalent ranks are not folded with --collective-model nccl yet"
+        if self.options.backend != "analytical-unaware" or self.network.fabric is not None:
+            return "the classes of equivalent ranks are folded on the analytical-unaware backend only (yet)"
+        if self.system.replay_only or self.memory.memory_type in ("PER_NODE_MEMORY_EXPANSION", "MEMORY_POOL"):
+            return "replayed communication or shared remote memory"
+        found = find_quotient(graphs, self.comm_groups, self.network.npus_count, self.network.topology, system)
+        return found if found is not None else "no shift of ranks maps the workload and the network onto themselves"
+
     def _simulate(self, graphs: list[Any], roofline: Roofline | None, started: float, symmetric: bool,
-                  enforce_order: bool = True) -> SimulationResult | None:
-        """One run with every rank, or with one representative rank (None if that turns out ambiguous)."""
+                  enforce_order: bool = True, quotient: Quotient | None = None) -> SimulationResult | None:
+        """One run with every rank, with one representative rank, or with one per class of equivalent ranks
+        (``quotient``); None if a folded run turns out ambiguous."""
         opts, npus = self.options, self.network.num_npus
         self._orders = ChunkOrders(enforce_order)
-        engine = CheckedEngine() if symmetric else Engine()
+        engine = QuotientEngine() if quotient is not None else CheckedEngine() if symmetric else Engine()
         if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
             backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus),
                                           opts.nccl_algorithm, self.warn)
@@ -206,15 +238,21 @@ class Simulation:
         elif opts.timeline and hasattr(backend, "keep_history"):
             backend.keep_history = True
         self.backend = backend
-        messaging = (MirroredMessaging(engine, backend, self.network.npus_count) if symmetric
-                     else Messaging(engine, backend))
+        if quotient is not None:
+            messaging: Messaging = QuotientMessaging(engine, backend, quotient)  # type: ignore[arg-type]
+        elif symmetric:
+            messaging = MirroredMessaging(engine, backend, self.network.npus_count)
+        else:
+            messaging = Messaging(engine, backend)
+        folded = symmetric or quotient is not None
         setup = SystemSetup(engine=engine, messaging=messaging, config=self.system,
                             npus_per_dim=self.network.npus_count, queues_per_dim=opts.queues_per_dim,
                             injection_scale=opts.injection_scale, rendezvous=opts.rendezvous,
-                            chunk_orders=None if symmetric else self._orders)
+                            chunk_orders=None if folded else self._orders)
         memory = RemoteMemory(self.memory)
         ranks = []
-        for r in range(1 if symmetric else npus):
+        simulated = quotient.representatives if quotient is not None else range(1 if symmetric else npus)
+        for r in simulated:
             graph = graphs[r]
             ranks.append(RankWorkload(
                 r, self.traces.file_for(r), graph, validate(graph, drop_dangling=opts.drop_dangling),
@@ -223,11 +261,15 @@ class Simulation:
                 timeline=opts.timeline, nccl=self.nccl))
             if opts.timeline_phases:
                 ranks[-1].system.phase_log = []
+        if isinstance(messaging, QuotientMessaging):
+            messaging.groups_of = {w.rank: w.groups for w in ranks}
         for w in ranks:
             w.wake()
         monitor = self._run_events(engine, ranks, started)
-        if symmetric and engine.ambiguous:  # type: ignore[attr-defined]
+        if folded and engine.ambiguous:  # type: ignore[attr-defined]
             return None
+        if quotient is not None and not monitor.expired and any(w.finish_ns is None for w in ranks):
+            return None  # unfinished: the full run finds out why (and reports a real deadlock as one)
         if monitor.expired:
             raise WallTimeExceeded(monitor.stop_message(), self._partial_result(engine, ranks, messaging, started))
 
@@ -248,19 +290,29 @@ class Simulation:
             self.warn(f"rank(s) {', '.join(map(str, negative[:8]))}: GPU work overlapped itself (in replay-only mode "
                       "communication is replayed as GPU work), so exposed communication is negative; like ASTRA-sim, "
                       "exposed_comm_ns reports it as an unsigned 64-bit number")
+        representative: list[int] = []
+        everyone = ranks
         if symmetric:
             stats = [replace(stats[0], rank=r) for r in range(npus)]
+            representative = [0] * npus
+        elif quotient is not None:
+            by_rank = {s.rank: s for s in stats}
+            representative = quotient.rep_of.tolist()
+            stats = [replace(by_rank[representative[r]], rank=r) for r in range(npus)]
+            of = {w.rank: w for w in ranks}
+            everyone = [of[representative[r]] for r in range(npus)]  # each rank as its representative
         finish = max(s.finish_ns for s in stats)
         self.workloads = ranks  # for timelines
         links = getattr(backend, "links", None)
+        copies = npus if symmetric else quotient.orbit_size if quotient is not None else 1
         return SimulationResult(
             finish_ns=finish, ranks=stats, backend=self.backend_name,
             config=self.config_summary(), version=VERSION, wall_time_s=time.perf_counter() - started,
-            events=engine.events_processed, messages=messaging.messages * (npus if symmetric else 1),
-            engine="symmetric" if symmetric else "message",
-            collectives=summarize_collectives([w.collective_log for w in ranks]),
+            events=engine.events_processed, messages=messaging.messages * copies,
+            engine="symmetric" if folded else "message",
+            collectives=summarize_collectives([w.collective_log for w in everyone]),
             links=link_table(links, finish, symmetric) if links is not None else [],
-            activity=activity(ranks, finish), network=network_stats(backend))
+            activity=activity(everyone, finish), network=network_stats(backend), representative=representative)
 
     def _partial_result(self, engine: Engine, ranks: list[RankWorkload], messaging: Messaging, started: float
                         ) -> SimulationResult:

@@ -184,7 +184,7 @@ class RankSystem:
         self.rank = rank
         self.setup = setup
         self.engine = setup.engine
-        self.events = RankEvents(setup.engine)
+        self.events = RankEvents(setup.engine, rank)
         self.messaging = setup.messaging
         self.endpoint_delay = cfg.endpoint_delay(setup.injection_scale)
         self.local_mem_Bps = cfg.local_mem_bw_gbps * 1e9 if cfg.local_mem_bw_gbps else 0.0

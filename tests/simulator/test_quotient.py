@@ -1,0 +1,124 @@
+"""The quotient engine (one simulated rank per class of equivalent ranks) equals the message engine, per rank,
+to the nanosecond: random LLM layouts, per-rank node numbering, renumbered groups, random networks."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from tests.conftest import simulate
+from workload.llm.build import build_programs
+from workload.llm.emit import TraceEmitter
+from workload.llm.model import ModelConfig
+from workload.llm.plan import Group, ParallelPlan, RankMap
+from workload.protoscan import PADDING
+from workload.reader import decode_trace
+from workload.writer import graph_messages
+
+SMALL = ModelConfig(name="small", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=4, ffn_hidden_size=512,
+                    vocab_size=1000, seq_len=64, gated_ffn=True)
+SMALL_GPT = ModelConfig(name="small-gpt", num_layers=2, hidden_size=256, num_heads=8, ffn_hidden_size=1024,
+                        vocab_size=1001, seq_len=64, tied_embeddings=True, position_embedding="learned",
+                        norm="layernorm", bias=True)
+SMALL_MOE = replace(SMALL, name="small-moe", num_experts=4, top_k=2)
+
+
+def llm_traces(model: ModelConfig, plan: ParallelPlan, group_order: list[int], id_offsets: list[int]) -> list:
+    """Per-rank node lists of ``plan``, with the groups renumbered (one numbering for all ranks, as traces must
+    agree on it) and each rank's node ids shifted by its own offset."""
+    ranks = RankMap(plan, model)
+    gids = sorted({g.gid for by_rank in ranks.groups.values() for g in by_rank.values() if g.gid})
+    renumber = {gid: group_order[k % len(group_order)] * 1000 + k + 1 for k, gid in enumerate(gids)}
+    ranks.groups = {kind: {r: Group(renumber.get(g.gid, 0), g.ranks) for r, g in by_rank.items()}
+                    for kind, by_rank in ranks.groups.items()}
+    emitter = TraceEmitter(build_programs(model, plan), ranks)
+    traces = []
+    for r in range(plan.world_size):
+        data = np.frombuffer(emitter.rank_bytes(r) + bytes(PADDING), dtype=np.uint8)
+        nodes = list(graph_messages(decode_trace(data, f"rank {r}")))
+        shift = id_offsets[r % len(id_offsets)] * 100_000
+        for node in nodes:
+            node.id += shift
+            node.data_deps[:] = [d + shift for d in node.data_deps]
+            node.ctrl_deps[:] = [d + shift for d in node.ctrl_deps]
+            node.name = f"{node.name}/r{r}"
+        traces.append(nodes)
+    return traces
+
+
+@st.composite
+def layouts(draw: st.DrawFn) -> dict:
+    tp, pp, dp = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2, 4]))
+    model = replace(draw(st.sampled_from([SMALL, SMALL_GPT, SMALL_MOE])), num_layers=pp * draw(st.integers(1, 2)))
+    world = tp * pp * dp
+    if world < 2:
+        tp = 2
+        world = 2 * pp * dp
+    layout = draw(st.permutations(["tp", "dp", "pp"]))
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, ep=2 if model.is_moe and dp % 2 == 0 else 1,
+                        zero_stage=draw(st.sampled_from([0, 1])), num_micro_batches=draw(st.integers(1, 3)),
+                        sequence_parallel=draw(st.booleans()) and tp > 1, layout=tuple(layout))
+    # the network: the world size split into 1-3 dimensions of random kinds
+    counts, rest = [], world
+    for _ in range(draw(st.integers(0, 2))):
+        divisors = [d for d in range(2, rest) if rest % d == 0]
+        if not divisors:
+            break
+        d = draw(st.sampled_from(divisors))
+        counts.append(d)
+        rest //= d
+    counts.append(rest)
+    topology = draw(st.lists(st.sampled_from(["Ring", "Switch", "FullyConnected"]), min_size=len(counts),
+                             max_size=len(counts)))
+    algo = st.sampled_from(["ring", "direct"])
+    system = {f"{k}-implementation": draw(st.lists(algo, min_size=len(counts), max_size=len(counts)))
+              for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all")}
+    system.update({"scheduling-policy": draw(st.sampled_from(["LIFO", "FIFO"])),
+                   "active-chunks-per-dimension": draw(st.integers(1, 2)),
+                   "preferred-dataset-splits": draw(st.integers(1, 4)),
+                   "endpoint-delay": draw(st.sampled_from([0, 10]))})
+    network = {"topology": topology, "npus_count": counts,
+               "bandwidth": draw(st.lists(st.sampled_from([25.0, 50.0, 400.0]), min_size=len(counts),
+                                          max_size=len(counts))),
+               "latency": draw(st.lists(st.sampled_from([0.0, 500.0]), min_size=len(counts), max_size=len(counts)))}
+    plan.validate(model)
+    return {"model": model, "plan": plan, "network": network, "system": system,
+            "group_order": draw(st.permutations(list(range(5)))), "id_offsets": draw(st.lists(
+                st.integers(0, 50), min_size=1, max_size=4)), "rendezvous": draw(st.booleans())}
+
+
+EXAMPLES = int(os.environ.get("QUOTIENT_EXAMPLES", "30"))  # more for a longer hunt
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(layouts())
+def test_quotient_engine_equals_message_engine(tmp_path: Path, case: dict) -> None:
+    traces = llm_traces(case["model"], case["plan"], case["group_order"], case["id_offsets"])
+    assert math.prod(case["network"]["npus_count"]) == len(traces)
+    kw = {"device": "H100", "rendezvous": case["rendezvous"]}
+    fast = simulate(tmp_path, traces, case["network"], case["system"], engine="auto", **kw)
+    event(f"simulated {'all' if fast.simulated_ranks == len(traces) else 'fewer'} ranks")
+    slow = simulate(tmp_path, traces, case["network"], case["system"], engine="message", **kw)
+    assert [(r.finish_ns, r.exposed_comm_ns, r.comm_ns, r.compute_ns) for r in fast.ranks] == \
+        [(r.finish_ns, r.exposed_comm_ns, r.comm_ns, r.compute_ns) for r in slow.ranks]
+    assert fast.collectives == slow.collectives
+
+
+def test_an_llm_layout_folds_to_its_pipeline_stages(tmp_path: Path) -> None:
+    """tp 2 x dp 4 x pp 2 on two-level switches: the shifts along the tensor- and data-parallel groups leave one
+    class per stage... per position the node's ports allow; every rank's result equals the full run's."""
+    plan = ParallelPlan(dp=4, tp=2, pp=2, num_micro_batches=2)
+    traces = llm_traces(SMALL, plan, [0], [0, 3])
+    network = {"topology": ["Switch", "Switch"], "npus_count": [4, 4], "bandwidth": [400.0, 50.0],
+               "latency": [500.0, 1000.0]}
+    fast = simulate(tmp_path, traces, network, device="H100")
+    slow = simulate(tmp_path, traces, network, device="H100", engine="message")
+    assert fast.engine == "symmetric" and fast.simulated_ranks < 16 and "classes" in fast.engine_reason
+    assert fast.ranks == slow.ranks and fast.collectives == slow.collectives
