@@ -22,14 +22,29 @@ def _dispatch(event: simpy.Event) -> None:
     fn(arg)
 
 
+class _Call:
+    """A simpy event reduced to what ``Environment.step`` reads: its callbacks, value and success. Scheduled with
+    ``Environment.schedule`` like a Timeout, without a Timeout's checks and list per event."""
+
+    __slots__ = ("_value", "callbacks")
+    _ok = True
+
+    def __init__(self, value: Any, callbacks: tuple[Callable[[Any], None], ...]) -> None:
+        self._value = value
+        self.callbacks = callbacks
+
+
+_DISPATCH = (_dispatch,)
+
+
 class Engine:
     """Global clock and event heap (a simpy Environment with one callback per event, no processes)."""
 
-    __slots__ = ("_timeout", "env", "events_processed")
+    __slots__ = ("_schedule", "env", "events_processed")
 
     def __init__(self) -> None:
         self.env = simpy.Environment()
-        self._timeout = self.env.timeout
+        self._schedule = self.env.schedule
         self.events_processed = 0
 
     @property
@@ -38,7 +53,7 @@ class Engine:
 
     def call_later(self, delay: int, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay`` ns from now (after every event already due at that time)."""
-        self._timeout(delay, (fn, arg)).callbacks.append(_dispatch)
+        self._schedule(_Call((fn, arg), _DISPATCH), 1, delay)  # 1: simpy's NORMAL priority, as a Timeout
 
     def run(self, until: int | None = None) -> None:
         self.env.run(until=until)
@@ -87,10 +102,11 @@ class CheckedEngine(Engine):
     rank to rank; the engine then sets ``ambiguous`` and the caller falls back to simulating every rank.
     """
 
-    __slots__ = ("_current", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
+    __slots__ = ("_checked", "_current", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
 
     def __init__(self) -> None:
         super().__init__()
+        self._checked = (self._checked_dispatch,)
         self.ambiguous = False
         self.insert_offset: Any = 0  # whose behalf new events are scheduled on (0: the representative's own)
         self._current = 0
@@ -107,7 +123,7 @@ class CheckedEngine(Engine):
         self._next_id += 1
         off = self.insert_offset if offset is None else offset
         payload = (fn, arg, self.env.now, self._current, off, self._next_id)
-        self._timeout(delay, payload).callbacks.append(self._checked_dispatch)
+        self._schedule(_Call(payload, self._checked), 1, delay)
 
     def _checked_dispatch(self, event: simpy.Event) -> None:
         fn, arg, inserted, parent, offset, eid = event._value

@@ -32,6 +32,7 @@ and the simulation then falls back to every rank, as it does when the quotient r
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,18 +58,18 @@ WORLD: tuple[int, ...] = ()
 GROUP_STREAMS = 1_000_000  # a communicator group's stream ids start at gid x this (simulator/system.py)
 
 
-@dataclass(frozen=True, slots=True)
-class RankReferences:
-    """What one rank's trace says about other ranks, in node order."""
-
-    peers: tuple[tuple[int, bool, int], ...]  # (node, own rank written, peer) of each send and receive
-    groups: tuple[tuple[int, tuple[int, ...]], ...]  # (node, members as listed; WORLD) of each collective
+# A rank's references to other ranks, compactly: the distinct values its trace names, in order of first use.
+# A value is ("peer", own rank written, peer) for sends and receives, or ("group", collective types, members as
+# listed; WORLD for all NPUs) for collectives. Which node uses which value (the template) goes into the rank's
+# key, so two ranks with equal keys differ only in their values, and a shift maps one onto the other when it
+# maps the values. Generated workloads give the same form without building traces (TraceSet.structure).
+Value = tuple[Any, ...]
 
 
 def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[int, ...]], npus: int
-                    ) -> RankReferences | None:
-    """The rank's references, or None when they cannot be read before the run (an undeclared group, a
-    send written into another rank's trace): such traces are simulated rank by rank."""
+                    ) -> tuple[bytes, tuple[Value, ...]] | None:
+    """(key, values) of the rank's trace, or None when its references cannot be read before the run (an
+    undeclared group, a send written into another rank's trace): such traces are simulated rank by rank."""
     t = node_table(graph)
     declared = dict(comm_groups)
     types = graph.types
@@ -76,8 +77,9 @@ def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[i
         for name, ranks in metadata_groups(graph, i) or ():
             if str(name).isdigit():
                 declared[int(name)] = tuple(ranks) if ranks else tuple(range(npus))
-    peers: list[tuple[int, bool, int]] = []
-    groups: list[tuple[int, tuple[int, ...]]] = []
+    slots: dict[Any, int] = {}
+    template: list[tuple[int, int]] = []
+    kinds: dict[Any, set[int]] = {}
     wanted = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
     for i in np.flatnonzero(np.isin(types, wanted)).tolist():
         if t.is_cpu[i]:
@@ -85,20 +87,23 @@ def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[i
         ntype = t.types[i]
         if ntype == NodeType.COMM_COLL_NODE:
             name = t.pg_name.get(i, "")
-            if name in ("", "0"):
-                groups.append((i, WORLD))
-                continue
-            members = declared.get(int(name)) if name.isdigit() else None
+            members = WORLD if name in ("", "0") else declared.get(int(name)) if name.isdigit() else None
             if members is None:
                 return None
-            groups.append((i, WORLD if len(members) == npus and members == tuple(range(npus)) else members))
-            continue
-        own, peer = (t.comm_src[i], t.comm_dst[i]) if ntype == NodeType.COMM_SEND_NODE else (
-            t.comm_dst[i], t.comm_src[i])
-        if own not in (NO_VALUE, rank) or not 0 <= peer < npus:
-            return None
-        peers.append((i, own == rank, peer))
-    return RankReferences(tuple(peers), tuple(groups))
+            if len(members) == npus and members == tuple(range(npus)):
+                members = WORLD
+            value: Any = ("group", members)
+            kinds.setdefault(value, set()).add(t.comm_type[i])
+        else:
+            own, peer = (t.comm_src[i], t.comm_dst[i]) if ntype == NodeType.COMM_SEND_NODE else (
+                t.comm_dst[i], t.comm_src[i])
+            if own not in (NO_VALUE, rank) or not 0 <= peer < npus:
+                return None
+            value = ("peer", own == rank, peer)
+        template.append((i, slots.setdefault(value, len(slots))))
+    values = tuple(("group", tuple(sorted(kinds[v])), v[1]) if v[0] == "group" else v for v in slots)
+    key = hashlib.blake2b(behaviour_key(graph, references=False) + repr(template).encode(), digest_size=20).digest()
+    return key, values
 
 
 def _is_rotation(listed: tuple[int, ...], mapped: tuple[int, ...]) -> bool:
@@ -124,11 +129,17 @@ class Quotient:
     described: str
     _orders: np.ndarray = field(init=False, repr=False)
     _radix: np.ndarray = field(init=False, repr=False)
+    _relative: dict[tuple[int, int], int] = field(init=False, repr=False)
+    rep_list: list[int] = field(init=False, repr=False)  # rep_of as a list (fast to index one rank)
 
     def relative(self, a: int, b: int) -> int:
         """``g^-1(a)`` where ``g`` takes ``b``'s representative to ``b``: ``a`` as ``b``'s representative sees it."""
-        e = (self.coords[a] - self.coords[b]) % self._orders
-        return int(self.table[self.orbit_of[a], int(e @ self._radix)])
+        key = (a, b)
+        found = self._relative.get(key)
+        if found is None:
+            e = (self.coords[a] - self.coords[b]) % self._orders
+            found = self._relative[key] = int(self.table[self.orbit_of[a], int(e @ self._radix)])
+        return found
 
     def __post_init__(self) -> None:
         self._orders = np.array(self.orders, dtype=np.int64)
@@ -136,6 +147,8 @@ class Quotient:
         for k in range(len(self.orders) - 2, -1, -1):
             radix[k] = radix[k + 1] * self.orders[k + 1]
         self._radix = radix
+        self._relative = {}
+        self.rep_list = self.rep_of.tolist()
 
     @property
     def orbit_size(self) -> int:
@@ -248,10 +261,10 @@ class _Network:
         return True
 
 
-def _families(refs: list[RankReferences], npus: int) -> list[np.ndarray]:
+def _families(values: list[tuple[Value, ...]], npus: int) -> list[np.ndarray]:
     """The shift along each family of groups: equal-length groups with equal member spacing, disjoint, covering
     every rank; a rank moves to the next member of its group."""
-    lists = sorted({members for r in refs for _, members in r.groups if members})
+    lists = sorted({v[2] for rank_values in values for v in rank_values if v[0] == "group" and v[2]})
     by_shape: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
     for members in lists:
         by_shape.setdefault(tuple(m - members[0] for m in members), []).append(members)
@@ -271,9 +284,9 @@ def _families(refs: list[RankReferences], npus: int) -> list[np.ndarray]:
 class _Invariance:
     """Whether a permutation maps every rank's trace onto its image's."""
 
-    def __init__(self, keys: list[bytes], refs: list[RankReferences], rotate: bool) -> None:
+    def __init__(self, keys: list[bytes], values: list[tuple[Value, ...]], rotate: bool) -> None:
         self.keys = keys
-        self.refs = refs
+        self.values = values
         self.rotate = rotate
 
     def holds(self, sigma: np.ndarray) -> bool:
@@ -282,36 +295,34 @@ class _Invariance:
             s = int(sigma[r])
             if self.keys[s] != self.keys[r]:
                 return False
-            mine, theirs = self.refs[r], self.refs[s]
-            if len(mine.peers) != len(theirs.peers) or len(mine.groups) != len(theirs.groups):
-                return False
-            for (i, own, peer), (j, own2, peer2) in zip(mine.peers, theirs.peers, strict=True):
-                if i != j or own != own2 or int(sigma[peer]) != peer2:
+            for mine, theirs in zip(self.values[r], self.values[s], strict=True):
+                if mine[0] != theirs[0] or mine[1] != theirs[1]:
                     return False
-            for (i, members), (j, members2) in zip(mine.groups, theirs.groups, strict=True):
-                if i != j:
-                    return False
-                key = (members, members2)
+                if mine[0] == "peer":
+                    if int(sigma[mine[2]]) != theirs[2]:
+                        return False
+                    continue
+                key = (mine[2], theirs[2])
                 ok = mapped.get(key)
                 if ok is None:
-                    image = tuple(int(sigma[m]) for m in members)
-                    ok = mapped[key] = image == members2 or (self.rotate and _is_rotation(members2, image))
+                    image = tuple(int(sigma[m]) for m in mine[2])
+                    ok = mapped[key] = image == theirs[2] or (self.rotate and _is_rotation(theirs[2], image))
                 if not ok:
                     return False
         return True
 
 
-def _algorithms(graphs: list[TraceGraph], refs: list[RankReferences], system: SystemConfig, dims: int
-                ) -> tuple[bool, bool]:
+def _algorithms(values: list[tuple[Value, ...]], system: SystemConfig, dims: int) -> tuple[bool, bool]:
     """(whether the collectives on all NPUs run translation-symmetric algorithms, whether those on groups run
     algorithms that do not tell members apart by position)."""
     world_kinds, group_kinds = set(), set()
-    for g, r in zip(graphs, refs, strict=True):
-        t = node_table(g)
-        for i, members in r.groups:
-            kind = COLLECTIVE_KINDS.get(t.comm_type[i])  # type: ignore[call-overload]
-            if kind is not None:  # broadcasts replay their duration; unsupported types stop the run anyway
-                (world_kinds if members == WORLD else group_kinds).add(kind)
+    for rank_values in values:
+        for v in rank_values:
+            if v[0] == "group":
+                for ctype in v[1]:
+                    kind = COLLECTIVE_KINDS.get(ctype)  # type: ignore[call-overload]
+                    if kind is not None:  # broadcasts replay their duration; unsupported types stop the run anyway
+                        (world_kinds if v[2] == WORLD else group_kinds).add(kind)
     world_ok = all(name.startswith(SYMMETRIC_ALGORITHMS) and not (name.startswith("one") and dims > 1)
                    for kind in world_kinds for name in system.implementation(kind))
     group_ok = all((system.implementation(kind)[0] if len(system.implementation(kind)) == 1 else "ring")
@@ -322,21 +333,27 @@ def _algorithms(graphs: list[TraceGraph], refs: list[RankReferences], system: Sy
 def find_quotient(graphs: list[TraceGraph], comm_groups: dict[int, tuple[int, ...]], npus_per_dim: Sequence[int],
                   topology: Sequence[str], system: SystemConfig) -> Quotient | None:
     """The largest free action of commuting shifts this workload and network allow (None: nothing folds)."""
-    npus = len(graphs)
-    refs = []
+    keys, values = [], []
     for r, g in enumerate(graphs):
-        found = rank_references(g, r, comm_groups, npus)
+        found = rank_references(g, r, comm_groups, len(graphs))
         if found is None:
             return None
-        refs.append(found)
-    world_ok, rotate = _algorithms(graphs, refs, system, len(npus_per_dim))
+        keys.append(found[0])
+        values.append(found[1])
+    return quotient_of(keys, values, npus_per_dim, topology, system)
+
+
+def quotient_of(keys: list[bytes], values: list[tuple[Value, ...]], npus_per_dim: Sequence[int],
+                topology: Sequence[str], system: SystemConfig) -> Quotient | None:
+    """``find_quotient`` from each rank's (key, values) (see rank_references), without the traces."""
+    npus = len(keys)
+    world_ok, rotate = _algorithms(values, system, len(npus_per_dim))
     if not world_ok:
         return None
-    keys = [behaviour_key(g, references=False) for g in graphs]
-    world = any(members == WORLD for r in refs for _, members in r.groups)
-    invariance = _Invariance(keys, refs, rotate)
+    world = any(v[0] == "group" and v[2] == WORLD for rank_values in values for v in rank_values)
+    invariance = _Invariance(keys, values, rotate)
     network = _Network(npus_per_dim, topology)
-    candidates = [("group shift", s) for s in _families(refs, npus)]
+    candidates = [("group shift", s) for s in _families(values, npus)]
     candidates += [(f"translation along dimension {d + 1}", network.translation(d))
                    for d, n in enumerate(network.counts) if n > 1]
     gens: list[np.ndarray] = []
@@ -452,7 +469,7 @@ class QuotientMessaging(Messaging):
 
     def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
         q = self.quotient
-        rep = int(q.rep_of[dst])
+        rep = q.rep_list[dst]
         source = q.relative(src, dst)
         wire = self._tag(tag, src, dst, rep)
         full, entry = self._slot(self._send_seq, wire, source, rep, size_bytes)

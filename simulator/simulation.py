@@ -22,7 +22,7 @@ from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, ch
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
 from simulator.nccl_run import NcclRun
-from simulator.quotient import Quotient, QuotientEngine, QuotientMessaging, find_quotient
+from simulator.quotient import Quotient, QuotientEngine, QuotientMessaging, find_quotient, quotient_of
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
 from simulator.symmetry import symmetry_blockers
@@ -93,6 +93,7 @@ class Simulation:
         self.workloads: list[RankWorkload] = []
         self.backend: Any = None
         self._orders = ChunkOrders()
+        self._fold_failure = ""  # why the last folded run could not be exact
         self.compute = ComputeModel(None, None)
         self.warn = warn or (lambda message: None)
         self.hw_profile: HardwareProfile | None = None
@@ -141,58 +142,45 @@ class Simulation:
         started = time.perf_counter()
         opts, npus = self.options, self.network.num_npus
         loader = TraceLoader(drop_dangling=opts.drop_dangling, warn=self.warn)
-        graphs = loader.load_set(self.traces, npus)
-        if self.traces.shared:
-            self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
         check_memory_fits(self.memory, npus)
         self.compute = compute_model(self.system, opts.device)
         roofline = self.compute.roofline
         # the nccl model replaces the system's collective algorithms: check and judge symmetry without them
         system = self.system if self.hw_profile is None else _without_algorithms(self.system, self.network.num_dims)
+        blockers: list[str] = []
+        quotient = self._generated_quotient(system)
+        if quotient is not None:  # a generated workload: only the representatives' traces are ever built
+            graphs = self._representatives(loader, quotient)
+        else:
+            graphs = loader.load_set(self.traces, npus)
+            if self.traces.shared:
+                self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
         check_workload(graphs, self.traces, system, self.network, self.compute, opts.strict, self.warn)
-
-        blockers = symmetry_blockers(graphs, system, self.memory, self.network.npus_count, self.comm_groups)
-        if self.hw_profile is not None:
-            pass  # no network backend: the model times collectives alike on every rank
-        elif opts.backend not in SYMMETRIC_BACKENDS:
-            blockers.append(f"the {opts.backend} backend simulates every message")
-        elif self.network.fabric is not None:
-            blockers.append("routes on a fabric differ from NPU to NPU")
-        quotient = None
-        if blockers and opts.engine != "message":
-            found = self._quotient(graphs, system)
-            if isinstance(found, str):
-                blockers.append(found)
-            else:
-                quotient = found
+        if quotient is None:
+            blockers = symmetry_blockers(graphs, system, self.memory, self.network.npus_count, self.comm_groups)
+            if self.hw_profile is not None:
+                pass  # no network backend: the model times collectives alike on every rank
+            elif opts.backend not in SYMMETRIC_BACKENDS:
+                blockers.append(f"the {opts.backend} backend simulates every message")
+            elif self.network.fabric is not None:
+                blockers.append("routes on a fabric differ from NPU to NPU")
+            if blockers and opts.engine != "message":
+                found = self._quotient(graphs, system)
+                if isinstance(found, str):
+                    blockers.append(found)
+                else:
+                    quotient = found
         if opts.engine == "symmetric" and blockers and quotient is None:
             raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
                              + "; ".join(blockers) + " (use --engine message)")
         result = None
         reason = "; ".join(blockers) if blockers else "--engine message"
-        if quotient is not None:
-            result = self._simulate(graphs, roofline, started, symmetric=False, quotient=quotient)
+        if quotient is not None or (opts.engine != "message" and not blockers):
+            result = self._folded(graphs, roofline, started, quotient)
             if result is None:
-                if opts.engine == "symmetric":
-                    raise InputError("same-time events make ranks of a class diverge, so their representatives "
-                                     "cannot give exact results (use --engine message)")
-                self.warn("same-time events make ranks of a class diverge; simulating every rank instead")
-                reason = "same-time events make ranks of a class diverge"
-            else:
-                result.simulated_ranks = len(quotient.representatives)
-                result.engine_reason = (f"{len(quotient.representatives):,} classes of {quotient.orbit_size:,} "
-                                        f"equivalent ranks under {quotient.described}")
-        elif opts.engine != "message" and not blockers:
-            result = self._simulate(graphs, roofline, started, symmetric=True)
-            if result is None:
-                if opts.engine == "symmetric":
-                    raise InputError("same-time events make this run asymmetric between ranks, so one "
-                                     "representative rank cannot give exact results (use --engine message)")
-                self.warn("same-time events make ranks diverge; simulating every rank instead")
-                reason = "same-time events make ranks diverge"
-            else:
-                result.simulated_ranks = 1
-                result.engine_reason = "every rank behaves like rank 0, shifted: one representative"
+                reason = self._fold_failure
+                if quotient is not None and self.traces.structure is not None:
+                    graphs = loader.load_set(self.traces, npus)  # every rank's own trace, after all
         if result is None:
             # ASTRA-sim's own networks keep its chunk order (chunk_order.py) unless ranks disagree into a deadlock
             enforce = (opts.semantics == "corrected" or self.network.fabric is not None
@@ -210,16 +198,57 @@ class Simulation:
             result.engine_reason = f"every rank: {reason}"
         return result
 
-    def _quotient(self, graphs: list[Any], system: SystemConfig) -> Quotient | str:
-        """The classes of equivalent ranks, or why the quotient engine does not apply."""
+    def _folded(self, graphs: list[Any], roofline: Roofline | None, started: float, quotient: Quotient | None
+                ) -> SimulationResult | None:
+        """The run with one representative (``quotient`` None) or one per class; None when it cannot be exact
+        (``_fold_failure`` says why), and the caller simulates every rank."""
+        result = self._simulate(graphs, roofline, started, symmetric=quotient is None, quotient=quotient)
+        if result is None:
+            if self.options.engine == "symmetric":
+                raise InputError(f"{self._fold_failure}, so representatives cannot give exact results (use --engine "
+                                 "message)")
+            self.warn(f"{self._fold_failure}; simulating every rank instead")
+        elif quotient is None:
+            result.simulated_ranks = 1
+            result.engine_reason = "every rank behaves like rank 0, shifted: one representative"
+        else:
+            result.simulated_ranks = len(quotient.representatives)
+            result.engine_reason = (f"{len(quotient.representatives):,} classes of {quotient.orbit_size:,} "
+                                    f"equivalent ranks under {quotient.described}")
+        return result
+
+    def _fold_blocker(self) -> str | None:
+        """Why classes of equivalent ranks cannot be folded here (None: they can)."""
         if self.hw_profile is not None:
             return "the classes of equivalent ranks are not folded with --collective-model nccl yet"
         if self.options.backend != "analytical-unaware" or self.network.fabric is not None:
             return "the classes of equivalent ranks are folded on the analytical-unaware backend only (yet)"
         if self.system.replay_only or self.memory.memory_type in ("PER_NODE_MEMORY_EXPANSION", "MEMORY_POOL"):
             return "replayed communication or shared remote memory"
+        return None
+
+    def _quotient(self, graphs: list[Any], system: SystemConfig) -> Quotient | str:
+        """The classes of equivalent ranks, or why the quotient engine does not apply."""
+        blocker = self._fold_blocker()
+        if blocker is not None:
+            return blocker
         found = find_quotient(graphs, self.comm_groups, self.network.npus_count, self.network.topology, system)
         return found if found is not None else "no shift of ranks maps the workload and the network onto themselves"
+
+    def _generated_quotient(self, system: SystemConfig) -> Quotient | None:
+        """For a generated workload that describes its ranks (TraceSet.structure): the classes, found without
+        building any trace."""
+        structure = self.traces.structure
+        if structure is None or self.options.engine == "message" or self.comm_groups or self._fold_blocker():
+            return None
+        described = [structure(r) for r in range(self.network.num_npus)]
+        return quotient_of([k for k, _ in described], [v for _, v in described], self.network.npus_count,
+                           self.network.topology, system)
+
+    def _representatives(self, loader: TraceLoader, quotient: Quotient) -> list[Any]:
+        """Per rank, its representative's graph: only the representatives' traces are built and decoded."""
+        built = {r: loader.load(self.traces.file_for(r), r, self.traces.contents) for r in quotient.representatives}
+        return [built[rep] for rep in quotient.rep_of.tolist()]
 
     def _simulate(self, graphs: list[Any], roofline: Roofline | None, started: float, symmetric: bool,
                   enforce_order: bool = True, quotient: Quotient | None = None) -> SimulationResult | None:
@@ -267,9 +296,11 @@ class Simulation:
             w.wake()
         monitor = self._run_events(engine, ranks, started)
         if folded and engine.ambiguous:  # type: ignore[attr-defined]
+            self._fold_failure = (f"same-time events make {'ranks of a class' if quotient else 'ranks'} diverge")
             return None
         if quotient is not None and not monitor.expired and any(w.finish_ns is None for w in ranks):
-            return None  # unfinished: the full run finds out why (and reports a real deadlock as one)
+            self._fold_failure = "representatives did not finish"  # the full run finds out why (a real deadlock)
+            return None
         if monitor.expired:
             raise WallTimeExceeded(monitor.stop_message(), self._partial_result(engine, ranks, messaging, started))
 

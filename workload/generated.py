@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from workload.errors import InputError, printable, shown
@@ -88,7 +89,8 @@ def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
                 "plan": f"dp={plan.dp} tp={plan.tp} pp={plan.pp} ep={plan.ep} zero={plan.zero_stage}"}
     emitter = TraceEmitter(build_programs(model, plan), RankMap(plan, model), device, metadata)
     label = f"{where} ({model.name}, dp {plan.dp} tp {plan.tp} pp {plan.pp}, generated)"
-    return _in_memory(label, npus, emitter.rank_bytes, shared=False)
+    traces = _in_memory(label, npus, emitter.rank_bytes, shared=False)
+    return replace(traces, structure=emitter.structure)
 
 
 def _microbenchmark(spec: dict[str, Any], npus: int, where: str) -> TraceSet:

@@ -12,6 +12,7 @@ import re
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,9 @@ class TraceSet:
     files: tuple[str, ...]
     shared: bool
     contents: Callable[[int], bytes] | None = field(default=None, compare=False)
+    # a generated workload's description of each rank without its trace: (key, values) as in
+    # simulator/quotient.py's rank_references, so that only one trace per class of equal ranks is built
+    structure: Callable[[int], tuple[bytes, tuple[Any, ...]]] | None = field(default=None, compare=False)
 
     @property
     def num_ranks(self) -> int | None:

@@ -122,3 +122,43 @@ def test_an_llm_layout_folds_to_its_pipeline_stages(tmp_path: Path) -> None:
     slow = simulate(tmp_path, traces, network, device="H100", engine="message")
     assert fast.engine == "symmetric" and fast.simulated_ranks < 16 and "classes" in fast.engine_reason
     assert fast.ranks == slow.ranks and fast.collectives == slow.collectives
+
+
+@st.composite
+def generated_layouts(draw: st.DrawFn) -> dict:
+    tp, pp, dp = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 3])), draw(st.sampled_from([1, 2, 4]))
+    if tp * pp * dp < 2:
+        dp = 2
+    spec = {"generate": "llm", "num_layers": pp * draw(st.integers(1, 2)), "hidden_size": 256, "num_heads": 8,
+            "num_kv_heads": 4, "ffn_hidden_size": 512, "vocab_size": 1000, "seq_len": 64, "tp": tp, "pp": pp,
+            "dp": dp,
+            "global_batch": dp * draw(st.integers(1, 3)), "layout": ",".join(draw(st.permutations(["tp", "dp", "pp"]))),
+            "zero": draw(st.sampled_from([0, 1])), "sequence_parallel": draw(st.booleans()) and tp > 1}
+    world = tp * pp * dp
+    counts = draw(st.sampled_from([c for c in ([world], [2, world // 2], [4, world // 4]) if math.prod(c) == world
+                                   and min(c) >= 2]))
+    topology = draw(st.lists(st.sampled_from(["Ring", "Switch", "FullyConnected"]), min_size=len(counts),
+                             max_size=len(counts)))
+    return {"spec": spec, "network": {"topology": topology, "npus_count": counts, "bandwidth": [400.0] * len(counts),
+                                      "latency": [500.0] * len(counts)}}
+
+
+@settings(max_examples=max(EXAMPLES // 2, 10), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(generated_layouts())
+def test_generated_workloads_fold_without_their_traces(tmp_path: Path, case: dict) -> None:
+    """A generated workload describes its ranks (TraceSet.structure): the classes are found, and only the
+    representatives' traces built, without reading any trace; the result equals the message engine's."""
+    import json
+
+    from simulator.api import simulate as run
+
+    spec = case["spec"]
+    workload = tmp_path / "w.yaml"
+    workload.write_text(json.dumps(spec))
+    network = tmp_path / "n.yml"
+    network.write_text(json.dumps(case["network"]))
+    fast = run(str(workload), str(network), device="H100")
+    event(f"simulated {'all' if fast.simulated_ranks == len(fast.ranks) else 'fewer'} ranks")
+    slow = run(str(workload), str(network), device="H100", engine="message")
+    assert fast.ranks == slow.ranks and fast.collectives == slow.collectives

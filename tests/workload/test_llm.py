@@ -440,7 +440,7 @@ def _main(argv: list[str]) -> list[str]:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--preset", "gpt3-1.3b", "--dp", "2", "--tp", "2", "--npus", "16"], "world size mismatch"),
     (["--preset", "gpt3-2.7b", "--tp", "5"], "32 attention heads are not divisible by tp=5"),
-    (["--preset", "gpt3-13b", "--pp", "3"], "40 layers are not divisible by pp=3"),
+    (["--preset", "gpt3-13b", "--layers", "2", "--pp", "3"], "2 layers cannot fill pp=3 stages"),
     (["--preset", "llama3-8b", "--dp", "4", "--global-batch", "10"], "global batch 10 is not divisible by dp=4"),
     (["--preset", "llama3-8b", "--dp", "2", "--global-batch", "8", "--micro-batches", "3"],
      "global batch 8 is not divisible by dp=2 x 3 micro-batches"),
@@ -481,3 +481,17 @@ def test_generation_speed_llama3_8b_on_128_ranks(tmp_path: Path) -> None:
            "-o", str(tmp_path)])
     assert time.perf_counter() - started < 10
     assert len(list(tmp_path.iterdir())) == 128
+
+
+def test_uneven_pipeline_stages_shorten_the_first_and_last() -> None:
+    """Layers that pp does not divide: ceil(L / pp) per stage, one fewer on the first and last stages first (Llama 3
+    405B: 126 layers on 16 stages, 7 on the first and last); every layer in exactly one stage, in order."""
+    from workload.llm.plan import stage_layers
+
+    assert [len(stage_layers(126, 16, s)) for s in range(16)] == [7] + [8] * 14 + [7]
+    for layers, pp in ((40, 3), (10, 4), (5, 4), (96, 8), (7, 7)):
+        stages = [stage_layers(layers, pp, s) for s in range(pp)]
+        assert [x for r in stages for x in r] == list(range(layers))
+        assert max(map(len, stages)) - min(map(len, stages)) <= 1
+    programs = build_programs(replace(SMALL, num_layers=5), ParallelPlan(pp=4, num_micro_batches=2))
+    assert [p.layers for p in programs] == [range(0, 1), range(1, 2), range(2, 4), range(4, 5)]

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from workload.llm import costs
 from workload.llm.costs import Kernel, Matmul
 from workload.llm.model import ModelConfig
-from workload.llm.plan import ParallelPlan
+from workload.llm.plan import ParallelPlan, stage_layers
 from workload.schema import CollectiveType, NodeType
 
 AR, AG, RS, A2A = (CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER,
@@ -76,8 +76,7 @@ class _StageBuilder:
     def __init__(self, model: ModelConfig, plan: ParallelPlan, stage: int) -> None:
         self.m, self.p, self.stage = model, plan, stage
         self.first, self.last = stage == 0, stage == plan.pp - 1
-        per_stage = model.num_layers // plan.pp
-        self.layers = range(stage * per_stage, (stage + 1) * per_stage)
+        self.layers = stage_layers(model.num_layers, plan.pp, stage)
         self.ops: list[Op] = []
         self.last_compute = 0
         self.kinds = {k for k, on in (("tp", plan.tp > 1), ("dp", plan.dp > 1), ("ep", plan.ep > 1),

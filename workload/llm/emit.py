@@ -7,6 +7,7 @@ and receives (whose peers differ on every rank) per rank.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -39,6 +40,7 @@ class TraceEmitter:
         self.header = serialize(make_metadata(GENERATED_VERSION, metadata))
         self._compute: dict[int, list[bytes | None]] = {}
         self._collectives: dict[tuple[int, int, str], bytes] = {}
+        self._templates: dict[int, list[tuple[str, Any, tuple[int, ...]]]] = {}
 
     def _stage_compute(self, program: StageProgram) -> list[bytes | None]:
         cached = self._compute.get(program.stage)
@@ -97,6 +99,34 @@ class TraceEmitter:
                     data = self._p2p_node(i + 1, op, rank)
             payloads.append(data)
         return frame_payloads(payloads)
+
+    def structure(self, rank: int) -> tuple[bytes, tuple[tuple[Any, ...], ...]]:
+        """The rank described without its trace, for folding equal ranks (simulator/quotient.py): a key equal
+        for ranks whose traces differ only in the ranks they name (same stage program, same METADATA node), and
+        the distinct values they name in the template's order: ("peer", True, rank) for sends and receives,
+        ("group", collective types, members; () for all ranks) for collectives."""
+        stage = self.ranks.coords(rank)[2]
+        template = self._templates.get(stage)
+        if template is None:
+            slots: dict[tuple[str, Any], set[int]] = {}
+            for op in self.programs[stage].ops:
+                if op.node_type == NodeType.COMM_COLL_NODE:
+                    slots.setdefault(("group", op.group), set()).add(op.comm_type)
+                elif op.node_type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+                    slots.setdefault(("peer", op.peer), set())
+            template = self._templates[stage] = [(kind, which, tuple(sorted(types)))
+                                                 for (kind, which), types in slots.items()]
+        metadata = bool(self.ranks.rank_groups(rank))
+        key = hashlib.blake2b(repr((stage, metadata, template)).encode(), digest_size=20).digest()
+        values: list[tuple[Any, ...]] = []
+        for kind, which, types in template:
+            if kind == "peer":
+                values.append(("peer", True, self.ranks.peer(rank, which)))
+            else:
+                group = self.ranks.group(rank, which)
+                assert group is not None, f"rank {rank} has no {which} group"
+                values.append(("group", types, group.ranks if group.gid else ()))
+        return key, tuple(values)
 
     def write(self, prefix: str) -> list[str]:
         """Write ``<prefix>.<rank>.et`` for every rank; returns the paths."""

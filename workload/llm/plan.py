@@ -69,7 +69,7 @@ class ParallelPlan:
              f"{model.kv_heads} key/value heads are not divisible by tp={self.tp}"),
             (model.ffn_hidden_size % self.tp == 0,
              f"FFN hidden size {model.ffn_hidden_size} is not divisible by tp={self.tp}"),
-            (model.num_layers % self.pp == 0, f"{model.num_layers} layers are not divisible by pp={self.pp}"),
+            (model.num_layers >= self.pp, f"{model.num_layers} layers cannot fill pp={self.pp} stages"),
             (self.dp % self.ep == 0, f"ep={self.ep} does not divide dp={self.dp} (experts are sharded over "
                                      "data-parallel ranks)"),
             (model.num_experts % self.ep == 0,
@@ -198,3 +198,16 @@ class RankMap:
             if by_rank:
                 groups[kind] = by_rank
         return groups
+
+
+def stage_layers(num_layers: int, pp: int, stage: int) -> range:
+    """The layers of pipeline ``stage``. Equal stages where pp divides the layers; otherwise every stage gets
+    ceil(layers / pp) and the first and last stages, then the second and second-to-last, ..., one fewer each
+    (they also hold the embedding and the output layer), as Llama 3 405B ran 126 layers on 16 stages."""
+    per = -(-num_layers // pp)
+    deficit = per * pp - num_layers
+    order = [k for pair in zip(range(pp), range(pp - 1, -1, -1), strict=True) for k in pair]
+    short = set(list(dict.fromkeys(order))[:deficit])
+    counts = [per - (k in short) for k in range(pp)]
+    start = sum(counts[:stage])
+    return range(start, start + counts[stage])
