@@ -131,15 +131,27 @@ class Link:
 
 
 class _Message:
-    __slots__ = ("arg", "callback", "hop", "origin", "route", "size")
+    __slots__ = ("arg", "callback", "hop", "origin", "route", "size", "touches")
 
-    def __init__(self, size: int, route: list[Link], callback: Callback, arg: Any, origin: Any) -> None:
+    def __init__(self, size: int, route: list[Link], callback: Callback, arg: Any, origin: Any,
+                 touches: list[Any] | None = None) -> None:
         self.size = size
         self.route = route
         self.hop = 0
         self.callback = callback
         self.arg = arg
         self.origin = origin  # on whose behalf its events are scheduled (representative-rank runs only)
+        self.touches = touches  # per hop, the (owner, label) of its link's events (quotient runs only)
+
+
+class Classes(Protocol):
+    """Classes of equivalent ranks (simulator/quotient.py's Quotient), for links shared by a class."""
+
+    rep_list: list[int]
+
+    def relative(self, a: int, b: int) -> int: ...
+
+    def label(self, rank: int) -> tuple[int, ...]: ...
 
 
 class CongestionAware:
@@ -147,10 +159,13 @@ class CongestionAware:
 
     name = "analytical-aware"
 
-    def __init__(self, config: NetworkConfig, engine: Clock, symmetric: bool = False) -> None:
+    def __init__(self, config: NetworkConfig, engine: Clock, symmetric: bool = False,
+                 classes: Classes | None = None) -> None:
         self.config = config
         self.engine = engine
         self.symmetric = symmetric  # one link per class of links equal under translation (representative runs)
+        self.classes = classes  # one link per class of links equal under the classes' shifts (quotient runs)
+        self._touches: dict[tuple[int, int], list[Any]] = {}
         self.keep_history = False  # record every link's busy intervals (for timelines)
         self.links: dict[tuple[Any, Any], Link] = {}
         self._routes: dict[tuple[int, int], list[Link]] = {}
@@ -164,9 +179,25 @@ class CongestionAware:
         self._flows = Flows(EcmpRouter(config.fabric)) if config.fabric is not None else None
 
     # --- topology ---------------------------------------------------------------------------------
+    def _class(self, a: int, b: int, dim: int) -> tuple[Any, Any, Any]:
+        """A link's class in a quotient run: its key, and the (owner, label) of its events. A link leaving an
+        NPU belongs to that NPU's class (its events are the NPU's: it alone puts first hops on it); a link
+        from a switch down to an NPU, to the class of that NPU."""
+        q = self.classes
+        assert q is not None
+        n = self.config.num_npus
+        if a >= n:
+            key: Any = ("down", dim, q.rep_list[b])
+            return key, key, q.label(b)
+        rep = q.rep_list[a]
+        key = ("up", dim, rep) if b >= n else ("link", rep, q.relative(b, a))
+        return key, rep, q.label(a)
+
     def _link(self, a: int, b: int, dim: int) -> Link:
         key: tuple[Any, Any] = (a, b)
-        if self.symmetric:
+        if self.classes is not None:
+            key = self._class(a, b, dim)[0]
+        elif self.symmetric:
             n = self.config.num_npus
             if b >= n:
                 key = ("npu", ("switch", dim))
@@ -203,9 +234,11 @@ class CongestionAware:
         cached = self._routes.get((src, dst))
         if cached is not None:
             return cached
-        hops = [self._link(a, b, dim) for a, b, dim in dimension_order_hops(
-            self.config.npus_count, self.config.topology, src, dst, self._switch)]
+        steps = list(dimension_order_hops(self.config.npus_count, self.config.topology, src, dst, self._switch))
+        hops = [self._link(a, b, dim) for a, b, dim in steps]
         self._routes[(src, dst)] = hops
+        if self.classes is not None:
+            self._touches[(src, dst)] = [((c := self._class(a, b, dim))[1], c[2]) for a, b, dim in steps]
         return hops
 
     def _fabric_route(self, src: int, dst: int) -> list[Link]:
@@ -225,7 +258,8 @@ class CongestionAware:
 
     # --- transmission -----------------------------------------------------------------------------
     def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
-        msg = _Message(size_bytes, self.route(src, dst), on_delivered, arg, getattr(self.engine, "insert_offset", None))
+        msg = _Message(size_bytes, self.route(src, dst), on_delivered, arg, getattr(self.engine, "insert_offset", None),
+                       self._touches.get((src, dst)))
         self._enter(msg.route[0], msg)
 
     def _enter(self, link: Link, msg: _Message) -> None:
@@ -247,7 +281,13 @@ class CongestionAware:
         engine = self.engine
         if link.history is not None:
             link.history.append((engine.now, engine.now + busy))
-        if msg.origin is not None:  # a representative-rank run: these events are the message's own
+        if msg.touches is not None:  # a quotient run: each event says which class (link or rank) it touches
+            hop = msg.hop
+            last = hop + 1 == len(msg.route)
+            engine.call_later(int(link.latency_ns + serialization), self._arrived, msg,  # type: ignore[call-arg]
+                              offset=msg.origin if last else (msg.touches[hop + 1],))
+            engine.call_later(busy, self._free, link, offset=(msg.touches[hop],))  # type: ignore[call-arg]
+        elif msg.origin is not None:  # a representative-rank run: these events are the message's own
             current = engine.insert_offset  # type: ignore[attr-defined]
             engine.insert_offset = msg.origin  # type: ignore[attr-defined]
             engine.call_later(int(link.latency_ns + serialization), self._arrived, msg)
@@ -282,18 +322,24 @@ BACKENDS: dict[str, Callable[[NetworkConfig, Clock, bool], NetworkBackend]] = {
     "analytical-aware": lambda config, engine, symmetric: CongestionAware(config, engine, symmetric),
     "packet": _packet,
 }
+# backends that can simulate one rank per class of equivalent ranks (simulator/quotient.py)
+QUOTIENT_BACKENDS = ("analytical-unaware", "analytical-aware")
 # backends that can simulate one representative rank for all (messages between equal links are interchangeable)
 SYMMETRIC_BACKENDS = ("analytical-unaware", "analytical-aware")
 
 
-def make_backend(name: str, config: NetworkConfig, engine: Clock, symmetric: bool = False) -> NetworkBackend:
+def make_backend(name: str, config: NetworkConfig, engine: Clock, symmetric: bool = False,
+                 classes: Classes | None = None) -> NetworkBackend:
     """The backend registered under ``name``; an unknown name is an error listing the valid ones.
 
-    ``symmetric`` builds it for a single representative rank (see MirroredMessaging).
+    ``symmetric`` builds it for a single representative rank (see MirroredMessaging), ``classes`` for one rank
+    per class of equivalent ranks (a QUOTIENT_BACKENDS name).
     """
     from workload.errors import InputError
 
     build = BACKENDS.get(name)
     if build is None:
         raise InputError(f"unknown network backend {name!r}; valid: {', '.join(BACKENDS)}")
+    if classes is not None and name == "analytical-aware":
+        return CongestionAware(config, engine, classes=classes)
     return build(config, engine, symmetric)

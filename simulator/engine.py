@@ -114,8 +114,7 @@ class CheckedEngine(Engine):
         self._seen: dict[int, tuple[int, Any]] = {}
         self._seen_tick = -1
 
-    @staticmethod
-    def own(rank: int) -> Any:
+    def own(self, rank: int) -> Any:
         """The offset of a rank's own events (the representative's: 0)."""
         return 0
 

@@ -130,7 +130,15 @@ class Quotient:
     _orders: np.ndarray = field(init=False, repr=False)
     _radix: np.ndarray = field(init=False, repr=False)
     _relative: dict[tuple[int, int], int] = field(init=False, repr=False)
+    _labels: dict[int, tuple[int, ...]] = field(init=False, repr=False)
     rep_list: list[int] = field(init=False, repr=False)  # rep_of as a list (fast to index one rank)
+
+    def label(self, rank: int) -> tuple[int, ...]:
+        """The exponents of the shifts that take ``rank``'s representative to it (a tuple, cached)."""
+        found = self._labels.get(rank)
+        if found is None:
+            found = self._labels[rank] = tuple(int(x) for x in self.coords[rank])
+        return found
 
     def relative(self, a: int, b: int) -> int:
         """``g^-1(a)`` where ``g`` takes ``b``'s representative to ``b``: ``a`` as ``b``'s representative sees it."""
@@ -148,6 +156,7 @@ class Quotient:
             radix[k] = radix[k + 1] * self.orders[k + 1]
         self._radix = radix
         self._relative = {}
+        self._labels = {}
         self.rep_list = self.rep_of.tolist()
 
     @property
@@ -388,14 +397,21 @@ def quotient_of(keys: list[bytes], values: list[tuple[Value, ...]], npus_per_dim
 
 
 class QuotientEngine(CheckedEngine):
-    """A CheckedEngine for quotient runs: events carry the rank(s) whose state they touch, and same-time ties
-    are only a concern among the events of one rank (other ranks' events touch other state)."""
+    """A CheckedEngine for quotient runs. An event's offset lists the state it touches and on whose behalf:
+    pairs (owner, label), the owner a representative rank or a class of links, the label the shift that takes
+    the real instance the event belongs to (the receiving rank, the link) to that representative. The events
+    one real event schedules keep their order in the image, so two same-time events of one owner can only be
+    ordered differently from the full run when they were scheduled by different events, or by one event on
+    behalf of different real instances (different labels)."""
 
-    __slots__ = ()
+    __slots__ = ("identity",)
 
-    @staticmethod
-    def own(rank: int) -> tuple[str, int]:
-        return ("own", rank)
+    def __init__(self, orbit_rank: int = 1) -> None:
+        super().__init__()
+        self.identity: tuple[int, ...] = (0,) * orbit_rank  # the label of a representative's own events
+
+    def own(self, rank: int) -> tuple[tuple[Any, tuple[int, ...]], ...]:  # type: ignore[override]
+        return ((rank, self.identity),)
 
     def _checked_dispatch(self, event: simpy.Event) -> None:
         fn, arg, inserted, parent, offset, eid = event._value
@@ -404,16 +420,7 @@ class QuotientEngine(CheckedEngine):
             self._seen_tick = now
             self._seen = {}
         seen = self._seen
-        if not isinstance(offset, tuple):  # scheduled outside any rank's behalf: compared with everything
-            owners: tuple[tuple[Any, Any], ...] = ((None, offset),)
-        elif offset[0] == "own":
-            owners = ((offset[1], offset),)
-        else:  # ("msg", receiver, tag, source as the receiver sees it, sender whose send completes or None)
-            _, receiver, _, source, sender = offset
-            # events one real event schedules keep their order in the image: an event of the receiver is told
-            # apart by the real rank whose event scheduled it (the source), not by what it carries
-            owners = ((receiver, ("msg", source)),) + (((sender, ("own", sender)),) if sender is not None else ())
-        for owner, label in owners:
+        for owner, label in offset if isinstance(offset, tuple) else ((None, offset),):
             origin = (parent, label)
             if seen.setdefault((inserted, owner), origin) != origin:
                 self.ambiguous = True
@@ -476,7 +483,10 @@ class QuotientMessaging(Messaging):
         self._post_send(entry, on_sent, arg)
         clock = self.clock
         own = clock.insert_offset  # type: ignore[attr-defined]
-        clock.insert_offset = ("msg", rep, wire, source, src if on_sent is not None else None)  # type: ignore
+        # the delivery touches the receiving representative on behalf of dst, and the sender when it completes
+        # a send of its own
+        touched = ((rep, q.label(dst)),)
+        clock.insert_offset = (*touched, (src, q.label(src))) if on_sent is not None else touched  # type: ignore
         self.backend.transmit(src, dst, size_bytes, self._arrived, full)
         clock.insert_offset = own  # type: ignore[attr-defined]
 
@@ -484,7 +494,7 @@ class QuotientMessaging(Messaging):
         full, entry = self._slot(self._recv_seq, tag, src, dst, size_bytes)
         if entry.arrived:
             del self._entries[full]
-            self.clock.call_later(0, on_received, arg, offset=QuotientEngine.own(dst))  # type: ignore[call-arg]
+            self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
             return
         entry.on_received = on_received
         entry.recv_arg = arg

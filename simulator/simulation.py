@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from compute.roofline import Roofline
-from network.backends import SYMMETRIC_BACKENDS, make_backend
+from network.backends import QUOTIENT_BACKENDS, SYMMETRIC_BACKENDS, make_backend
 from network.config import NetworkConfig
 from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
@@ -221,8 +221,9 @@ class Simulation:
         """Why classes of equivalent ranks cannot be folded here (None: they can)."""
         if self.hw_profile is not None:
             return "the classes of equivalent ranks are not folded with --collective-model nccl yet"
-        if self.options.backend != "analytical-unaware" or self.network.fabric is not None:
-            return "the classes of equivalent ranks are folded on the analytical-unaware backend only (yet)"
+        if self.options.backend not in QUOTIENT_BACKENDS or self.network.fabric is not None:
+            return (f"classes of equivalent ranks are folded on the {' and '.join(QUOTIENT_BACKENDS)} backends "
+                    "without a fabric")
         if self.system.replay_only or self.memory.memory_type in ("PER_NODE_MEMORY_EXPANSION", "MEMORY_POOL"):
             return "replayed communication or shared remote memory"
         return None
@@ -256,12 +257,13 @@ class Simulation:
         (``quotient``); None if a folded run turns out ambiguous."""
         opts, npus = self.options, self.network.num_npus
         self._orders = ChunkOrders(enforce_order)
-        engine = QuotientEngine() if quotient is not None else CheckedEngine() if symmetric else Engine()
+        engine = (QuotientEngine(len(quotient.orders)) if quotient is not None else CheckedEngine() if symmetric
+                  else Engine())
         if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
             backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus),
                                           opts.nccl_algorithm, self.warn)
         else:
-            backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric)
+            backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric, classes=quotient)
         if opts.timeline and hasattr(backend, "enable_history"):
             backend.enable_history()
         elif opts.timeline and hasattr(backend, "keep_history"):
@@ -342,7 +344,7 @@ class Simulation:
             events=engine.events_processed, messages=messaging.messages * copies,
             engine="symmetric" if folded else "message",
             collectives=summarize_collectives([w.collective_log for w in everyone]),
-            links=link_table(links, finish, symmetric) if links is not None else [],
+            links=link_table(links, finish, folded) if links is not None else [],
             activity=activity(everyone, finish), network=network_stats(backend), representative=representative)
 
     def _partial_result(self, engine: Engine, ranks: list[RankWorkload], messaging: Messaging, started: float

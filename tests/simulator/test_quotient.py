@@ -90,7 +90,8 @@ def layouts(draw: st.DrawFn) -> dict:
     plan.validate(model)
     return {"model": model, "plan": plan, "network": network, "system": system,
             "group_order": draw(st.permutations(list(range(5)))), "id_offsets": draw(st.lists(
-                st.integers(0, 50), min_size=1, max_size=4)), "rendezvous": draw(st.booleans())}
+                st.integers(0, 50), min_size=1, max_size=4)), "rendezvous": draw(st.booleans()),
+            "backend": draw(st.sampled_from(["analytical-unaware", "analytical-aware"]))}
 
 
 EXAMPLES = int(os.environ.get("QUOTIENT_EXAMPLES", "30"))  # more for a longer hunt
@@ -102,9 +103,9 @@ EXAMPLES = int(os.environ.get("QUOTIENT_EXAMPLES", "30"))  # more for a longer h
 def test_quotient_engine_equals_message_engine(tmp_path: Path, case: dict) -> None:
     traces = llm_traces(case["model"], case["plan"], case["group_order"], case["id_offsets"])
     assert math.prod(case["network"]["npus_count"]) == len(traces)
-    kw = {"device": "H100", "rendezvous": case["rendezvous"]}
+    kw = {"device": "H100", "rendezvous": case["rendezvous"], "backend": case["backend"]}
     fast = simulate(tmp_path, traces, case["network"], case["system"], engine="auto", **kw)
-    event(f"simulated {'all' if fast.simulated_ranks == len(traces) else 'fewer'} ranks")
+    event(f"{case['backend']}: simulated {'all' if fast.simulated_ranks == len(traces) else 'fewer'} ranks")
     slow = simulate(tmp_path, traces, case["network"], case["system"], engine="message", **kw)
     assert [(r.finish_ns, r.exposed_comm_ns, r.comm_ns, r.compute_ns) for r in fast.ranks] == \
         [(r.finish_ns, r.exposed_comm_ns, r.comm_ns, r.compute_ns) for r in slow.ranks]
@@ -140,7 +141,8 @@ def generated_layouts(draw: st.DrawFn) -> dict:
     topology = draw(st.lists(st.sampled_from(["Ring", "Switch", "FullyConnected"]), min_size=len(counts),
                              max_size=len(counts)))
     return {"spec": spec, "network": {"topology": topology, "npus_count": counts, "bandwidth": [400.0] * len(counts),
-                                      "latency": [500.0] * len(counts)}}
+                                      "latency": [500.0] * len(counts)},
+            "backend": draw(st.sampled_from(["analytical-unaware", "analytical-aware"]))}
 
 
 @settings(max_examples=max(EXAMPLES // 2, 10), deadline=None,
@@ -158,7 +160,7 @@ def test_generated_workloads_fold_without_their_traces(tmp_path: Path, case: dic
     workload.write_text(json.dumps(spec))
     network = tmp_path / "n.yml"
     network.write_text(json.dumps(case["network"]))
-    fast = run(str(workload), str(network), device="H100")
-    event(f"simulated {'all' if fast.simulated_ranks == len(fast.ranks) else 'fewer'} ranks")
-    slow = run(str(workload), str(network), device="H100", engine="message")
+    fast = run(str(workload), str(network), device="H100", backend=case["backend"])
+    event(f"{case['backend']}: simulated {'all' if fast.simulated_ranks == len(fast.ranks) else 'fewer'} ranks")
+    slow = run(str(workload), str(network), device="H100", engine="message", backend=case["backend"])
     assert fast.ranks == slow.ranks and fast.collectives == slow.collectives
