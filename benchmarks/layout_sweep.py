@@ -80,9 +80,11 @@ def main() -> int:
         for r in rows[:5]:
             layout = ", ".join(f"{k}={r.get('workload.' + k)}" for k in keys)
             print(f"  {int(r['finish_ns']) / 1e9:8.3f} s  {layout}")
+    fixed = ["workload.micro_batch_size=1", "workload.sequence_parallel=false", "workload.zero=0",
+             "workload.activation_recompute=false"]
     plot = subprocess.run([sys.executable, "-m", "simulator", "plot", out, "--x", "workload.pp", "--y", "finish_ns",
-                           "--hue", "workload.tp", "--out", os.path.join(out, "layouts.png")], cwd=REPO,
-                          capture_output=True, text=True)
+                           "--hue", "workload.tp", *[a for w in fixed for a in ("--where", w)],
+                           "--out", os.path.join(out, "layouts.png")], cwd=REPO, capture_output=True, text=True)
     print(f"plot: {os.path.join(out, 'layouts.png')}" if plot.returncode == 0 else
           f"plot: {(plot.stderr.strip().splitlines() or ['failed'])[-1]}")
     return 0 if done.returncode == 0 else 1
