@@ -42,7 +42,9 @@ def check_timeline(doc: dict, finish_by_rank: dict[int, int], by_node: int = 0) 
 def test_timeline_schema_units_and_ends(tmp_path: Path, reference: Path) -> None:
     out = tmp_path / "t.json"
     result_json = tmp_path / "r.json"
-    run = run_cli(*stg_args("--timeline", str(out), "--timeline-phases", "--json", str(result_json)))
+    # every rank drawn (a folded run draws one rank per class: test_folded_timeline_draws_the_representatives)
+    run = run_cli(*stg_args("--timeline", str(out), "--timeline-phases", "--json", str(result_json), "--engine",
+                            "message"))
     assert run.returncode == 0, run.stderr
     doc = json.loads(out.read_text())
     result = json.loads(result_json.read_text())
@@ -54,6 +56,15 @@ def test_timeline_schema_units_and_ends(tmp_path: Path, reference: Path) -> None
     assert any(e["ph"] == "C" and e["name"].startswith("link ") for e in events)  # link utilisation
     slice_ = next(e for e in events if e["ph"] == "X" and e["args"]["type"] == "COMM_COLL_NODE")
     assert {"node_id", "collective", "size_bytes", "group"} <= set(slice_["args"])
+
+
+def test_folded_timeline_draws_the_representatives(tmp_path: Path, reference: Path) -> None:
+    out = tmp_path / "t.json"
+    run = run_cli(*stg_args("--timeline", str(out)))
+    assert run.returncode == 0, run.stderr
+    assert "folded run): only those are drawn" in run.stderr
+    pids = {e["pid"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert pids == {0, 4}  # one rank per class: the two pipeline stages
 
 
 def test_timeline_groups_ranks_by_node_on_multi_dimensional_networks(tmp_path: Path) -> None:
