@@ -164,3 +164,18 @@ def test_generated_workloads_fold_without_their_traces(tmp_path: Path, case: dic
     event(f"{case['backend']}: simulated {'all' if fast.simulated_ranks == len(fast.ranks) else 'fewer'} ranks")
     slow = run(str(workload), str(network), device="H100", engine="message", backend=case["backend"])
     assert fast.ranks == slow.ranks and fast.collectives == slow.collectives
+
+
+def test_converted_pytorch_traces_fold(tmp_path: Path) -> None:
+    """Execution traces converted from PyTorch (4 ranks, two process groups of 2) fold to one rank per class."""
+    from simulator.api import simulate as run
+    from tests.conftest import run_cli
+
+    fixtures = Path(__file__).resolve().parents[1] / "workload" / "fixtures" / "pytorch" / "v1_1_0_groups"
+    done = run_cli("trace", "convert", "pytorch", str(fixtures), "-o", str(tmp_path / "pt"))
+    assert done.returncode == 0, done.stderr
+    network = tmp_path / "n.yml"
+    network.write_text('{"topology": ["Ring"], "npus_count": [4], "bandwidth": [50], "latency": [500]}')
+    fast = run(str(tmp_path / "pt"), str(network), device="H100")
+    slow = run(str(tmp_path / "pt"), str(network), device="H100", engine="message")
+    assert fast.simulated_ranks == 2 and fast.ranks == slow.ranks
