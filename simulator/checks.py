@@ -65,6 +65,7 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
     needs: set[int] = set()
     untimed = _Untimed()
     seen: set[int] = set()
+    short: list[str] = []  # collectives whose involved_dim names fewer dimensions than the network has
     for r, graph in enumerate(graphs):
         if id(graph) in seen:
             continue
@@ -73,6 +74,10 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
             t = node_table(graph)
         except TraceError as e:
             raise e.located(path=traces.file_for(r), rank=r) from None
+        for i, flags in t.involved_dim.items():
+            if len(flags) < network.num_dims and not short:
+                short.append(f"{traces.file_for(r)}: node {graph.node_id(i)} ({graph.name(i)!r}): involved_dim "
+                             f"{[bool(f) for f in flags]}")
         types = np.asarray(t.types)
         coll = (types == NodeType.COMM_COLL_NODE) & ~np.asarray(t.is_cpu, dtype=bool)
         needs.update(np.asarray(t.comm_type)[coll].tolist())
@@ -89,6 +94,9 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
         else:
             no_duration = gpu_compute & (graph.duration_micros == 0)
             untimed.add(graph, traces.file_for(r), no_duration, flops=no_duration & (np.asarray(t.num_ops) > 0))
+    if short:
+        warn(f"{short[0]} names fewer dimensions than the network's {network.num_dims}: as in ASTRA-sim 2.x (which "
+             "reads past the list), the missing dimensions are not involved; list every dimension to be explicit")
     message = untimed.message(compute.roofline is not None, system.replay_only)
     if message:
         if strict:

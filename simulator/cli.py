@@ -27,7 +27,15 @@ from network.backends import BACKENDS
 from network.config import load_network, load_packet_config
 from simulator.config import MemoryConfig, default_system, load_memory, load_system
 from simulator.results import SimulationResult, format_astra_sim, format_text
-from simulator.simulation import COLLECTIVE_MODELS, ENGINES, SEMANTICS, RunOptions, Simulation, WallTimeExceeded
+from simulator.simulation import (
+    COLLECTIVE_MODELS,
+    ENGINES,
+    SEMANTICS,
+    VERSION,
+    RunOptions,
+    Simulation,
+    WallTimeExceeded,
+)
 from workload.errors import InputError, printable, shown
 from workload.files import shown_path
 from workload.generated import workload_traces
@@ -47,6 +55,20 @@ def run_report(argv: list[str], warn: object = None) -> int:
 
 
 # Each subcommand's module is imported only when it runs: a simulation need not load sweeps, SQLite or plots.
+COMMANDS = (  # what `--help` lists: every subcommand, one line each
+    ("trace inspect|analyze|jsonize|visualize TRACE", "look into traces: counts, sizes, groups, graphs"),
+    ("trace generate collective|compute|sendrecv|memory|llm", "write microbenchmark or LLM training traces"),
+    ("trace convert text|pytorch", "ASTRA-sim 1.0 text workloads, PyTorch execution traces -> Chakra ET"),
+    ("trace rescale TRACE --npus M", "an N-rank data-parallel trace as an M-rank one"),
+    ("trace synthesize TRACE", "look-alike traces from a learned profile"),
+    ("sweep SWEEP.yaml --out DIR", "run every point of a sweep into DIR/results.db"),
+    ("sweep export DIR --csv FILE", "a sweep's results as CSV"),
+    ("plot DIR --x SETTING --y METRIC", "chart a sweep's results"),
+    ("compare --network N.yml --collective C", "algorithms side by side, busbw per size"),
+    ("report RESULTS.json --html FILE", "a results JSON as a page"),
+    ("validate --profile P --tables T.tsv", "the NCCL-like model against published nccl-tests tables"),
+    ("calibrate --profile P --tables T.tsv -o P.yml", "fit a hardware profile to measurements"),
+)
 SUBCOMMANDS = {"trace": "workload.tools.cli", "report": "simulator.cli", "sweep": "simulator.sweep.cli",
                "compare": "simulator.compare", "plot": "simulator.plot", "validate": "simulator.validate",
                "calibrate": "simulator.calibrate"}
@@ -88,13 +110,12 @@ def _number(minimum: float, maximum: float, integer: bool = False, above: bool =
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG,
-        description="Simulate distributed training from Chakra traces with ASTRA-sim 2.x semantics. "
-                    f"Subcommands: {PROG} trace {{inspect,analyze,jsonize,generate,visualize}} ..., "
-                    f"{PROG} report RESULTS.json --html FILE, {PROG} sweep SWEEP.yaml --out DIR, "
-                    f"{PROG} sweep export DIR --csv FILE, {PROG} compare ..., {PROG} plot DIR --x S --y M "
-                    "(each with --help)",
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Simulate distributed training from Chakra traces with ASTRA-sim 2.x semantics.\n\n"
+                    "Subcommands (each with --help):\n" + "\n".join(
+                        f"  {PROG} {name}\n      {what}" for name, what in COMMANDS),
     )
+    p.add_argument("--version", action="version", version=f"{PROG} {VERSION}")
     p.add_argument("--workload", "--workload-configuration", dest="workload", required=True,
                    help="trace prefix (dir/trace for dir/trace.<r>.et), folder, one file for every rank, or a "
                         "generator YAML file built in memory (generate: llm, preset: llama3-405b, tp: 8, ...; or "

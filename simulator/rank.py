@@ -172,8 +172,8 @@ class RankWorkload:
         dims = len(self.system.setup.npus_per_dim)
         if involved is None:
             involved = [True] * max(4, dims)
-        elif len(involved) < dims:
-            involved = involved + [True] * (dims - len(involved))
+        elif len(involved) < dims:  # ASTRA-sim reads past the list: missing dimensions are not involved
+            involved = involved + [False] * (dims - len(involved))
         self._collective_info[i] = (kind, participants, group.gid if group else 0)
         try:
             dataset = self.system.generate_collective(kind, t.comm_size[i], involved, group, t.comm_priority[i])

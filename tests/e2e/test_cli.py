@@ -81,3 +81,15 @@ def test_device_turns_the_roofline_model_on(tmp_path: Path) -> None:
     perf = min(h100.memory_bw_gbps * 1e9 * 1e12 / (1 << 30), h100.peak_tflops * 1e12)
     assert runs[False] == 3  # recorded durations of 0 us: 1 ns each
     assert runs[True] == 3 * int(1e12 / perf * 1e9)
+
+
+def test_version_and_a_help_that_lists_every_subcommand() -> None:
+    from simulator.cli import SUBCOMMANDS
+    from simulator.simulation import VERSION
+
+    done = run_cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"astrasim-py {VERSION}"
+    help_text = run_cli("--help").stdout
+    for name in (*SUBCOMMANDS, "trace generate", "trace convert", "trace rescale", "trace synthesize",
+                 "sweep export"):
+        assert f"astrasim-py {name}" in help_text, name

@@ -246,3 +246,24 @@ def test_rescued_ranks_do_not_hide_a_deadlock_elsewhere(tmp_path: Path) -> None:
     stalls = [make_node(1, "inv", NodeType.INVALID_NODE), comp(2, 3, [1])]
     with pytest.raises(DeadlockError, match=r"rank 1 .* waits for a send from rank 0"):
         simulate(tmp_path, [stalls, [recv(1, 0, 64, 3)]], engine="message")
+
+
+def test_a_short_involved_dim_leaves_the_missing_dimensions_out(tmp_path: Path) -> None:
+    """ASTRA-sim reads past a short involved_dim list: the dimensions it does not name are not involved (its
+    2.0-era example, [true] on Ring x FullyConnected x Switch, prints 2,780 ns, as [true, false, false] does)."""
+    network = {"topology": ["Ring", "FullyConnected", "Switch"], "npus_count": [2, 2, 2],
+               "bandwidth": [50.0, 50.0, 50.0], "latency": [500.0, 500.0, 500.0]}
+
+    def run(involved: list[bool]) -> tuple[list[int], list[str]]:
+        warnings: list[str] = []
+        node = make_node(1, "ar", NodeType.COMM_COLL_NODE, attrs={"comm_type": 0, "comm_size": 1 << 20,
+                                                                 "involved_dim": involved})
+        result = simulate(tmp_path, [[node]] * 8, network, {"all-reduce-implementation": ["ring"] * 3},
+                          warn=warnings.append)
+        return finish_times(result), warnings
+
+    short, warned = run([True])
+    explicit, quiet = run([True, False, False])
+    assert short == explicit and short != run([True, True, True])[0]
+    assert any("names fewer dimensions than the network's 3" in w for w in warned)
+    assert not any("fewer dimensions" in w for w in quiet)
