@@ -439,6 +439,7 @@ class RunMonitor:
         self.limit_s = options.max_wall_time_s
         self.deadline = started + options.max_wall_time_s if options.max_wall_time_s else None
         self.report_at = started + 5.0
+        self._last = (started, 0.0)  # (time, fraction of the work done) at the last progress line
         self.total_nodes = sum(w.feeder.num_nodes for w in ranks) or 1
         self.expired = False
         self.events = 0
@@ -470,11 +471,24 @@ class RunMonitor:
         hops = getattr(self.backend, "packet_hops", None)
         if hops:
             parts.append(f"{hops / elapsed:,.0f} packet-hops/s")
-        if fraction > 0:
-            parts.append(f"about {elapsed * (1 - fraction) / fraction:,.0f} s left (extrapolated from the work done)")
-        else:
-            parts.append("no estimate of the time left until a first node finishes")
+        parts.append(self._estimate(now, fraction))
         return ", ".join(parts)
+
+    def _estimate(self, now: float, fraction: float) -> str:
+        """The time left from the pace since the last line and from the whole run; a range where they differ,
+        none while nothing moves (an estimate that does not move with the run is worse than none)."""
+        last_time, last_fraction = self._last
+        self._last = (now, fraction)
+        if fraction <= 0:
+            return "no estimate of the time left until a first node finishes"
+        overall = (now - self.started) * (1 - fraction) / fraction
+        if fraction <= last_fraction:
+            return f"no trace node finished in the last {now - last_time:,.0f} s, so no estimate of the time left"
+        recent = (now - last_time) * (1 - fraction) / (fraction - last_fraction)
+        low, high = sorted((overall, recent))
+        if high > 2 * low:
+            return f"between {low:,.0f} and {high:,.0f} s left (the pace varies)"
+        return f"about {(low + high) / 2:,.0f} s left"
 
     def _collectives_under_way(self) -> float:
         """The finished share of the collectives under way (phases of their chunks done), in nodes."""

@@ -227,12 +227,16 @@ def test_progress_line_estimates_the_work_left() -> None:
     assert backend.tick == monitor.check_backend
     line = monitor.line(10.0)
     assert line == ("simulated 2.500 ms, 25.0% of trace nodes done, 0/2 ranks finished, 500,000 packet-hops/s, "
-                    "about 30 s left (extrapolated from the work done)")
+                    "about 30 s left")
+    # no progress since: no estimate (a number that does not move with the run is worse than none)
+    assert monitor.line(20.0).endswith("no trace node finished in the last 10 s, so no estimate of the time left")
+    ranks[0].feeder.finished = 14  # fast lately: the recent pace and the whole run's disagree, so a range
+    assert monitor.line(30.0).endswith("between 3 and 5 s left (the pace varies)")
     assert not monitor.check(1)
     monitor.deadline = 0.0
     assert monitor.check(2) and monitor.expired
     assert monitor.stop_message().startswith("stopped by --max-wall-time 1e+09 s at 2500000 ns of simulated time, "
-                                             "5 of 20 trace nodes done")
+                                             "17 of 20 trace nodes done")
 
 
 def test_progress_counts_the_phases_of_collectives_under_way(tmp_path: Path) -> None:
