@@ -10,6 +10,7 @@ two-level order is what makes same-time ties resolve as they do in ASTRA-sim.
 from __future__ import annotations
 
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any
 
 import simpy
@@ -40,20 +41,23 @@ _DISPATCH = (_dispatch,)
 class Engine:
     """Global clock and event heap (a simpy Environment with one callback per event, no processes)."""
 
-    __slots__ = ("_schedule", "env", "events_processed")
+    __slots__ = ("_eid", "_queue", "env", "events_processed")
 
     def __init__(self) -> None:
         self.env = simpy.Environment()
-        self._schedule = self.env.schedule
+        # simpy's heap and event counter, pushed to as Environment.schedule does (without its call per event)
+        self._queue = self.env._queue
+        self._eid = self.env._eid
         self.events_processed = 0
 
     @property
     def now(self) -> int:
-        return self.env.now  # type: ignore[no-any-return]
+        return self.env._now  # type: ignore[no-any-return]
 
     def call_later(self, delay: int, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay`` ns from now (after every event already due at that time)."""
-        self._schedule(_Call((fn, arg), _DISPATCH), 1, delay)  # 1: simpy's NORMAL priority, as a Timeout
+        # 1: simpy's NORMAL priority, as a Timeout's
+        heappush(self._queue, (self.env._now + delay, 1, next(self._eid), _Call((fn, arg), _DISPATCH)))
 
     def run(self, until: int | None = None) -> None:
         self.env.run(until=until)
@@ -65,16 +69,17 @@ class Engine:
 class RankEvents:
     """ASTRA-sim's per-system event lists: events a rank registers for the same tick run as one batch."""
 
-    __slots__ = ("_lists", "_own", "engine")
+    __slots__ = ("_env", "_lists", "_own", "engine")
 
     def __init__(self, engine: Engine, rank: int = 0) -> None:
         self.engine = engine
+        self._env = engine.env
         self._lists: dict[int, list[tuple[Callback, Any]]] = {}
         # the rank's own events
         self._own = {"offset": engine.own(rank)} if isinstance(engine, CheckedEngine) else {}
 
     def register(self, delay: int, fn: Callback, arg: Any = None) -> None:
-        tick = self.engine.now + delay
+        tick = self._env._now + delay
         batch = self._lists.get(tick)
         if batch is None:
             self._lists[tick] = [(fn, arg)]
@@ -121,8 +126,9 @@ class CheckedEngine(Engine):
     def call_later(self, delay: int, fn: Callback, arg: Any = None, offset: Any = None) -> None:
         self._next_id += 1
         off = self.insert_offset if offset is None else offset
-        payload = (fn, arg, self.env.now, self._current, off, self._next_id)
-        self._schedule(_Call(payload, self._checked), 1, delay)
+        now = self.env._now
+        payload = (fn, arg, now, self._current, off, self._next_id)
+        heappush(self._queue, (now + delay, 1, next(self._eid), _Call(payload, self._checked)))
 
     def _checked_dispatch(self, event: simpy.Event) -> None:
         fn, arg, inserted, parent, offset, eid = event._value
