@@ -7,15 +7,19 @@ a receive posted after the arrival completes at once (in a zero-delay event).
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 from network.backends import Callback, Clock, NetworkBackend
 
 
 class _Match:
-    __slots__ = ("arrived", "on_received", "on_sent", "recv_arg", "send_arg", "sent")
+    """One send and the receive it matches (either may come first), and whether its data has arrived."""
 
-    def __init__(self) -> None:
+    __slots__ = ("arrived", "on_received", "on_sent", "recv_arg", "send_arg", "sent", "seq")
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq  # the n-th send and the n-th receive of its key match
         self.sent = False
         self.on_sent: Callback | None = None
         self.send_arg: Any = None
@@ -24,31 +28,45 @@ class _Match:
         self.arrived = False
 
 
+class _Channel:
+    """The matches of one (tag, source, destination, size) key still waiting for their other half: only
+    sends or only receives, oldest first (the n-th send meets the n-th receive)."""
+
+    __slots__ = ("count", "sends", "waiting")
+
+    def __init__(self) -> None:
+        self.count = 0  # matches begun so far
+        self.waiting: deque[_Match] = deque()
+        self.sends = False  # what waits: sends (True) or receives
+
+
 class Messaging:
     """Sends and receives between NPUs; counts what crosses the network."""
 
-    __slots__ = ("_entries", "_own", "_recv_seq", "_send_seq", "backend", "clock", "messages")
+    __slots__ = ("_channels", "_own", "backend", "clock", "messages")
 
     def __init__(self, clock: Clock, backend: NetworkBackend) -> None:
         self.clock = clock
         self._own: dict[str, int] = {"offset": 0} if hasattr(clock, "insert_offset") else {}
         self.backend = backend
-        self._send_seq: dict[tuple[int, int, int, int], int] = {}
-        self._recv_seq: dict[tuple[int, int, int, int], int] = {}
-        self._entries: dict[tuple[int, int, int, int, int], _Match] = {}
+        self._channels: dict[tuple[int, int, int, int], _Channel] = {}
         self.messages = 0
 
-    def _slot(self, counters: dict[tuple[int, int, int, int], int], tag: int, src: int, dst: int, size: int
-              ) -> tuple[tuple[int, int, int, int, int], _Match]:
-        """The match entry of the next send (or receive) with this key."""
+    def _match(self, tag: int, src: int, dst: int, size: int, send: bool) -> tuple[_Match, bool]:
+        """The match of the next send (``send``) or receive with this key, and whether its other half came
+        first."""
         key = (tag, src, dst, size)
-        seq = counters.get(key, 0) + 1
-        counters[key] = seq
-        full = (tag, src, dst, size, seq)
-        entry = self._entries.get(full)
-        if entry is None:
-            entry = self._entries[full] = _Match()
-        return full, entry
+        channel = self._channels.get(key)
+        if channel is None:
+            channel = self._channels[key] = _Channel()
+        waiting = channel.waiting
+        if waiting and channel.sends != send:
+            return waiting.popleft(), True
+        channel.count += 1
+        entry = _Match(channel.count)
+        waiting.append(entry)
+        channel.sends = send
+        return entry, False
 
     def _post_send(self, entry: _Match, on_sent: Callback | None, arg: Any) -> None:
         entry.on_sent = on_sent
@@ -58,26 +76,23 @@ class Messaging:
 
     def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
         """Send; ``on_sent(arg)`` runs when the data arrives at ``dst`` (None: nothing to call)."""
-        full, entry = self._slot(self._send_seq, tag, src, dst, size_bytes)
+        entry, _ = self._match(tag, src, dst, size_bytes, True)
         self._post_send(entry, on_sent, arg)
-        self.backend.transmit(src, dst, size_bytes, self._arrived, full)
+        self.backend.transmit(src, dst, size_bytes, self._arrived, entry)
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
         """Post a receive at ``dst``; ``on_received(arg)`` runs when the matching data has arrived."""
-        full, entry = self._slot(self._recv_seq, tag, src, dst, size_bytes)
+        entry, _ = self._match(tag, src, dst, size_bytes, False)
         if entry.arrived:
-            del self._entries[full]
             self.clock.call_later(0, on_received, arg, **self._own)
             return
         entry.on_received = on_received
         entry.recv_arg = arg
 
-    def _arrived(self, full: tuple[int, int, int, int, int]) -> None:
-        entry = self._entries[full]
+    def _arrived(self, entry: _Match) -> None:
         if entry.on_sent is not None:
             entry.on_sent(entry.send_arg)
         if entry.on_received is not None:
-            del self._entries[full]
             entry.on_received(entry.recv_arg)
         else:
             entry.arrived = True
@@ -85,10 +100,11 @@ class Messaging:
     def unmatched(self) -> list[tuple[int, int, int, int, int, str]]:
         """Messages still waiting: (tag, src, dst, size, n, "receive posted, no send" / "arrived, no receive")."""
         out = []
-        for (tag, src, dst, size, seq), e in self._entries.items():
-            state = "arrived, never received" if e.arrived else (
-                "in flight" if e.sent else "receive posted, nothing sent")
-            out.append((tag, src, dst, size, seq, state))
+        for (tag, src, dst, size), channel in self._channels.items():
+            for e in channel.waiting:
+                state = "arrived, never received" if e.arrived else (
+                    "in flight" if e.sent else "receive posted, nothing sent")
+                out.append((tag, src, dst, size, e.seq, state))
         return out
 
 
@@ -121,7 +137,7 @@ class MirroredMessaging(Messaging):
         return src
 
     def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
-        full, entry = self._slot(self._send_seq, tag, self.mirror(src, dst), src, size_bytes)
+        entry, _ = self._match(tag, self.mirror(src, dst), src, size_bytes, True)
         self._post_send(entry, on_sent, arg)  # my own send's completion happens at the same time
         clock = self.clock
         own = clock.insert_offset  # type: ignore[attr-defined]
@@ -130,5 +146,5 @@ class MirroredMessaging(Messaging):
         # matter; through links it can (they queue behind each other on routes of different lengths).
         origin = ("message", tag) if self.interchangeable else ("message", tag, dst - src)
         clock.insert_offset = origin  # type: ignore[attr-defined]
-        self.backend.transmit(src, dst, size_bytes, self._arrived, full)
+        self.backend.transmit(src, dst, size_bytes, self._arrived, entry)
         clock.insert_offset = own  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ two-level order is what makes same-time ties resolve as they do in ASTRA-sim.
 from __future__ import annotations
 
 from collections.abc import Callable
-from heapq import heappush
+from heapq import heappop, heappush
 from typing import Any
 
 import simpy
@@ -62,6 +62,24 @@ class Engine:
     def run(self, until: int | None = None) -> None:
         self.env.run(until=until)
 
+    def run_batch(self, limit: int) -> int:
+        """Run up to ``limit`` events in simpy's order, as ``Environment.step`` does (without a call per event);
+        returns how many ran (fewer than ``limit``: none is left)."""
+        queue, env = self._queue, self.env
+        done = 0
+        while queue and done < limit:
+            env._now, _, _, event = heappop(queue)
+            callbacks = event.callbacks
+            event.callbacks = None
+            if callbacks is _DISPATCH:
+                fn, arg = event._value
+                fn(arg)
+            else:
+                for callback in callbacks:
+                    callback(event)
+            done += 1
+        return done
+
     def pending(self) -> bool:
         return self.env.peek() != float("inf")
 
@@ -83,7 +101,10 @@ class RankEvents:
         batch = self._lists.get(tick)
         if batch is None:
             self._lists[tick] = [(fn, arg)]
-            self.engine.call_later(delay, self._run_tick, tick, **self._own)
+            if self._own:
+                self.engine.call_later(delay, self._run_tick, tick, **self._own)
+            else:
+                self.engine.call_later(delay, self._run_tick, tick)
         else:
             batch.append((fn, arg))
 

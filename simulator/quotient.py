@@ -479,7 +479,7 @@ class QuotientMessaging(Messaging):
         rep = q.rep_list[dst]
         source = q.relative(src, dst)
         wire = self._tag(tag, src, dst, rep)
-        full, entry = self._slot(self._send_seq, wire, source, rep, size_bytes)
+        entry, _ = self._match(wire, source, rep, size_bytes, True)
         self._post_send(entry, on_sent, arg)
         clock = self.clock
         own = clock.insert_offset  # type: ignore[attr-defined]
@@ -487,13 +487,12 @@ class QuotientMessaging(Messaging):
         # a send of its own
         touched = ((rep, q.label(dst)),)
         clock.insert_offset = (*touched, (src, q.label(src))) if on_sent is not None else touched  # type: ignore
-        self.backend.transmit(src, dst, size_bytes, self._arrived, full)
+        self.backend.transmit(src, dst, size_bytes, self._arrived, entry)
         clock.insert_offset = own  # type: ignore[attr-defined]
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
-        full, entry = self._slot(self._recv_seq, tag, src, dst, size_bytes)
+        entry, _ = self._match(tag, src, dst, size_bytes, False)
         if entry.arrived:
-            del self._entries[full]
             self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
             return
         entry.on_received = on_received

@@ -364,16 +364,15 @@ class Simulation:
 
     def _run_events(self, engine: Engine, ranks: list[RankWorkload], started: float) -> RunMonitor:
         env = engine.env
-        step = env.step
-        peek = env.peek
         monitor = RunMonitor(ranks, started, self.options, env, self.backend)
         count = 0
         last_progress = -1
+        batch = 0x4000  # events between checks of the wall-time limit and progress lines
         while not monitor.expired:
-            while peek() != float("inf"):
-                step()
-                count += 1
-                if not count & 0x3FFF and (monitor.check(count) or monitor.expired):
+            while True:
+                done = engine.run_batch(batch)
+                count += done
+                if done < batch or monitor.check(count) or monitor.expired:
                     break
             if monitor.expired:
                 break
