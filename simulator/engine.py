@@ -18,34 +18,15 @@ import simpy
 Callback = Callable[[Any], None]
 
 
-def _dispatch(event: simpy.Event) -> None:
-    fn, arg = event._value
-    fn(arg)
-
-
-class _Call:
-    """A simpy event reduced to what ``Environment.step`` reads: its callbacks, value and success. Scheduled with
-    ``Environment.schedule`` like a Timeout, without a Timeout's checks and list per event."""
-
-    __slots__ = ("_value", "callbacks")
-    _ok = True
-
-    def __init__(self, value: Any, callbacks: tuple[Callable[[Any], None], ...]) -> None:
-        self._value = value
-        self.callbacks = callbacks
-
-
-_DISPATCH = (_dispatch,)
-
-
 class Engine:
-    """Global clock and event heap (a simpy Environment with one callback per event, no processes)."""
+    """Global clock and event heap: a simpy Environment's clock and heap, ordered as simpy orders events (time,
+    priority, insertion), each entry a plain (callback, argument) pair run by ``run_batch`` (no simpy event
+    objects or processes: the hot path is one heap push and one pop per event)."""
 
     __slots__ = ("_eid", "_queue", "env", "events_processed")
 
     def __init__(self) -> None:
         self.env = simpy.Environment()
-        # simpy's heap and event counter, pushed to as Environment.schedule does (without its call per event)
         self._queue = self.env._queue
         self._eid = self.env._eid
         self.events_processed = 0
@@ -57,31 +38,28 @@ class Engine:
     def call_later(self, delay: int, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay`` ns from now (after every event already due at that time)."""
         # 1: simpy's NORMAL priority, as a Timeout's
-        heappush(self._queue, (self.env._now + delay, 1, next(self._eid), _Call((fn, arg), _DISPATCH)))
+        heappush(self._queue, (self.env._now + delay, 1, next(self._eid), (fn, arg)))
 
     def run(self, until: int | None = None) -> None:
-        self.env.run(until=until)
+        """Run events until none is left (or the next is due at ``until`` or later)."""
+        queue = self._queue
+        while queue and (until is None or queue[0][0] < until):
+            self.run_batch(1)
+        if until is not None:
+            self.env._now = max(self.env._now, until)
 
     def run_batch(self, limit: int) -> int:
-        """Run up to ``limit`` events in simpy's order, as ``Environment.step`` does (without a call per event);
-        returns how many ran (fewer than ``limit``: none is left)."""
+        """Run up to ``limit`` events in time order; returns how many ran (fewer than ``limit``: none is left)."""
         queue, env = self._queue, self.env
         done = 0
         while queue and done < limit:
-            env._now, _, _, event = heappop(queue)
-            callbacks = event.callbacks
-            event.callbacks = None
-            if callbacks is _DISPATCH:
-                fn, arg = event._value
-                fn(arg)
-            else:
-                for callback in callbacks:
-                    callback(event)
+            env._now, _, _, (fn, arg) = heappop(queue)
+            fn(arg)
             done += 1
         return done
 
     def pending(self) -> bool:
-        return self.env.peek() != float("inf")
+        return bool(self._queue)
 
 
 class RankEvents:
@@ -128,11 +106,10 @@ class CheckedEngine(Engine):
     rank to rank; the engine then sets ``ambiguous`` and the caller falls back to simulating every rank.
     """
 
-    __slots__ = ("_checked", "_current", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
+    __slots__ = ("_current", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
 
     def __init__(self) -> None:
         super().__init__()
-        self._checked = (self._checked_dispatch,)
         self.ambiguous = False
         self.insert_offset: Any = 0  # whose behalf new events are scheduled on (0: the representative's own)
         self._current = 0
@@ -149,10 +126,10 @@ class CheckedEngine(Engine):
         off = self.insert_offset if offset is None else offset
         now = self.env._now
         payload = (fn, arg, now, self._current, off, self._next_id)
-        heappush(self._queue, (now + delay, 1, next(self._eid), _Call(payload, self._checked)))
+        heappush(self._queue, (now + delay, 1, next(self._eid), (self._checked_dispatch, payload)))
 
-    def _checked_dispatch(self, event: simpy.Event) -> None:
-        fn, arg, inserted, parent, offset, eid = event._value
+    def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
+        fn, arg, inserted, parent, offset, eid = payload
         now = self.env.now
         if now != self._seen_tick:
             self._seen_tick = now

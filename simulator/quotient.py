@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import simpy
 
 from network.backends import Callback, NetworkBackend
 from network.messaging import Messaging
@@ -413,8 +412,8 @@ class QuotientEngine(CheckedEngine):
     def own(self, rank: int) -> tuple[tuple[Any, tuple[int, ...]], ...]:  # type: ignore[override]
         return ((rank, self.identity),)
 
-    def _checked_dispatch(self, event: simpy.Event) -> None:
-        fn, arg, inserted, parent, offset, eid = event._value
+    def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
+        fn, arg, inserted, parent, offset, eid = payload
         now = self.env.now
         if now != self._seen_tick:
             self._seen_tick = now
