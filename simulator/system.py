@@ -93,13 +93,14 @@ class Stream:
     """One chunk of a collective, moving through its phases; the algorithms' port to the system."""
 
     __slots__ = ("communicator", "dataset", "id", "initialized", "members", "phase", "phases", "priority", "queue",
-                 "rank", "started_ns", "step", "system")
+                 "rank", "started_ns", "step", "system", "tag")
 
     def __init__(self, system: RankSystem, stream_id: int, dataset: DataSet, phases: list[Phase], priority: int,
                  communicator: int = -1, members: int = 0) -> None:
         self.system = system
         self.rank = system.rank
         self.id = stream_id
+        self.tag = wire_tag(stream_id, COLLECTIVE)  # its messages' tag
         self.communicator = communicator  # the communicator group's id, -1 for all NPUs
         self.members = members  # ranks that run this stream together
         self.dataset = dataset
@@ -115,10 +116,10 @@ class Stream:
 
     # the algorithm's port
     def send(self, dst: int, size: int) -> None:
-        self.system.send(dst, size, wire_tag(self.id, COLLECTIVE), None, None)
+        self.system.send(dst, size, self.tag, None, None)
 
     def recv(self, src: int, size: int) -> None:
-        self.system.recv(src, size, wire_tag(self.id, COLLECTIVE), _stream_received, self)
+        self.system.recv(src, size, self.tag, _stream_received, self)
 
     def bundle(self, processed: bool, size: int, local: bool) -> None:
         self.system.bundle(self, processed, size, local)
