@@ -31,7 +31,7 @@ def _llm_parser() -> argparse.ArgumentParser:
 
 def llm_keys() -> dict[str, Any]:
     """The keys of a ``generate: llm`` mapping with their defaults (the flags of ``trace generate llm``)."""
-    skip = {"output", "summary", "list_presets", "max_files", "max_bytes"}
+    skip = {"output", "summary", "list_presets", "max_files", "max_bytes", "groups_file"}
     return {k: v for k, v in vars(_llm_parser().parse_args([])).items() if k not in skip}
 
 

@@ -134,3 +134,35 @@ def test_converter_and_generator_outputs_decode_with_chakra(tmp_path: Path) -> N
                     assert kinds["comm_type"] == "int64_val" and kinds["comm_size"] == "int64_val", (name, node)
                 if "pg_name" in kinds:
                     assert kinds["pg_name"] == "string_val"
+
+
+def test_llm_traces_with_a_groups_file_carry_no_metadata_and_the_same_groups(tmp_path: Path) -> None:
+    """--groups-file: no METADATA node in any trace (ASTRA-sim 2.x stops at one) as Chakra's reader sees them,
+    and the comm-group JSON holds exactly the groups the METADATA nodes declare otherwise; both simulate alike."""
+    import json
+
+    from simulator.api import simulate
+    from tests.conftest import run_cli
+    from workload.groups import metadata_groups
+    from workload.schema import NodeType
+
+    base = ["trace", "generate", "llm", "--preset", "gpt3-1.3b", "--layers", "4", "--dp", "2", "--tp", "2", "--pp",
+            "2", "--global-batch", "4", "--name", "llm"]
+    assert run_cli(*base, "-o", str(tmp_path / "meta")).returncode == 0
+    done = run_cli(*base, "-o", str(tmp_path / "file"), "--groups-file")
+    assert done.returncode == 0, done.stderr
+    groups_path = tmp_path / "file" / "llm.comm_groups.json"
+    assert done.stdout.splitlines()[1] == str(groups_path)
+    declared: dict[str, list[int]] = {}
+    for rank in range(8):
+        _, theirs = _read_with_chakra(tmp_path / "file" / f"llm.{rank}.et")
+        assert all(node.type != NodeType.METADATA_NODE for node in theirs)
+        graph = TraceLoader().load(str(tmp_path / "meta" / f"llm.{rank}.et"), rank)
+        for name, ranks in metadata_groups(graph, 0) or ():
+            declared[str(name)] = list(ranks)
+    assert json.loads(groups_path.read_text()) == dict(sorted(declared.items(), key=lambda kv: int(kv[0])))
+    network = tmp_path / "n.yml"
+    network.write_text('{"topology": ["Switch"], "npus_count": [8], "bandwidth": [400], "latency": [500]}')
+    with_metadata = simulate(str(tmp_path / "meta" / "llm"), str(network), device="H100")
+    with_file = simulate(str(tmp_path / "file" / "llm"), str(network), comm_groups=groups_path, device="H100")
+    assert with_metadata.ranks == with_file.ranks

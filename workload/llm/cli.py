@@ -62,6 +62,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--output", "-o", help="output folder (omit with --summary to only print the summary)")
     o.add_argument("--device", help="fill compute durations from a roofline estimate on this device preset "
                                     "(A100, H100, ...); default: durations 0, simulate with --device")
+    o.add_argument("--groups-file", action="store_true",
+                   help="write the communicator groups to OUT/<name>.comm_groups.json (ASTRA-sim's "
+                        "--comm-group-configuration) instead of a METADATA node in every trace: ASTRA-sim 2.x stops "
+                        "at METADATA nodes; simulate here with --comm-groups OUT/<name>.comm_groups.json")
     o.add_argument("--summary", action="store_true",
                    help="print parameters, FLOPs, bytes per communicator group kind and node counts")
     add_output_limits(o)
@@ -156,11 +160,13 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
         metadata = {"generator": "astrasim-py trace generate llm", "model": model.name,
                     "plan": f"dp={plan.dp} tp={plan.tp} pp={plan.pp} ep={plan.ep} zero={plan.zero_stage}"}
         try:
-            TraceEmitter(programs, ranks, device, metadata).write(prefix)
+            TraceEmitter(programs, ranks, device, metadata, groups_file=args.groups_file).write(prefix)
         except TraceError as e:
             raise InputError(f"{what}: node {e.node_id}: {e.problem}: the model is too large for the trace "
                              "format's 64-bit fields") from None
         print(printable(prefix))
+        if args.groups_file:
+            print(printable(f"{prefix}.comm_groups.json"))
         if device is None:
             warn("the compute nodes carry FLOPs and bytes but no duration: simulate them with --device NAME (e.g. "
                  "--device H100), or they take about 0 time; or generate with --device NAME to record durations")

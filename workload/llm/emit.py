@@ -8,6 +8,7 @@ and receives (whose peers differ on every rank) per rank.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from typing import Any
 
@@ -33,9 +34,12 @@ class TraceEmitter:
     """Serializes the programs of every stage for every rank; ``device`` fills compute durations."""
 
     def __init__(self, programs: list[StageProgram], ranks: RankMap, device: Device | None = None,
-                 metadata: dict[str, Any] | None = None) -> None:
+                 metadata: dict[str, Any] | None = None, groups_file: bool = False) -> None:
         self.programs = programs
         self.ranks = ranks
+        # communicator groups in a comm-group JSON beside the traces (ASTRA-sim 2.x stops at METADATA nodes)
+        # instead of a METADATA node in every trace
+        self.groups_file = groups_file
         self.roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
         self.header = serialize(make_metadata(GENERATED_VERSION, metadata))
         self._compute: dict[int, list[bytes | None]] = {}
@@ -87,7 +91,7 @@ class TraceEmitter:
         program = self.programs[stage]
         compute = self._stage_compute(program)
         payloads = [self.header]
-        groups = self.ranks.rank_groups(rank)
+        groups = {} if self.groups_file else self.ranks.rank_groups(rank)
         if groups:
             payloads.append(serialize(process_groups_node(0, groups)))
         for i, op in enumerate(program.ops):
@@ -116,7 +120,7 @@ class TraceEmitter:
                     slots.setdefault(("peer", op.peer), set())
             template = self._templates[stage] = [(kind, which, tuple(sorted(types)))
                                                  for (kind, which), types in slots.items()]
-        metadata = bool(self.ranks.rank_groups(rank))
+        metadata = not self.groups_file and bool(self.ranks.rank_groups(rank))
         key = hashlib.blake2b(repr((stage, metadata, template)).encode(), digest_size=20).digest()
         values: list[tuple[Any, ...]] = []
         for kind, which, types in template:
@@ -128,11 +132,21 @@ class TraceEmitter:
                 values.append(("group", types, group.ranks if group.gid else ()))
         return key, tuple(values)
 
+    def all_groups(self) -> dict[str, list[int]]:
+        """Every numbered communicator group, as ASTRA-sim's comm-group JSON holds them ({"1": [ranks], ...})."""
+        found = {g.gid: g.ranks for by_rank in self.ranks.groups.values() for g in by_rank.values() if g.gid}
+        return {str(gid): list(found[gid]) for gid in sorted(found)}
+
     def write(self, prefix: str) -> list[str]:
-        """Write ``<prefix>.<rank>.et`` for every rank; returns the paths."""
+        """Write ``<prefix>.<rank>.et`` for every rank (and, with ``groups_file``, ``<prefix>.comm_groups.json``);
+        returns the trace paths."""
         directory = os.path.dirname(prefix)
         if directory:
             os.makedirs(directory, exist_ok=True)
+        if self.groups_file:
+            with open(f"{prefix}.comm_groups.json", "w") as f:
+                json.dump(self.all_groups(), f)
+                f.write("\n")
         paths = []
         for rank in range(self.ranks.plan.world_size):
             path = f"{prefix}.{rank}.et"
