@@ -267,3 +267,17 @@ def test_a_short_involved_dim_leaves_the_missing_dimensions_out(tmp_path: Path) 
     assert short == explicit and short != run([True, True, True])[0]
     assert any("names fewer dimensions than the network's 3" in w for w in warned)
     assert not any("fewer dimensions" in w for w in quiet)
+
+
+def test_astra_sims_one_collective_example_on_ring_fullyconnected_switch(tmp_path: Path) -> None:
+    """ASTRA-sim's 2.0-era example (inputs/workload/ASTRA-sim-2.0/onecomm_allreduce: 64 ranks, one 64 KiB
+    all-reduce with involved_dim [true], on its Ring x FullyConnected x Switch network and system files):
+    ASTRA-sim 2.x prints 2,780 ns."""
+    node = make_node(512, "ALL_REDUCE", NodeType.COMM_COLL_NODE,
+                     attrs={"is_cpu_op": False, "comm_type": 0, "comm_size": 65536, "involved_dim": [True]})
+    network = {"topology": ["Ring", "FullyConnected", "Switch"], "npus_count": [2, 8, 4],
+               "bandwidth": [200.0, 100.0, 50.0], "latency": [50.0, 500.0, 2000.0]}
+    system = {"scheduling-policy": "LIFO", "endpoint-delay": 10, "active-chunks-per-dimension": 1,
+              "preferred-dataset-splits": 4, "all-reduce-implementation": ["ring", "direct", "halvingDoubling"],
+              "collective-optimization": "localBWAware", "local-mem-bw": 50}
+    assert set(finish_times(simulate(tmp_path, [[node]] * 64, network, system, warn=lambda _: None))) == {2780}
