@@ -89,3 +89,46 @@ def process_groups_node(node_id: int, groups: Mapping[Any, Sequence[int]], name:
                       separators=(",", ":"))
     return make_node(node_id, name, schema.NodeType.METADATA_NODE, inputs={"values": str([text]), "shapes": "",
                                                                            "types": ""}, **node_args)
+
+
+GROUPS_FILE_HELP = ("write the communicator groups to PREFIX.comm_groups.json (ASTRA-sim's --comm-group-configuration) "
+                    "instead of a METADATA node in every trace: ASTRA-sim 2.x stops at METADATA nodes; simulate "
+                    "here with --comm-groups PREFIX.comm_groups.json")
+
+
+def move_groups_to_file(paths: Sequence[str], out: str) -> dict[str, list[int]]:
+    """Rewrite the traces at ``paths`` without their METADATA nodes and write the groups those declared to ``out``
+    as a comm-group JSON ({"pg": [ranks]}); a group declared differently by two traces is an error."""
+    from workload.protoscan import PADDING
+    from workload.reader import decode_trace
+    from workload.wire import read_trace_buffer
+    from workload.writer import graph_messages, write_trace
+
+    groups: dict[str, list[int]] = {}
+    for path in paths:
+        graph = decode_trace(read_trace_buffer(path, PADDING), path)
+        metadata = {int(i) for i in (graph.types == schema.NodeType.METADATA_NODE).nonzero()[0]}
+        if not metadata:
+            continue
+        for i in sorted(metadata):
+            for name, ranks in metadata_groups(graph, i) or ():
+                listed = [int(r) for r in ranks]
+                if groups.setdefault(str(name), listed) != listed:
+                    raise TraceError(f"process group {shown(name)} lists ranks {shown(listed)} here but "
+                                     f"{shown(groups[str(name)])} in another trace", path=path)
+        removed = {graph.node_id(i) for i in metadata}
+        kept = []
+        for node in graph_messages(graph):
+            if node.id in removed:
+                continue
+            if removed & set(node.data_deps) or removed & set(node.ctrl_deps):
+                node.data_deps[:] = [d for d in node.data_deps if d not in removed]
+                node.ctrl_deps[:] = [d for d in node.ctrl_deps if d not in removed]
+            kept.append(node)
+        write_trace(path, kept, version=graph.version or "1.0.0", metadata=graph.metadata.get("attr") or None)
+    ordered = dict(sorted(groups.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0,
+                                                          kv[0])))
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(ordered, f)
+        f.write("\n")
+    return ordered

@@ -166,3 +166,29 @@ def test_llm_traces_with_a_groups_file_carry_no_metadata_and_the_same_groups(tmp
     with_metadata = simulate(str(tmp_path / "meta" / "llm"), str(network), device="H100")
     with_file = simulate(str(tmp_path / "file" / "llm"), str(network), comm_groups=groups_path, device="H100")
     assert with_metadata.ranks == with_file.ranks
+
+
+def test_converters_write_a_groups_file_on_request(tmp_path: Path) -> None:
+    """convert pytorch / text --groups-file: the same traces without METADATA nodes (as Chakra's reader sees
+    them) and the groups in PREFIX.comm_groups.json; the two forms simulate alike."""
+    from simulator.api import simulate
+    from tests.conftest import REPO, run_cli
+    from workload.schema import NodeType
+
+    fixtures = REPO / "tests" / "workload" / "fixtures"
+    cases = {"pytorch": (["convert", "pytorch", str(fixtures / "pytorch" / "v1_1_0_groups")], 4, "H100"),
+             "text": (["convert", "text", str(fixtures / "text" / "transformer_fwd_in_bckwd.txt"), "--num-npus",
+                       "8"], 8, None)}
+    for name, (args, npus, device) in cases.items():
+        plain, split = tmp_path / name / "plain", tmp_path / name / "split"
+        assert run_cli("trace", *args, "-o", str(plain)).returncode == 0
+        done = run_cli("trace", *args, "-o", str(split), "--groups-file")
+        assert done.returncode == 0, done.stderr
+        for rank in range(npus):
+            _, theirs = _read_with_chakra(Path(f"{split}.{rank}.et"))
+            assert all(node.type != NodeType.METADATA_NODE for node in theirs), name
+        network = tmp_path / name / "n.yml"
+        network.write_text(f'{{"topology": ["Ring"], "npus_count": [{npus}], "bandwidth": [50], "latency": [500]}}')
+        a = simulate(str(plain), str(network), device=device)
+        b = simulate(str(split), str(network), comm_groups=f"{split}.comm_groups.json", device=device)
+        assert a.ranks == b.ranks, name

@@ -27,6 +27,7 @@ from workload.convert.pytorch_groups import GroupTable
 from workload.convert.pytorch_kineto import DeviceTrace, load_kineto, pair_traces
 from workload.convert.pytorch_trace import HostTrace, load_host_trace
 from workload.errors import InputError, TraceError, printable
+from workload.groups import GROUPS_FILE_HELP, move_groups_to_file
 from workload.writer import write_trace
 
 Warn = Callable[[str], None]
@@ -44,6 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "pattern such as 'et/rank*.json.gz' (folders and patterns in natural name order)")
     parser.add_argument("--output", "-o", required=True, metavar="PREFIX",
                         help="output prefix: writes PREFIX.0.et, PREFIX.1.et, ...")
+    parser.add_argument("--groups-file", action="store_true", help=GROUPS_FILE_HELP)
     parser.add_argument("--kineto", nargs="+", metavar="FILE",
                         help="Kineto traces (torch.profiler Chrome-trace JSON) of the same step, one per rank, "
                              "as files, a folder or a pattern: durations come from them (GPU kernel time when "
@@ -51,9 +53,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, warn: Warn) -> None:
-    convert(expand_inputs(args.inputs, "host"), args.output,
-            expand_inputs(args.kineto, "kineto") if args.kineto else None, warn=warn)
+    paths = convert(expand_inputs(args.inputs, "host"), args.output,
+                    expand_inputs(args.kineto, "kineto") if args.kineto else None, warn=warn)
     print(printable(args.output))
+    if args.groups_file:
+        move_groups_to_file(paths, f"{args.output}.comm_groups.json")
+        print(printable(f"{args.output}.comm_groups.json"))
 
 
 def convert(host_paths: list[str], prefix: str, kineto_paths: list[str] | None = None,

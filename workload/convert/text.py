@@ -29,6 +29,7 @@ from workload.convert.text_format import (
 )
 from workload.convert.text_layout import GroupTable, make_layout
 from workload.errors import InputError, printable
+from workload.groups import GROUPS_FILE_HELP, move_groups_to_file
 from workload.limits import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_FILES,
@@ -60,6 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                           "HYBRID_MODEL_DATA, HYBRID_DLRM[_ENHANCED], HYBRID_TRANSFORMER[_FWD_IN_BCKWD], "
                           "DISTRIBUTED_INFERENCE) into PREFIX.<rank>.et files, one per NPU.")
     parser.add_argument("input", metavar="INPUT", help="the text workload file")
+    parser.add_argument("--groups-file", action="store_true", help=GROUPS_FILE_HELP)
     parser.add_argument("--output", "-o", required=True, metavar="PREFIX",
                         help="output prefix: writes PREFIX.0.et ... PREFIX.<N-1>.et")
     parser.add_argument("--num-npus", type=int, required=True, metavar="N", help="number of NPUs (ranks)")
@@ -77,9 +79,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, warn: Warn) -> None:
-    convert(args.input, args.output, args.num_npus, args.num_passes, model_parallel_npus=args.model_parallel_npus,
-            ga=args.ga, time_unit=args.time_unit, warn=warn, limits=output_limits(args))
+    paths = convert(args.input, args.output, args.num_npus, args.num_passes,
+                    model_parallel_npus=args.model_parallel_npus, ga=args.ga, time_unit=args.time_unit, warn=warn,
+                    limits=output_limits(args))
     print(printable(args.output))
+    if args.groups_file:
+        move_groups_to_file(paths, f"{args.output}.comm_groups.json")
+        print(printable(f"{args.output}.comm_groups.json"))
 
 
 def convert(path: str, prefix: str, num_npus: int, num_passes: int = 1, *, model_parallel_npus: int | None = None,
