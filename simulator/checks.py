@@ -144,6 +144,8 @@ def _check_algorithms(needs: set[int], system: SystemConfig, network: NetworkCon
         if not kind:
             continue
         key = f"'{kind.replace('_', '-')}-implementation'"
+        if system.custom(kind) is not None:
+            continue  # its ET is read (and checked) when the first such collective runs
         algorithms = system.implementation(kind)
         if not algorithms:
             raise InputError(f"{system.path}: the workload has {kind.replace('_', '-')} collectives but there is no "

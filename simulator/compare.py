@@ -6,7 +6,8 @@
     astrasim-py compare --network N.yml --collective all_reduce --sizes 1MiB,1GiB --collective-model nccl \
                         --hw-profile hgx-h200 [--algorithms auto,ring,nvls]
 
-An algorithm is one name for every dimension or one per dimension joined by "/". Sizes, times and
+An algorithm is one name for every dimension or one per dimension joined by "/", or custom:PREFIX for a custom
+algorithm given as Chakra ETs PREFIX.<rank>.et (run as ASTRA-sim runs them: one chunk-stream). Sizes, times and
 bandwidths follow nccl-tests: a size is the whole buffer (all-gather: the gathered output, n x what each
 rank sends), a collective's time is averaged over the ranks, algbw = size / time and busbw = algbw x the
 collective's bus factor (2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter, all-to-all), both
@@ -86,7 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "gathered output; each rank sends size/ranks) (default 1MiB,16MiB,256MiB)")
     p.add_argument("--algorithms",
                    help="comma-separated, e.g. ring,direct,halvingDoubling,doubleBinaryTree; ring/direct for one "
-                        "per dimension (needed unless --explain); with --collective-model nccl: auto (the "
+                        "per dimension; custom:PREFIX for a custom algorithm's ETs (PREFIX.<rank>.et) (needed unless "
+                        "--explain); with --collective-model nccl: auto (the "
                         "library's choice, the default) and NCCL algorithms to force (ring, tree, nvls, nvls_tree, "
                         "collnet, pat, direct, msccl)")
     p.add_argument("--collective-model", dest="collective_model", choices=("astra-sim", "nccl"), default="astra-sim",
@@ -166,7 +168,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     algorithms = [a.strip() for a in (args.algorithms or "auto").split(",") if a.strip()]
     if not algorithms:
         raise InputError("--algorithms: name at least one algorithm")
-    per_dim = {} if nccl else {a: per_dimension(a, network.num_dims) for a in algorithms}
+    custom = {a: os.path.abspath(a.split(":", 1)[1]) for a in algorithms if a.startswith("custom:")}
+    per_dim = {} if nccl else {a: per_dimension(a, network.num_dims) for a in algorithms if a not in custom}
     if nccl:
         check_nccl_algorithms(algorithms)
     if args.collective:
@@ -197,8 +200,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     usable: dict[str, list[str]] = {}
     skipped = []
     for algorithm in algorithms:
-        if nccl:  # the model times every kind; a forced algorithm runs where it can (as NCCL_ALGO)
-            usable[algorithm] = kinds
+        if nccl or algorithm in custom:  # the model times every kind (a forced algorithm runs where it can, as
+            usable[algorithm] = kinds    # NCCL_ALGO); a custom algorithm's ET implements what it implements
             continue
         families = {parse_algorithm(n).family for n in per_dim[algorithm]}
         usable[algorithm] = [k for k in kinds if all(k in FAMILIES[f] for f in families)]
@@ -211,6 +214,9 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
                 continue
             if nccl:
                 chosen = [(parse_setting("options.nccl_algorithm", PROG), None if algorithm == "auto" else algorithm)]
+            elif algorithm in custom:  # one chunk-stream, as ASTRA-sim runs custom algorithms
+                chosen = [(parse_setting(f"system.{KEYS[k]}-custom", PROG), [custom[algorithm]])
+                          for k in usable[algorithm]] + [(parse_setting("system.preferred-dataset-splits", PROG), 1)]
             else:
                 chosen = [(parse_setting(f"system.{KEYS[k]}", PROG), per_dim[algorithm]) for k in usable[algorithm]]
             if size is not None:

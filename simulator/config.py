@@ -14,7 +14,7 @@ from typing import Any
 
 from compute.devices import device
 from network.values import MAX_COUNT, MAX_DELAY_NS, MAX_RATE, choice, flag, key_names, number, whole
-from simulator.collectives.registry import NAMES, parse_algorithm
+from simulator.collectives.registry import parse_algorithm
 from workload.errors import ConfigError, InputError, shown
 from workload.files import read_json
 
@@ -39,7 +39,7 @@ _CUSTOM_KEYS = ("all-reduce-implementation-custom", "all-gather-implementation-c
 
 SYSTEM_KEYS = ("scheduling-policy", "collective-optimization", "endpoint-delay", "active-chunks-per-dimension",
                "preferred-dataset-splits", "local-mem-bw", "peak-perf", "roofline-enabled", "replay-only", "device",
-               "model-shared-bus", *IMPLEMENTATION_KEYS, *_NO_TIMING_EFFECT, *_NOT_READ_BY_ASTRA_SIM)
+               "model-shared-bus", *IMPLEMENTATION_KEYS, *_CUSTOM_KEYS, *_NO_TIMING_EFFECT, *_NOT_READ_BY_ASTRA_SIM)
 MEMORY_KEYS = ("memory-type", "remote-mem-latency", "remote-mem-bw", "num-nodes", "num-npus-per-node")
 
 # Used when no --system is given; the same as configs/system/default.json.
@@ -77,6 +77,8 @@ class SystemConfig:
     roofline_enabled: bool = False
     replay_only: bool = False
     implementations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # collective -> one per dim
+    # collective -> the path prefix of a custom algorithm's Chakra ETs (<prefix>.<position>.et), covering all dims
+    custom_implementations: dict[str, str] = field(default_factory=dict)
     device: str | None = None  # astrasim-py extension: a compute/devices.py preset name
     path: str = "<memory>"
     defaults_used: tuple[str, ...] = ()
@@ -89,6 +91,11 @@ class SystemConfig:
 
     def implementation(self, collective: str) -> tuple[str, ...]:
         return self.implementations.get(collective, ())
+
+    def custom(self, collective: str) -> str | None:
+        """The ET prefix of the custom algorithm this collective runs (ASTRA-sim's ``*-implementation-custom``,
+        which takes precedence over the native implementation), or None."""
+        return self.custom_implementations.get(collective)
 
 
 def _number(data: dict[str, Any], key: str, path: str, kind: type = float, *, low: float = 0,
@@ -155,10 +162,22 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
         impls[collective] = tuple(names)
     kw["implementations"] = impls
 
+    custom: dict[str, str] = {}
     for key in _CUSTOM_KEYS:
-        if key in data:
-            raise ConfigError(f"{path}: '{key}': custom (Chakra-defined) collective algorithms are not supported; "
-                              f"use the native algorithms ({', '.join(NAMES)})")
+        if key not in data:
+            continue
+        if key == "per-node-custom-implementation":
+            raise ConfigError(f"{path}: '{key}' (a custom algorithm per workload node) is not supported; give one "
+                              "per collective type with '<collective>-implementation-custom'")
+        value = data[key]
+        if not (isinstance(value, list) and len(value) == 1 and isinstance(value[0], str) and value[0]):
+            raise ConfigError(f"{path}: '{key}' must be a list of one Chakra ET path prefix (it covers every "
+                              f"dimension, as in ASTRA-sim), not {shown(value)}")
+        beside = os.path.join(os.path.dirname(path), value[0]) if not os.path.isabs(value[0]) else value[0]
+        # ASTRA-sim reads it relative to its working directory; beside the system file is tried first
+        custom[key.replace("-implementation-custom", "").replace("-", "_")] = (
+            beside if os.path.exists(f"{beside}.0.et") else value[0])
+    kw["custom_implementations"] = custom
     if "model-shared-bus" in data and _flag(data, "model-shared-bus", path):
         warn(f"{path}: 'model-shared-bus' = 1 (ASTRA-sim's LogGP memory-bus model) is not modelled; "
              "collective timings will differ from ASTRA-sim")

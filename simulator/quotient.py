@@ -331,6 +331,8 @@ def _algorithms(values: list[tuple[Value, ...]], system: SystemConfig, dims: int
                     kind = COLLECTIVE_KINDS.get(ctype)  # type: ignore[call-overload]
                     if kind is not None:  # broadcasts replay their duration; unsupported types stop the run anyway
                         (world_kinds if v[2] == WORLD else group_kinds).add(kind)
+    if any(system.custom(kind) is not None for kind in world_kinds | group_kinds):
+        return False, False  # a custom algorithm's ET names its peers: not folded
     world_ok = all(name.startswith(SYMMETRIC_ALGORITHMS) and not (name.startswith("one") and dims > 1)
                    for kind in world_kinds for name in system.implementation(kind))
     group_ok = all((system.implementation(kind)[0] if len(system.implementation(kind)) == 1 else "ring")

@@ -51,6 +51,9 @@ def symmetry_blockers(graphs: list[TraceGraph], system: SystemConfig, memory: Me
     kinds = {_KINDS.get(t.comm_type[i]) for i, ty in enumerate(t.types)
              if ty == NodeType.COMM_COLL_NODE and not t.is_cpu[i]}
     for kind in sorted(k for k in kinds if k):
+        if system.custom(kind) is not None:
+            reasons.append(f"a custom {kind} algorithm")
+            continue
         for name in system.implementation(kind):
             if not name.startswith(SYMMETRIC_ALGORITHMS):
                 reasons.append(f"the {name} algorithm ({kind})")

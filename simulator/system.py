@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from network.messaging import Messaging
 from simulator.chunk_order import ChunkOrders
 from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Algorithm
+from simulator.collectives.custom import CustomAlgorithm, CustomAlgorithms
 from simulator.collectives.registry import make_algorithm, parse_algorithm
 from simulator.collectives.topology import CollectiveTopology, LogicalRing, build_topology
 from simulator.config import SystemConfig
@@ -53,6 +54,7 @@ class SystemSetup:
     injection_scale: float = 1.0
     rendezvous: bool = False
     chunk_orders: ChunkOrders | None = None  # None: one simulated rank, which cannot disagree with itself
+    custom: CustomAlgorithms = field(default_factory=CustomAlgorithms)  # custom collectives' ETs, read once
 
     @property
     def total_npus(self) -> int:
@@ -272,9 +274,40 @@ class RankSystem:
             topo = self._topologies[key] = CollectiveTopology([LogicalRing(group.members, local=True)])
         return topo, impls, [True]
 
+    def _custom_collective(self, kind: str, prefix: str, size: int, group: CommGroup | None,
+                           explicit_priority: int) -> DataSet:
+        """ASTRA-sim's custom collective: one stream, one phase (queue 0) running the ET of this rank's position
+        in the communicator (simulator/collectives/custom.py)."""
+        chunk = size // self.splits
+        if kind != ALL_GATHER and self.total_npus > chunk:
+            chunk = self.total_npus
+            size = self.splits * chunk
+        if math.ceil(float(size) / float(max(chunk, 1))) != 1:
+            raise InputError(f"{self.setup.config.path}: a custom {kind.replace('_', '-')} algorithm runs one "
+                             f"chunk-stream, but 'preferred-dataset-splits' {self.splits} makes ASTRA-sim wait for "
+                             "more, so it never finishes: set it to 1")
+        position = self.rank if group is None else group.members.index(self.rank)
+        graph = self.setup.custom.graph(prefix, position)
+        algorithm = CustomAlgorithm(kind, self.rank, graph, None if group is None else group.members, size)
+        dataset = DataSet(1, self.engine.now)
+        dataset.phases_total = 1
+        if group is None:
+            stream_id = self.stream_counter
+            self.stream_counter += 1
+        else:
+            stream_id = group.next_stream
+            group.next_stream += 1
+        stream = Stream(self, stream_id, dataset, [Phase(0, algorithm, 0, "custom")], self.priority(explicit_priority),
+                        -1 if group is None else group.gid, self.total_npus if group is None else len(group.members))
+        self.proceed(stream)
+        return dataset
+
     def generate_collective(self, kind: str, size: int, involved: Sequence[bool], group: CommGroup | None,
                             explicit_priority: int) -> DataSet:
         """Chunk a collective into streams, each with its phases, and queue them."""
+        custom = self.setup.config.custom(kind)
+        if custom is not None:
+            return self._custom_collective(kind, custom, size, group, explicit_priority)
         if group is None:
             topo, impls = self.topology(kind)
         else:

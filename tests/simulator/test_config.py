@@ -52,7 +52,7 @@ def test_missing_keys_get_documented_defaults() -> None:
     ({"all-reduce-implementation": ["direct0"]}, "unknown collective algorithm"),
     ({"preferred-dataset-splits": 0}, "'preferred-dataset-splits' must be a whole number from 1"),
     ({"local-mem-bw": "fast"}, "'local-mem-bw' must be a number"),
-    ({"all-reduce-implementation-custom": ["x.et"]}, "custom"),
+    ({"all-reduce-implementation-custom": ["a", "b"]}, "a list of one Chakra ET path prefix"),
     ({"active-chunks-per-dimension": 1.5}, "whole number"),
 ])
 def test_bad_system_values(data: dict, match: str) -> None:
