@@ -108,8 +108,14 @@ def check_attributes(graph: TraceGraph) -> None:
             if missing.size:
                 i = int(missing[0])
                 more = f" ({missing.size} such nodes)" if missing.size > 1 else ""
+                hint = f"a {node_type.name} needs {', '.join(names)}"
+                if graph.version and not graph.version.startswith("1."):
+                    # e.g. ASTRA-sim's 2.0-era examples: Chakra 0.0.4 traces whose collectives carry no size in any
+                    # field, which ASTRA-sim 2.x cannot run either
+                    hint += (f"; this trace is Chakra schema {graph.version} and holds no such value in any other "
+                             "field: regenerate it with a current Chakra")
                 raise TraceError(f"{node_type.name} without its '{name}' attribute{more}", node_id=graph.node_id(i),
-                                 hint=f"a {node_type.name} needs {', '.join(names)}")
+                                 hint=hint)
 
 
 def resolve_dependencies(graph: TraceGraph, *, drop_dangling: bool = False) -> Dependencies:

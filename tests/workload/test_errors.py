@@ -192,3 +192,19 @@ def test_semantic_problems_stop_a_simulation_but_not_the_inspection_tools(tmp_pa
     shown = run_cli("trace", "inspect", str(tmp_path / "t"))
     assert shown.returncode == 0, shown.stderr
     assert "would not simulate as is:" in shown.stdout and line.split("node", 1)[1] in shown.stdout
+
+
+def test_an_old_schema_trace_without_collective_sizes_says_its_version(tmp_path: Path) -> None:
+    """ASTRA-sim's 2.0-era ResNet-50 traces (Chakra 0.0.4) give their collectives no size at all: refused, saying
+    which schema the file is and that no other field holds the value; `trace inspect` prints the version."""
+    from tests.conftest import run_cli
+    from workload.schema import NodeType
+    from workload.traceset import TraceLoader
+    from workload.writer import make_node, write_trace
+
+    path = tmp_path / "old.0.et"
+    write_trace(path, [make_node(55, "COMM_COLL_NODE_fc1000_ALLREDUCE", NodeType.COMM_COLL_NODE,
+                                 attrs={"comm_type": 0, "involved_dim": [True]})], version="0.0.4")
+    with pytest.raises(TraceError, match=r"Chakra schema 0\.0\.4 and holds no such value"):
+        TraceLoader().load(str(path), 0)
+    assert "Chakra schema version: 0.0.4" in run_cli("trace", "inspect", str(path)).stdout

@@ -137,6 +137,8 @@ def format_text(summaries: list[RankSummary], shared: bool, per_rank: bool) -> s
         lines.append(f"one trace file, run by every rank: {printable(summaries[0].file)}")
     lines.append(f"ranks: {t['ranks']}   nodes: {t['nodes']}   dependency edges: {t['edges']}   "
                  f"longest dependency chain: {t['max_depth']} nodes")
+    versions = sorted({s.version or "(none)" for s in summaries})
+    lines.append(f"Chakra schema version: {', '.join(printable(v) for v in versions)}")
     lines.append("nodes by type: " + ", ".join(f"{k} {v}" for k, v in t["nodes_by_type"].items()))
     if t["collectives"]:
         lines.append("collectives (type: size x count, over all ranks):")
