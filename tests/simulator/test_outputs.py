@@ -162,3 +162,19 @@ def test_report_of_a_result_with_odd_fields_is_one_line(tmp_path: Path, capsys: 
         bad.write_text(json.dumps({**result, field: value}))
         done = cli(capsys, "report", str(bad), "--html", str(tmp_path / "x.html"))
         assert done.returncode == 1 and "not an astrasim-py results file" in done.stderr, done.stderr
+
+
+def test_text_says_why_the_unaware_model_exceeds_the_links(tmp_path: Path) -> None:
+    """Direct all-reduce on a switch: every message uses a link's whole bandwidth at once, so busbw exceeds it;
+    the summary says why in one line. A ring stays under its links and gets no such line."""
+    from simulator.results import format_text
+    from tests.conftest import simulate
+    from workload.schema import NodeType
+    from workload.writer import make_node
+
+    node = make_node(1, "ar", NodeType.COMM_COLL_NODE, attrs={"comm_type": 0, "comm_size": 1 << 20})
+    switch = {"topology": ["Switch"], "npus_count": [8], "bandwidth": [50.0], "latency": [500.0]}
+    direct = format_text(simulate(tmp_path, [[node]] * 8, switch, {"all-reduce-implementation": ["direct"]}))
+    assert "exceeds the fastest link's 53.7 GB/s: the congestion-unaware model" in direct
+    ring = format_text(simulate(tmp_path, [[node]] * 8, switch, {"all-reduce-implementation": ["ring"]}))
+    assert "exceeds the fastest link" not in ring
