@@ -68,10 +68,11 @@ COMMANDS = (  # what `--help` lists: every subcommand, one line each
     ("report RESULTS.json --html FILE", "a results JSON as a page"),
     ("validate --profile P --tables T.tsv", "the NCCL-like model against published nccl-tests tables"),
     ("calibrate --profile P --tables T.tsv -o P.yml", "fit a hardware profile to measurements"),
+    ("validate-training --tables T.tsv", "predicted training steps against published runs"),
 )
 SUBCOMMANDS = {"trace": "workload.tools.cli", "report": "simulator.cli", "sweep": "simulator.sweep.cli",
                "compare": "simulator.compare", "plot": "simulator.plot", "validate": "simulator.validate",
-               "calibrate": "simulator.calibrate"}
+               "calibrate": "simulator.calibrate", "validate-training": "simulator.tools.validate_training"}
 
 
 def _subcommand(name: str) -> Callable[..., int]:

@@ -12,11 +12,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workload.errors import InputError, printable, shown
 from workload.files import read_yaml, shown_path
 from workload.traceset import TraceSet
+
+if TYPE_CHECKING:
+    from workload.llm.model import ModelConfig
+    from workload.llm.plan import ParallelPlan
 
 GENERATOR_SUFFIXES = (".yml", ".yaml")
 
@@ -67,12 +71,9 @@ def _llm_args(spec: dict[str, Any], where: str) -> argparse.Namespace:
     return args
 
 
-def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
-    from compute.devices import device as device_preset
-    from workload.llm.build import build_programs
+def llm_model_plan(spec: dict[str, Any], where: str) -> tuple[ModelConfig, ParallelPlan]:
+    """The model and the (validated) parallelism plan of a ``generate: llm`` mapping."""
     from workload.llm.cli import _model, plan_from_args
-    from workload.llm.emit import TraceEmitter
-    from workload.llm.plan import RankMap
 
     args = _llm_args(spec, where)
     try:
@@ -81,6 +82,17 @@ def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
         plan.validate(model)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
+    return model, plan
+
+
+def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
+    from compute.devices import device as device_preset
+    from workload.llm.build import build_programs
+    from workload.llm.emit import TraceEmitter
+    from workload.llm.plan import RankMap
+
+    model, plan = llm_model_plan(spec, where)
+    args = _llm_args(spec, where)
     if plan.world_size != npus:
         raise InputError(f"{where}: the plan has {plan.world_size:,} ranks (dp {plan.dp} x tp {plan.tp} x pp "
                          f"{plan.pp}) but the network has {npus:,} NPUs: they must match")

@@ -1,0 +1,80 @@
+"""Where one simulated training step went, on its slowest rank: compute by kernel class, communication left
+exposed (not hidden under compute) by communicator kind, and the pipeline bubble.
+
+The generator names every node, and its stage programs say what each name is (a kernel of class matmul,
+attention, elementwise or optimizer; a collective on a tp/dp/ep/edp/emb/cp group; a pipeline send or
+receive). The run's per-node spans (kept when a run records a timeline) are grouped by those names:
+
+- compute of a class = the summed time of its kernels (kernels run one at a time on a rank's stream);
+- exposed communication of a kind = the time its collectives run while no kernel does (kinds can overlap
+  each other, so these can add up to more than the exposed total, which is given too);
+- bubble = the step minus the time some kernel or some collective runs: the rank idles or waits for a
+  pipeline send/receive (a receive counts from when it is posted until its data arrives).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.breakdown import union_ns
+from workload.schema import NodeType
+
+PP = "pp"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeKinds:
+    """Node name -> what it is: ("compute", kernel class) or ("comm", group kind, "pp" for sends/receives)."""
+
+    kinds: dict[str, tuple[str, str]]
+
+    @classmethod
+    def of_programs(cls, programs: list[Any]) -> NodeKinds:
+        kinds: dict[str, tuple[str, str]] = {}
+        for program in programs:
+            for op in program.ops:
+                if op.node_type == NodeType.COMP_NODE:
+                    kinds[op.name] = ("compute", op.kernel.category if op.kernel is not None else "other")
+                elif op.node_type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+                    kinds[op.name] = ("comm", PP)
+                elif op.node_type == NodeType.COMM_COLL_NODE:
+                    kinds[op.name] = ("comm", op.group or "world")
+        return cls(kinds)
+
+
+def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str, Any]:
+    """The breakdown of one simulated rank (a RankWorkload run with a timeline)."""
+    if workload.timeline is None:
+        raise ValueError("the breakdown needs the run's per-node spans (RunOptions(timeline=True))")
+    graph = workload.graph
+    compute_ns: dict[str, int] = defaultdict(int)
+    compute: list[tuple[int, int]] = []
+    comm: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for i, start, end in workload.timeline.spans:
+        kind = kinds.kinds.get(graph.name(i))
+        if kind is None:
+            continue
+        if kind[0] == "compute":
+            compute_ns[kind[1]] += end - start
+            compute.append((start, end))
+        else:
+            comm[kind[1]].append((start, end))
+    busy = union_ns(compute)
+    exposed = {k: union_ns(compute + iv) - busy for k, iv in sorted(comm.items())}
+    collectives = [span for k, iv in comm.items() if k != PP for span in iv]
+    exposed_total = union_ns(compute + collectives) - busy
+    return {"rank": workload.rank, "step_ns": finish_ns, "compute_busy_ns": busy,
+            "compute_ns_by_class": dict(sorted(compute_ns.items())), "exposed_comm_ns_by_kind": exposed,
+            "exposed_collectives_ns": exposed_total, "bubble_ns": finish_ns - busy - exposed_total}
+
+
+def slowest_rank_breakdown(sim: Any, result: Any, kinds: NodeKinds) -> dict[str, Any]:
+    """The breakdown of the rank that finishes last (in a folded run, its class's representative)."""
+    slow = max(result.ranks, key=lambda r: (r.finish_ns, -r.rank))
+    rep = result.representative[slow.rank] if result.representative else slow.rank
+    workload = next(w for w in sim.workloads if w.rank == rep)
+    out = step_breakdown(workload, slow.finish_ns, kinds)
+    out["rank"] = slow.rank
+    return out

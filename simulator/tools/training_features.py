@@ -1,0 +1,132 @@
+"""What a published run did, in the LLM generator's own option names: the one table that maps a row's layout to
+``generate: llm`` keys, and the framework defaults a blank field takes.
+
+Every feature a row may need is listed once in ``FEATURES`` with the generator option(s) that express it, in
+order of preference; the first option the generator has (its key exists and accepts the value) is used. A
+feature none of whose options exists is reported ("needs: interleaved pipeline schedule (generator option vp)")
+and the row is not simulated: nothing stands in for it. As the generator grows options with these names, the
+rows that need them start running without a change here.
+
+Two entries use an older option as an exact equivalent: Megatron's distributed optimizer is ZeRO stage 1 in
+the generator (gradients reduce-scattered over data parallelism, the optimizer step on the shard, parameters
+all-gathered after it), and FSDP is ZeRO stage 3 (parameters all-gathered per layer, forward and backward).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+VALUE = object()  # in an option: the row's own value (e.g. the number of virtual stages)
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    label: str
+    options: tuple[tuple[str, Any], ...]  # (generator key, value or VALUE); empty: no generator can express it
+
+
+FEATURES: dict[str, Feature] = {
+    "tp": Feature("tensor parallelism", (("tp", VALUE),)),
+    "pp": Feature("pipeline parallelism", (("pp", VALUE),)),
+    "dp": Feature("data parallelism", (("dp", VALUE),)),
+    "ep": Feature("expert parallelism", (("ep", VALUE),)),
+    "vp": Feature("interleaved pipeline schedule", (("vp", VALUE), ("virtual_pipeline", VALUE))),
+    "cp": Feature("context parallelism", (("cp", VALUE),)),
+    "sequence_parallel": Feature("sequence parallelism", (("sequence_parallel", True),)),
+    "full_recompute": Feature("full activation recompute", (("recompute", "full"), ("activation_recompute", True))),
+    "selective_recompute": Feature("selective activation recompute (attention core)", (("recompute", "selective"),)),
+    "distributed_optimizer": Feature("distributed optimizer", (("distributed_optimizer", True), ("zero", 1))),
+    "fsdp": Feature("FSDP (parameters gathered per layer)", (("fsdp", True), ("zero", 3))),
+    "fp8": Feature("FP8 GEMMs", (("precision", "fp8"),)),
+    "fp4": Feature("FP4 GEMMs", (("precision", "fp4"),)),
+    "overlap_grad_reduce": Feature("gradient reduction overlapped with backward", (("overlap_grad_reduce", True),)),
+    "overlap_param_gather": Feature("parameter all-gather overlapped with forward", (("overlap_param_gather", True),)),
+    "tp_comm_overlap": Feature("tensor-parallel communication overlapped with GEMMs", (("tp_comm_overlap", True),)),
+    "pp_scatter_gather": Feature("pipeline scatter/gather of activations over tensor-parallel ranks",
+                                 (("pp_scatter_gather", True),)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Framework:
+    """What a framework does where a row of its tables says nothing (each value with why)."""
+
+    name: str
+    micro_batch: tuple[int, str]
+    distributed_optimizer: tuple[bool, str]
+    sequence_parallel: tuple[bool, str]  # applied only where TP > 1
+    overlap: tuple[bool, str]  # overlap_grad_reduce, overlap_param_gather, tp_comm_overlap
+    recompute: tuple[str, str]
+    precision: tuple[str, str]
+
+
+_MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
+_NONE = (False, "Megatron-LM default: off")
+_NEMO = Framework("NeMo / Megatron-Bridge recipes", (1, "the recipes' default micro-batch size"),
+                  (True, "NeMo/Megatron-Bridge recipes: use_distributed_optimizer on"),
+                  (True, "NeMo/Megatron-Bridge performance recipes: on when TP > 1"),
+                  (True, "NeMo/Megatron-Bridge recipes: overlap_grad_reduce, overlap_param_gather, TP comm overlap "
+                         "on"),
+                  ("none", "NeMo/Megatron-Bridge default: no recompute"),
+                  ("bf16", "NeMo/Megatron-Bridge default: BF16 mixed precision"))
+_MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM default: off"), _NONE,
+                      ("none", "Megatron-LM default: no recompute"),
+                      ("bf16", "16-bit mixed precision (the MFU/peak the source quotes is the BF16/FP16 one)"))
+FRAMEWORKS: dict[str, Framework] = {
+    "megatron_sc21_t1": Framework("Megatron-LM (2021)", _MEGATRON_MBS,
+                                  (False, "not in Megatron-LM in 2021"), (False, "not in Megatron-LM in 2021"),
+                                  (False, "not in Megatron-LM in 2021"), _MEGATRON.recompute, _MEGATRON.precision),
+    "korthikanti22_t5": Framework("Megatron-LM (2022)", _MEGATRON_MBS, (False, "Megatron-LM (2022) default: off"),
+                                  _MEGATRON.sequence_parallel, (False, "Megatron-LM (2022): not used"),
+                                  _MEGATRON.recompute, _MEGATRON.precision),
+    "megatron_readme_h100": _MEGATRON,
+    "nemo_2407": _NEMO,
+    "megatron_bridge_perf": _NEMO,
+    "mlperf_gpt3": _NEMO,
+}
+
+
+@lru_cache(maxsize=1)
+def generator_options() -> dict[str, argparse.Action]:
+    """The generator's ``generate: llm`` options by key (the flags of ``trace generate llm``)."""
+    from workload.generated import llm_keys
+    from workload.llm.cli import configure
+
+    parser = argparse.ArgumentParser(add_help=False)
+    configure(parser)
+    keys = llm_keys()
+    return {a.dest: a for a in parser._actions if a.dest in keys}
+
+
+def accepts(key: str, value: Any) -> bool:
+    """Whether the generator has option ``key`` and it takes ``value``."""
+    action = generator_options().get(key)
+    if action is None:
+        return False
+    if action.choices is not None and value not in action.choices:
+        return False
+    if isinstance(value, bool):
+        return action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction)
+    if isinstance(value, int):
+        return action.type is int
+    return action.type in (None, str) and action.nargs != 0
+
+
+def resolve(name: str, value: Any) -> tuple[str, Any] | None:
+    """The (generator key, value) expressing feature ``name`` with the row's ``value``; None when the generator
+    has no option for it."""
+    for key, template in FEATURES[name].options:
+        v = value if template is VALUE else template
+        if accepts(key, v):
+            return key, v
+    return None
+
+
+def missing_label(name: str) -> str:
+    """"interleaved pipeline schedule (generator option vp)"."""
+    feature = FEATURES[name]
+    keys = " or ".join(k for k, _ in feature.options)
+    return f"{feature.label} (generator option {keys})" if keys else feature.label

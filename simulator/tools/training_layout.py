@@ -1,0 +1,239 @@
+"""A published training row -> everything one simulated iteration needs: the ``generate: llm`` mapping, the
+hardware profile, the compute device and the network; or the reason it cannot be simulated as published.
+
+Nothing is silently replaced. A blank field takes the framework's documented default and is listed in
+``defaults_used``; a feature the generator cannot express yet makes the row ``needs`` (named by the generator
+option that would express it, simulator/tools/training_features.py); a machine without a shipped profile, a
+model without a card, or numbers that do not add up make it ``unsupported`` with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from network.config import NetworkConfig
+from simulator.tools.training_features import FRAMEWORKS, Framework, missing_label, resolve
+from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
+from simulator.tools.training_metrics import Metric, choose_metric
+from simulator.tools.training_models import ROW_DIMS, model_for
+from simulator.tools.training_table import TrainingRow, alternative_note, flag, leading_number, number, whole
+from workload.errors import InputError
+
+READY, NEEDS, UNSUPPORTED = "ready", "needs", "unsupported"
+
+
+@dataclass(slots=True)
+class RowPlan:
+    row: TrainingRow
+    status: str = READY
+    reason: str = ""
+    spec: dict[str, Any] = field(default_factory=dict)  # the generate: llm mapping
+    model: dict[str, Any] = field(default_factory=dict)  # its model fields
+    profile: str = ""
+    device: str = ""
+    network: NetworkConfig | None = None
+    n_gpus: int = 0
+    layout: str = ""
+    defaults_used: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    needs: list[str] = field(default_factory=list)
+    approximable: bool = False  # --approximate may simulate it without what it needs
+    metric: Metric | None = None
+
+    def refuse(self, status: str, reason: str) -> RowPlan:
+        if self.status == READY:
+            self.status, self.reason = status, reason
+        return self
+
+
+def _framework(row: TrainingRow, plan: RowPlan) -> Framework:
+    found = FRAMEWORKS.get(row.source_id)
+    if found is None:
+        plan.defaults_used.append(f"framework defaults: Megatron-LM's (source {row.source_id!r} is not one we know)")
+        return FRAMEWORKS["megatron_readme_h100"]
+    return found
+
+
+def _parallel(row: TrainingRow, plan: RowPlan) -> dict[str, int] | None:
+    dims: dict[str, int] = {}
+    for column in ("TP", "PP", "CP", "EP"):
+        value = whole(row, column)
+        if value is None:
+            if row.text(column):
+                plan.refuse(UNSUPPORTED, f"{column} {row.text(column)!r} is not a whole number")
+                return None
+            value = 1  # blank: not used
+        note = alternative_note(row, column)
+        if note and note not in plan.notes:
+            plan.notes.append(note)
+        dims[column.lower()] = value
+    n = plan.n_gpus
+    model_parallel = dims["tp"] * dims["pp"] * dims["cp"]
+    dp = whole(row, "DP")
+    if dp is None:
+        if n % model_parallel:
+            plan.refuse(UNSUPPORTED, f"{n} GPUs are not divisible by TP x PP x CP = {model_parallel}")
+            return None
+        dp = n // model_parallel
+        plan.defaults_used.append(f"DP = GPUs / (TP x PP x CP) = {dp}")
+    if dp * model_parallel != n:
+        plan.refuse(UNSUPPORTED, f"TP x PP x CP x DP = {dp * model_parallel}, not the row's {n} GPUs")
+        return None
+    dims["dp"] = dp
+    vp_text = row.text("VP")
+    vp = whole(row, "VP")
+    if vp is None and vp_text:
+        if dims["pp"] > 1:
+            plan.refuse(UNSUPPORTED, f"VP {vp_text!r}: an interleaved schedule without its number of virtual stages "
+                                     "(no framework default)")
+            return None
+        plan.notes.append(f"VP {vp_text!r} has no effect with PP = 1")
+        vp = 1
+    dims["vp"] = vp or 1
+    return dims
+
+
+def _zero(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int) -> list[str]:
+    text = row.text("zero_or_dist_opt").lower()
+    features: list[str] = []
+    fsdp = leading_number(text[text.find("fsdp=") + 5:]) if "fsdp=" in text else None
+    if fsdp is not None and fsdp[0] > 0:
+        features.append("fsdp")
+    elif "dist" in text and "opt" in text:
+        features.append("distributed_optimizer")
+    elif text.startswith("zero"):
+        stage = whole(row, "zero_or_dist_opt") or 0
+        features += ["distributed_optimizer"] if stage in (1, 2) else ["fsdp"] if stage == 3 else []
+    elif fw.distributed_optimizer[0] and dp > 1:
+        features.append("distributed_optimizer")
+        plan.defaults_used.append(f"distributed optimizer ({fw.distributed_optimizer[1]})")
+    elif dp > 1:
+        plan.defaults_used.append(f"no distributed optimizer ({fw.distributed_optimizer[1]})")
+    return [f for f in features if dp > 1]
+
+
+def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str, int]) -> list[tuple[str, Any]]:
+    """The (feature, value) pairs the row's run used."""
+    reqs: list[tuple[str, Any]] = [(k, dims[k]) for k in ("tp", "pp", "dp")]
+    reqs += [(k, dims[k]) for k in ("ep", "vp", "cp") if dims[k] > 1]
+    tp, dp = dims["tp"], dims["dp"] * dims["cp"]
+    sp = flag(row.text("seq_parallel"))
+    if sp is None and tp > 1:
+        sp = fw.sequence_parallel[0]
+        plan.defaults_used.append(f"sequence parallelism {'on' if sp else 'off'} ({fw.sequence_parallel[1]})")
+    if sp and tp > 1:
+        reqs.append(("sequence_parallel", True))
+    recompute = row.text("recompute").lower()
+    if not recompute:
+        recompute = fw.recompute[0]
+        plan.defaults_used.append(f"recompute {recompute} ({fw.recompute[1]})")
+    if recompute.startswith("selective"):
+        reqs.append(("selective_recompute", True))
+    elif recompute.startswith(("full", "yes", "true")):
+        reqs.append(("full_recompute", True))
+    zero = _zero(row, fw, plan, dp)
+    reqs += [(f, True) for f in zero]
+    text = " ".join(row.text(c) for c in ("zero_or_dist_opt", "seq_parallel", "notes")).lower()
+    stated = {k: f"--{k.replace('_', '-')}" in text for k in ("overlap_grad_reduce", "overlap_param_gather",
+                                                              "tp_comm_overlap")}
+    relevant = {"overlap_grad_reduce": dp > 1, "overlap_param_gather": dp > 1 and bool(zero),
+                "tp_comm_overlap": tp > 1}
+    if any(stated.values()):
+        reqs += [(k, True) for k, on in stated.items() if on and relevant[k]]
+    elif fw.overlap[0] and any(relevant.values()):
+        reqs += [(k, True) for k, on in relevant.items() if on]
+        plan.defaults_used.append(f"communication overlap: {', '.join(k for k, on in relevant.items() if on)} "
+                                  f"({fw.overlap[1]})")
+    if "scatter/gather optimization on" in text and dims["pp"] > 1 and tp > 1:
+        reqs.append(("pp_scatter_gather", True))
+    precision = row.text("precision").lower()
+    if not precision:
+        precision = fw.precision[0]
+        plan.defaults_used.append(f"precision {precision} ({fw.precision[1]})")
+    if "fp4" in precision:
+        reqs.append(("fp4", True))
+    elif "fp8" in precision:
+        reqs.append(("fp8", True))
+    return reqs
+
+
+def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int) -> tuple[int, int] | None:
+    gbs = whole(row, "global_batch")
+    if gbs is None:
+        plan.refuse(UNSUPPORTED, "no global batch size")
+        return None
+    mbs = whole(row, "micro_batch")
+    if mbs is None:
+        mbs = fw.micro_batch[0]
+        plan.defaults_used.append(f"micro-batch size {mbs} ({fw.micro_batch[1]})")
+    if gbs % (dp * mbs):
+        plan.refuse(UNSUPPORTED, f"global batch {gbs} is not a whole number of micro-batches of {mbs} on DP = {dp}")
+        return None
+    return gbs, mbs
+
+
+def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
+    """What it takes to simulate ``row`` (``hw_profile`` overrides the matched profile)."""
+    n = whole(row, "n_gpus")
+    plan = RowPlan(row, n_gpus=n or 0)
+    if not n:
+        return plan.refuse(UNSUPPORTED, f"n_gpus {row.text('n_gpus')!r} is not a whole number")
+    fw = _framework(row, plan)
+    dims = _parallel(row, plan)
+    if dims is None:
+        return plan
+    if not row.text("layers") and not row.text("TP"):
+        return plan.refuse(UNSUPPORTED, "the source states no parallel layout or model dimensions")
+    plan.layout = " ".join(f"{k.upper()}{dims[k]}" for k in ("tp", "pp", "vp", "cp", "ep", "dp")
+                           if dims[k] > 1 or k in ("tp", "pp", "dp"))
+    row_dims = {f: v for c, f in ROW_DIMS.items() if (v := whole(row, c)) is not None}
+    chosen = model_for(row.text("model"), row_dims, dims["tp"])
+    plan.defaults_used += chosen.defaults_used
+    plan.model = chosen.fields
+    if chosen.needs and not chosen.approximable:
+        plan.needs = list(chosen.needs)
+        return plan.refuse(NEEDS, "; ".join(chosen.needs))
+    if chosen.problem:
+        return plan.refuse(UNSUPPORTED, chosen.problem)
+    reqs = _requirements(row, fw, plan, dims)
+    batch = _batch(row, fw, plan, dims["dp"])
+    if batch is None:
+        return plan
+    missing = list(chosen.needs)
+    spec: dict[str, Any] = {"generate": "llm", "model_name": row.row_id[:64], **chosen.fields}
+    for name, value in reqs:
+        got = resolve(name, value)
+        if got is None:
+            missing.append(missing_label(name))
+        else:
+            spec[got[0]] = got[1]
+    spec["global_batch"], spec["micro_batch_size"] = batch
+    plan.spec = spec
+    stated = stated_machine(row.text("gpu"), row.text("intra_node"), row.text("inter_node"),
+                            whole(row, "gpus_per_node"))
+    hardware = choose_hardware(stated, hw_profile)
+    plan.defaults_used += hardware.defaults_used
+    if hardware.profile is not None:
+        plan.profile = hardware.profile.name
+        plan.device = hardware.device or ""
+    values = {c: number(row, c) for c in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")}
+    from compute.devices import device as device_preset
+
+    peak = device_preset(plan.device).peak_tflops if plan.device else None
+    metric = choose_metric(values, row.source_id, chosen.fields, batch[0], n, peak)
+    if isinstance(metric, str):
+        return plan.refuse(UNSUPPORTED, metric)
+    plan.metric = metric
+    plan.needs = missing
+    if hardware.problem:
+        return plan.refuse(UNSUPPORTED, hardware.problem)
+    if hardware.profile is not None:
+        try:
+            plan.network = network_for(hardware.profile, n, row.row_id)
+        except InputError as e:
+            return plan.refuse(UNSUPPORTED, str(e))
+    if missing:
+        plan.approximable = True
+        plan.refuse(NEEDS, "; ".join(missing))
+    return plan

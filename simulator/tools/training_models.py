@@ -1,0 +1,158 @@
+"""The model shapes behind the names published training tables use, and what a blank shape field defaults to.
+
+A row names its model ("GPT 22B", "LLAMA3_70B", "Qwen3_30B_a3B") and gives some of its dimensions. The row's own
+dimensions always win; a family gives what the architecture fixes (norm, gated FFN, tied embeddings, biases,
+position embedding) and the documented defaults of its framework for what the row leaves blank (Megatron-LM's
+FFN = 4 x hidden, its GPT-2 vocabulary padded to a multiple of 128 x TP, MHA when no key/value head count is
+given); a card gives a named model's published dimensions. Every default taken is reported.
+
+Sources (configuration values only; facts, no code taken):
+- Megatron-LM (NVIDIA/Megatron-LM, BSD-3-Clause): ``--ffn-hidden-size`` default 4 x hidden, ``--num-query-groups``
+  unset = MHA, ``--make-vocab-size-divisible-by`` 128 (x tensor-parallel size), GPT-2 BPE vocabulary 50,257.
+- Llama 3 / 3.1: workload/llm/presets.py (Llama Team 2024, Table 3). Llama 2: Touvron et al. 2023 (vocabulary
+  32,000, SwiGLU, RMSNorm, RoPE, untied output head).
+- Nemotron-3 8B: NVIDIA NeMo (Apache-2.0) nemo/collections/llm/gpt/model/nemotron.py Nemotron3Config8B (32 layers,
+  hidden 4096, FFN 16384, 32 heads, MHA, squared-ReLU, LayerNorm1p, RoPE, no bias, untied); vocabulary 256,000.
+- Qwen3-30B-A3B, Qwen3-235B-A22B: the released config.json files (Apache-2.0): 48/94 layers, hidden 2048/4096,
+  32/64 heads, 4 key/value heads, head size 128, 128 experts, top-8, expert FFN 768/1536, vocabulary 151,936.
+- GPT-OSS 120B: NVIDIA-NeMo/Megatron-Bridge (Apache-2.0) src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py
+  (36 layers, hidden 2880, 64 heads, 8 query groups, head size 64, 128 experts top-4, expert FFN 2880, gated,
+  biases, vocabulary 201,088; sliding-window attention of 128 tokens on every other layer).
+- Nemotron 3 Nano: a hybrid Mamba-2 / attention / MoE model (NVIDIA model card).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from workload.llm.presets import PRESETS
+
+GPT2_VOCAB = 50257
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """What an architecture fixes, and what its framework takes for a blank dimension."""
+
+    name: str
+    fixed: dict[str, Any]
+    vocab: int | None = None  # the tokenizer's vocabulary when the row gives none
+    pad_vocab: bool = False  # Megatron pads the vocabulary to a multiple of 128 x TP
+    needs: tuple[str, ...] = ()  # model features the generator has no option for
+    approximable: bool = True  # whether --approximate may run the model without them
+
+
+GPT = Family("Megatron GPT", {"gated_ffn": False, "tied_embeddings": True, "position_embedding": "learned",
+                              "norm": "layernorm", "bias": True}, vocab=GPT2_VOCAB, pad_vocab=True)
+LLAMA = Family("Llama", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope", "norm": "rmsnorm",
+                         "bias": False})
+NEMOTRON = Family("Nemotron", {"gated_ffn": False, "tied_embeddings": False, "position_embedding": "rope",
+                               "norm": "layernorm", "bias": False}, vocab=256000)
+QWEN3_MOE = Family("Qwen3 MoE", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
+                                 "norm": "rmsnorm", "bias": False}, vocab=151936)
+GPT_OSS = Family("GPT-OSS", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
+                             "norm": "rmsnorm", "bias": True}, vocab=201088,
+                 needs=("sliding-window attention (every other layer attends to 128 tokens)",))
+HYBRID_MAMBA = Family("Nemotron-H", {}, needs=("Mamba-2 layers (a hybrid Mamba/attention/MoE model)",),
+                      approximable=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Card:
+    """A named model: its family and published dimensions (ModelConfig field names)."""
+
+    family: Family
+    dims: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+
+
+def _preset(name: str) -> dict[str, int]:
+    m = PRESETS[name]
+    return {"num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
+            "num_kv_heads": m.kv_heads, "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size}
+
+
+# keyed by the model name lower-cased without punctuation or a parenthesised remark
+CARDS: dict[str, Card] = {
+    "llama38b": Card(LLAMA, _preset("llama3-8b"), "Llama 3 8B (workload/llm/presets.py)"),
+    "llama370b": Card(LLAMA, _preset("llama3-70b"), "Llama 3 70B (workload/llm/presets.py)"),
+    "llama31405b": Card(LLAMA, _preset("llama3-405b"), "Llama 3.1 405B (workload/llm/presets.py)"),
+    "llama27b": Card(LLAMA, {"vocab_size": 32000}, "Llama 2 (vocabulary 32,000)"),
+    "llama213b": Card(LLAMA, {"vocab_size": 32000}, "Llama 2 (vocabulary 32,000)"),
+    "nemotron8b": Card(NEMOTRON, {"num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 16384, "num_heads": 32,
+                                  "num_kv_heads": 32}, "NeMo Nemotron3Config8B"),
+    "qwen330ba3b": Card(QWEN3_MOE, {"num_layers": 48, "hidden_size": 2048, "num_heads": 32, "num_kv_heads": 4,
+                                    "head_dim": 128, "num_experts": 128, "top_k": 8, "ffn_hidden_size": 768},
+                        "Qwen3-30B-A3B config.json"),
+    "qwen3235ba22b": Card(QWEN3_MOE, {"num_layers": 94, "hidden_size": 4096, "num_heads": 64, "num_kv_heads": 4,
+                                      "head_dim": 128, "num_experts": 128, "top_k": 8, "ffn_hidden_size": 1536},
+                          "Qwen3-235B-A22B config.json"),
+    "gptoss120b": Card(GPT_OSS, {"num_layers": 36, "hidden_size": 2880, "num_heads": 64, "num_kv_heads": 8,
+                                 "head_dim": 64, "num_experts": 128, "top_k": 4, "ffn_hidden_size": 2880},
+                       "Megatron-Bridge GPTOSSProvider120B"),
+    "nemotron3nano": Card(HYBRID_MAMBA, {}, "Nemotron 3 Nano model card"),
+}
+_FAMILY_PREFIXES = (("gptoss", GPT_OSS), ("gpt", GPT), ("llama", LLAMA), ("nemotron", NEMOTRON), ("qwen3", QWEN3_MOE))
+ROW_DIMS = {"layers": "num_layers", "hidden": "hidden_size", "ffn_hidden": "ffn_hidden_size", "heads": "num_heads",
+            "kv_heads": "num_kv_heads", "vocab": "vocab_size", "seq_len": "seq_len"}
+
+
+def model_key(name: str) -> str:
+    """"Qwen3_30B_a3B (tokendrop)" -> "qwen330ba3b"."""
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)", "", name.lower()))
+
+
+@dataclass(slots=True)
+class ModelChoice:
+    """The generator's model fields for a row, the defaults taken, and model features nothing can express."""
+
+    fields: dict[str, Any]
+    defaults_used: list[str]
+    needs: list[str]
+    problem: str = ""  # why no model could be built (a dimension missing with no default)
+    approximable: bool = True
+
+
+def model_for(name: str, row_dims: dict[str, int], tp: int) -> ModelChoice:
+    """The model of a row named ``name`` whose table gives ``row_dims`` (ModelConfig field names; blanks left
+    out), split ``tp`` ways (the vocabulary padding depends on it)."""
+    key = model_key(name)
+    card = CARDS.get(key)
+    family = card.family if card else next((f for prefix, f in _FAMILY_PREFIXES if key.startswith(prefix)), None)
+    choice = ModelChoice({}, [], list(family.needs) if family else [],
+                         approximable=bool(family and family.approximable))
+    if family is None:
+        choice.problem = f"model {name!r}: no model card and no known family (GPT, Llama, Nemotron, Qwen3, GPT-OSS)"
+        return choice
+    fields: dict[str, Any] = dict(family.fixed)
+    for k, v in (card.dims if card else {}).items():
+        if k not in row_dims:
+            fields[k] = v
+            choice.defaults_used.append(f"model {k} = {v} ({card.source})")  # type: ignore[union-attr]
+    fields.update(row_dims)
+    if "hidden_size" in fields and "ffn_hidden_size" not in fields:
+        fields["ffn_hidden_size"] = 4 * fields["hidden_size"]
+        choice.defaults_used.append(f"model ffn_hidden_size = 4 x hidden = {fields['ffn_hidden_size']} "
+                                    "(Megatron-LM default)")
+    if "num_heads" in fields and "num_kv_heads" not in fields:
+        fields["num_kv_heads"] = fields["num_heads"]
+        choice.defaults_used.append("model num_kv_heads = num_heads (MHA; Megatron-LM default without "
+                                    "--num-query-groups)")
+    if "vocab_size" not in fields and family.vocab is not None:
+        vocab = family.vocab
+        if family.pad_vocab:
+            multiple = 128 * tp
+            vocab = -(-vocab // multiple) * multiple
+            choice.defaults_used.append(f"model vocab_size = {vocab} (GPT-2 BPE {family.vocab:,} padded to a multiple "
+                                        f"of 128 x TP, as Megatron-LM pads it)")
+        else:
+            choice.defaults_used.append(f"model vocab_size = {vocab} ({family.name} tokenizer)")
+        fields["vocab_size"] = vocab
+    missing = [k for k in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_len")
+               if k not in fields]
+    if missing:
+        choice.problem = (f"model {name!r}: the table gives no {', '.join(missing)} and no model card has them")
+    choice.fields = fields
+    return choice

@@ -1,0 +1,245 @@
+"""``astrasim-py validate-training``: predicted training steps against published runs, with no fitting.
+
+    astrasim-py validate-training --tables T.tsv [...] [--hw-profile P] [--json FILE] [--plot FILE]
+
+For each row of the tables (the columns of ``../shared/reference/hardware/training/*.tsv``): build the layout it
+states (blank fields take the framework's documented defaults, listed in ``defaults_used``), pick the shipped
+hardware profile matching its machine (or ``--hw-profile``), generate the iteration in memory, simulate it once
+with the NCCL-like collective model and the best compute model available, and compare with the published
+figure in the row's own metric (error = predicted / published - 1) and as a step time. Rows needing what the
+generator cannot express, or a machine without a profile, are reported with the reason; ``--approximate``
+simulates the former without the missing features, marked as such and kept out of the exact statistics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from simulator.tools.step_run import Iteration, run_limited
+from simulator.tools.training_layout import NEEDS, READY, RowPlan, plan_row
+from simulator.tools.training_metrics import METRICS
+from simulator.tools.training_table import read_tables
+from workload.errors import InputError
+from workload.optional import pyplot
+
+PROG = "astrasim-py validate-training"
+SIMULATED, APPROXIMATE, FAILED = "simulated", "approximate", "not finished"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Simulate one iteration of every published training run in "
+                                "the tables and compare with the published step time or throughput. No fitting.")
+    p.add_argument("--tables", required=True, nargs="+", metavar="T.tsv",
+                   help="training tables (the columns of ../shared/reference/hardware/training/*.tsv)")
+    p.add_argument("--hw-profile", metavar="NAME|FILE.yml", help="use this hardware profile for every row instead of "
+                                                                 "the shipped one matching the row's machine")
+    p.add_argument("--rows", metavar="REGEX", help="only rows whose row_id matches")
+    p.add_argument("--approximate", action="store_true",
+                   help="also simulate rows that need generator features not available yet, without them (reported "
+                        "as approximate, kept out of the exact statistics)")
+    p.add_argument("--plan-only", action="store_true", help="only show how each row would be run")
+    p.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
+                   help="wall-time limit per row (default 600; 0 = none)")
+    p.add_argument("--memory-limit", type=float, default=4.0, metavar="GiB",
+                   help="address-space limit per row's simulation (default 4; 0 = none)")
+    p.add_argument("--json", metavar="FILE", help="write rows and per-table summaries as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="draw predicted vs published step time (needs matplotlib)")
+    p.add_argument("-v", "--verbose", action="store_true", help="list every row's defaults and notes")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | None) -> dict[str, Any]:
+    """A row of the report (times in s; ``run`` holds what depends on the machine that ran it)."""
+    m = plan.metric
+    out: dict[str, Any] = {
+        "row_id": plan.row.row_id, "table": plan.row.table, "source_id": plan.row.source_id,
+        "model": plan.row.text("model"), "n_gpus": plan.n_gpus, "layout": plan.layout, "status": status,
+        "reason": reason, "needs": plan.needs, "metric": m.name if m else None,
+        "published": m.published if m else None, "predicted": None, "error": None,
+        "published_step_time_s": round(m.published_step_time_s, 6) if m else None,
+        "published_step_time_note": m.step_note if m else "", "predicted_step_time_s": None,
+        "step_time_error": None, "defaults_used": plan.defaults_used, "notes": plan.notes,
+        "hw_profile": plan.profile or None, "device": plan.device or None, "collective_model": "nccl",
+        "generator": plan.spec,
+    }
+    if iteration is not None and m is not None:
+        step = iteration.step_time_ns / 1e9
+        predicted = m.predicted(step)
+        out.update(predicted=round(predicted, 6), error=round(predicted / m.published - 1, 6),
+                   predicted_step_time_s=round(step, 6),
+                   step_time_error=round(step / m.published_step_time_s - 1, 6),
+                   compute_model=iteration.compute_model, engine=iteration.engine,
+                   simulated_ranks=iteration.simulated_ranks, breakdown=iteration.breakdown,
+                   collectives=iteration.collectives,
+                   run={"cpu_time_s": round(iteration.cpu_time_s, 2), "engine_reason": iteration.engine_reason})
+        if status == APPROXIMATE:
+            out["left_out"] = plan.needs
+    return out
+
+
+def _stats(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean_abs": None, "max_abs": None, "mean": None}
+    return {"mean_abs": round(sum(abs(v) for v in values) / len(values), 6),
+            "max_abs": round(max(abs(v) for v in values), 6), "mean": round(sum(values) / len(values), 6)}
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per table: row counts by status, and mean / max |error| (row metric and step time) over exact rows."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        tables.setdefault(r["table"], []).append(r)
+    out = []
+    for table, group in tables.items():
+        exact = [r for r in group if r["status"] == SIMULATED]
+        approx = [r for r in group if r["status"] == APPROXIMATE]
+        counts: dict[str, int] = {}
+        for r in group:
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        out.append({"table": table, "rows": len(group), "by_status": counts,
+                    "error": _stats([r["error"] for r in exact]),
+                    "step_time_error": _stats([r["step_time_error"] for r in exact]),
+                    "approximate_step_time_error": _stats([r["step_time_error"] for r in approx])})
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1%}"
+
+
+def _value(v: float | None, metric: str | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1%}" if metric == "mfu" else f"{v:.4g}"
+
+
+def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
+    label = METRICS[r["metric"]][0] if r["metric"] else "-"
+    head = f"{r['row_id'][:width]:<{width}} {r['n_gpus']:>5} {r['layout'][:22]:<22} "
+    if r["predicted"] is None:
+        lines = [head + f"{r['status']}: {r['reason']}"]
+    else:
+        published, predicted = _value(r["published"], r["metric"]), _value(r["predicted"], r["metric"])
+        lines = [head + f"{label:<16} {published:>9} {predicted:>9} {_pct(r['error']):>7}  step "
+                 f"{r['published_step_time_s']:.4g} s -> {r['predicted_step_time_s']:.4g} s "
+                 f"({_pct(r['step_time_error'])})" + ("  APPROXIMATE" if r["status"] == APPROXIMATE else "")]
+        b = r["breakdown"]
+        step = b["step_ns"] or 1
+        classes = ", ".join(f"{k} {v / step:.0%}" for k, v in b["compute_ns_by_class"].items())
+        comm = ", ".join(f"{k} {v / step:.0%}" for k, v in b["exposed_comm_ns_by_kind"].items() if v)
+        lines.append(f"{'':>8}compute {b['compute_busy_ns'] / step:.0%} ({classes}); exposed comm "
+                     f"{b['exposed_collectives_ns'] / step:.0%}" + (f" ({comm})" if comm else "")
+                     + f"; bubble {b['bubble_ns'] / step:.0%}; {r['hw_profile']}, {r['compute_model']} compute, "
+                     f"{r['simulated_ranks']} of {r['n_gpus']} ranks simulated")
+        if r["status"] == APPROXIMATE:
+            lines.append(f"{'':>8}left out: {'; '.join(r['left_out'])}")
+    if verbose:
+        lines += [f"{'':>8}default: {d}" for d in r["defaults_used"]]
+        lines += [f"{'':>8}note: {n}" for n in r["notes"]]
+    elif r["defaults_used"] and r["predicted"] is not None:
+        lines.append(f"{'':>8}{len(r['defaults_used'])} default(s) used (-v lists them)")
+    return lines
+
+
+def format_summary(tables: Sequence[dict[str, Any]]) -> list[str]:
+    lines = [f"{'table':<28} {'rows':>4} {'exact':>5} {'mean|err|':>9} {'max|err|':>9} {'mean|step err|':>14} "
+             f"{'approx':>6} {'mean|step err|':>14}  not simulated"]
+    for t in tables:
+        c = t["by_status"]
+        rest = ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k not in (SIMULATED, APPROXIMATE))
+        e, s, a = t["error"], t["step_time_error"], t["approximate_step_time_error"]
+        lines.append(f"{t['table'][:28]:<28} {t['rows']:>4} {c.get(SIMULATED, 0):>5} {_abs(e['mean_abs']):>9} "
+                     f"{_abs(e['max_abs']):>9} {_abs(s['mean_abs']):>14} {c.get(APPROXIMATE, 0):>6} "
+                     f"{_abs(a['mean_abs']):>14}  {rest or '-'}")
+    return lines
+
+
+def _abs(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1%}"
+
+
+def draw(path: str, rows: Sequence[dict[str, Any]]) -> None:
+    plt = pyplot("validate-training --plot")
+    fig, ax = plt.subplots(figsize=(7.5, 6.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    shown = [r for r in rows if r["predicted_step_time_s"] is not None]
+    tables = sorted({r["table"] for r in shown})
+    for i, table in enumerate(tables):
+        for status, face in ((SIMULATED, colors[i % len(colors)]), (APPROXIMATE, "none")):
+            pts = [r for r in shown if r["table"] == table and r["status"] == status]
+            if pts:
+                ax.scatter([r["published_step_time_s"] for r in pts], [r["predicted_step_time_s"] for r in pts],
+                           facecolors=face, edgecolors=colors[i % len(colors)], s=36,
+                           label=table.removesuffix(".tsv") + (" (approximate)" if status == APPROXIMATE else ""))
+    values = [v for r in shown for v in (r["published_step_time_s"], r["predicted_step_time_s"])] or [0.1, 10]
+    low, high = min(values) / 1.5, max(values) * 1.5
+    ax.plot([low, high], [low, high], "k-", linewidth=0.8)
+    ax.fill_between([low, high], [low * 0.9, high * 0.9], [low * 1.1, high * 1.1], color="grey", alpha=0.15,
+                    label="within 10%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("published step time (s)")
+    ax.set_ylabel("predicted step time (s)")
+    ax.set_title("validate-training: predicted vs published")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(argv: list[str], warn: Callable[[str], None]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.plot:
+        pyplot("validate-training --plot")  # say it is missing before any work
+    if args.time_limit < 0 or args.memory_limit < 0:
+        raise InputError("--time-limit and --memory-limit must be >= 0")
+    rows = read_tables(args.tables)
+    if args.rows:
+        try:
+            pattern = re.compile(args.rows)
+        except re.error as e:
+            raise InputError(f"--rows: not a regular expression: {e}") from None
+        rows = [r for r in rows if pattern.search(r.row_id)]
+        if not rows:
+            raise InputError(f"--rows {args.rows!r} matches no row")
+    results = []
+    for i, row in enumerate(rows):
+        plan = plan_row(row, args.hw_profile)
+        runnable = plan.status == READY or (args.approximate and plan.status == NEEDS and plan.approximable)
+        status, reason, iteration = plan.status, plan.reason, None
+        if runnable and not args.plan_only:
+            if not args.quiet:
+                print(f"[{i + 1}/{len(rows)}] {row.row_id}: simulating {plan.n_gpus} ranks ...", file=sys.stderr)
+            got = run_limited(plan.spec, plan.network, plan.profile, plan.device, row.row_id,  # type: ignore[arg-type]
+                              args.time_limit, int(args.memory_limit * 2**30))
+            if isinstance(got, str):
+                status, reason = FAILED, got + " (beyond what one run simulates here)" if "limit" in got else got
+            else:
+                iteration = got
+                status = SIMULATED if plan.status == READY else APPROXIMATE
+        elif runnable:
+            status = "planned" if plan.status == READY else "planned (approximate)"
+        results.append(row_json(plan, status, reason if iteration is None else "", iteration))
+    tables = summarize(results)
+    print("error = predicted / published - 1 in the row's metric; step: published (or derived) -> predicted step time")
+    width = min(64, max(len(r["row_id"]) for r in results))
+    print(f"{'row':<{width}} {'GPUs':>5} {'layout':<22} {'metric':<16} {'published':>9} {'predicted':>9} {'error':>7}")
+    for r in results:
+        print("\n".join(format_row(r, args.verbose, width)))
+    print()
+    print("\n".join(format_summary(tables)))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"rows": results, "tables": tables}, f, indent=1, allow_nan=False)
+            f.write("\n")
+    if args.plot:
+        draw(args.plot, results)
+        print(args.plot)
+    return 0
