@@ -35,7 +35,7 @@ def _llm_parser() -> argparse.ArgumentParser:
 
 def llm_keys() -> dict[str, Any]:
     """The keys of a ``generate: llm`` mapping with their defaults (the flags of ``trace generate llm``)."""
-    skip = {"output", "summary", "list_presets", "max_files", "max_bytes", "groups_file"}
+    skip = {"output", "summary", "list_presets", "max_files", "max_bytes", "groups_file", "hw_profile"}
     return {k: v for k, v in vars(_llm_parser().parse_args([])).items() if k not in skip}
 
 

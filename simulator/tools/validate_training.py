@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from simulator.tools.step_breakdown import PP
 from simulator.tools.step_run import Iteration, run_limited
 from simulator.tools.training_layout import NEEDS, READY, RowPlan, plan_row
 from simulator.tools.training_metrics import METRICS
@@ -62,7 +63,7 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
         "model": plan.row.text("model"), "n_gpus": plan.n_gpus, "layout": plan.layout, "status": status,
         "reason": reason, "needs": plan.needs, "metric": m.name if m else None,
         "published": m.published if m else None, "predicted": None, "error": None,
-        "published_step_time_s": round(m.published_step_time_s, 6) if m else None,
+        "published_step_time_s": _sig(m.published_step_time_s) if m else None,
         "published_step_time_note": m.step_note if m else "", "predicted_step_time_s": None,
         "step_time_error": None, "defaults_used": plan.defaults_used, "notes": plan.notes,
         "hw_profile": plan.profile or None, "device": plan.device or None, "collective_model": "nccl",
@@ -71,9 +72,8 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
     if iteration is not None and m is not None:
         step = iteration.step_time_ns / 1e9
         predicted = m.predicted(step)
-        out.update(predicted=round(predicted, 6), error=round(predicted / m.published - 1, 6),
-                   predicted_step_time_s=round(step, 6),
-                   step_time_error=round(step / m.published_step_time_s - 1, 6),
+        out.update(predicted=_sig(predicted), error=_sig(predicted / m.published - 1), predicted_step_time_s=step,
+                   step_time_error=_sig(step / m.published_step_time_s - 1),
                    compute_model=iteration.compute_model, engine=iteration.engine,
                    simulated_ranks=iteration.simulated_ranks, breakdown=iteration.breakdown,
                    collectives=iteration.collectives,
@@ -83,11 +83,16 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
     return out
 
 
+def _sig(value: float) -> float:
+    """``value`` to 7 significant digits (what the JSON keeps of a ratio or a derived time)."""
+    return float(f"{value:.7g}")
+
+
 def _stats(values: list[float]) -> dict[str, float | None]:
     if not values:
         return {"mean_abs": None, "max_abs": None, "mean": None}
-    return {"mean_abs": round(sum(abs(v) for v in values) / len(values), 6),
-            "max_abs": round(max(abs(v) for v in values), 6), "mean": round(sum(values) / len(values), 6)}
+    return {"mean_abs": _sig(sum(abs(v) for v in values) / len(values)), "max_abs": _sig(max(abs(v) for v in values)),
+            "mean": _sig(sum(values) / len(values))}
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -132,7 +137,7 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
         b = r["breakdown"]
         step = b["step_ns"] or 1
         classes = ", ".join(f"{k} {v / step:.0%}" for k, v in b["compute_ns_by_class"].items())
-        comm = ", ".join(f"{k} {v / step:.0%}" for k, v in b["exposed_comm_ns_by_kind"].items() if v)
+        comm = ", ".join(f"{k} {v / step:.0%}" for k, v in b["exposed_comm_ns_by_kind"].items() if v and k != PP)
         lines.append(f"{'':>8}compute {b['compute_busy_ns'] / step:.0%} ({classes}); exposed comm "
                      f"{b['exposed_collectives_ns'] / step:.0%}" + (f" ({comm})" if comm else "")
                      + f"; bubble {b['bubble_ns'] / step:.0%}; {r['hw_profile']}, {r['compute_model']} compute, "

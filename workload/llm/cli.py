@@ -67,7 +67,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "--comm-group-configuration) instead of a METADATA node in every trace: ASTRA-sim 2.x stops "
                         "at METADATA nodes; simulate here with --comm-groups OUT/<name>.comm_groups.json")
     o.add_argument("--summary", action="store_true",
-                   help="print parameters, FLOPs, bytes per communicator group kind and node counts")
+                   help="print parameters, FLOPs, bytes per communicator group kind and node counts; with --device, "
+                        "also the predicted step time, TFLOP/s per GPU, MFU and where the time goes (one simulated "
+                        "iteration)")
+    o.add_argument("--hw-profile", metavar="NAME|FILE.yml",
+                   help="with --summary --device: the hardware profile of the predicted step (default: the device's "
+                        "reference system, e.g. hgx-h100 for H100)")
     add_output_limits(o)
 
 
@@ -173,10 +178,26 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     elapsed = time.perf_counter() - started
     if args.summary:
         roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
-        summary = format_summary(summarize(model, plan, programs, ranks, roofline))
-        print("\n".join(printable(line) for line in summary.split("\n")))  # the model name is the user's
+        summary = summarize(model, plan, programs, ranks, roofline)
+        text = format_summary(summary)
+        if device is not None:
+            text += "\n" + _prediction(args, summary, warn)
+        else:
+            text += "\npredicted step: give --device NAME (and --hw-profile) to simulate one iteration"
+        print("\n".join(printable(line) for line in text.split("\n")))  # the model name is the user's
         if args.output:
             print(f"generated {plan.world_size} trace files in {elapsed:.2f} s")
+
+
+def _prediction(args: argparse.Namespace, summary: dict[str, Any], warn: Callable[[str], None]) -> str:
+    """The predicted-step lines of the summary (simulator/tools/step_summary.py)."""
+    from simulator.tools.step_summary import format_prediction, predict
+    from workload.generated import llm_keys
+
+    given = {k: getattr(args, k) for k in llm_keys() if k != "device" and getattr(args, k) is not None}
+    spec = {"generate": "llm", **given}
+    iteration, profile, why = predict(spec, summary["plan"]["world_size"], args.device, args.hw_profile, warn)
+    return format_prediction(iteration, summary, args.device, profile, why)
 
 
 _ATTRIBUTE_BYTES = 48  # the attributes of a generated node (is_cpu_op, sizes, type, group, peers) at most

@@ -1,0 +1,64 @@
+"""``trace generate llm --summary --device``: the predicted step, its throughput next to 6PT, the breakdown."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from compute.devices import device
+from simulator.tools.step_summary import format_prediction, predict
+from tests.conftest import run_cli
+from workload.generated import llm_model_plan
+from workload.llm.build import build_programs
+from workload.llm.plan import RankMap
+from workload.llm.summary import summarize
+
+SMALL = ["--layers", "2", "--hidden", "256", "--heads", "8", "--ffn-hidden", "512", "--vocab", "1000", "--seq-len",
+         "64", "--tp", "2", "--pp", "2", "--dp", "2", "--global-batch", "8"]
+SPEC = {"generate": "llm", "num_layers": 2, "hidden_size": 256, "num_heads": 8, "ffn_hidden_size": 512,
+        "vocab_size": 1000, "seq_len": 64, "tp": 2, "pp": 2, "dp": 2, "global_batch": 8}
+
+
+def test_summary_with_a_device_predicts_the_step() -> None:
+    out = run_cli("trace", "generate", "llm", *SMALL, "--device", "H100", "--summary")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "x 6PT" in text  # the summary as before, then the prediction
+    found = re.search(r"predicted step \(one simulated iteration\) on 8 x H100, hardware profile hgx-h100 .*: "
+                      r"([0-9.]+) ms", text)
+    assert found and float(found.group(1)) > 0
+    for expected in ("6PT estimate:", "counting 6PT (MFU", "HFU", "tokens/s per GPU", "slowest rank",
+                     "exposed communication", "tp ", "pipeline bubble and send/receive waits",
+                     "of 8 rank(s) simulated"):
+        assert expected in text
+
+
+def test_summary_without_a_device_says_how_to_get_a_prediction() -> None:
+    out = run_cli("trace", "generate", "llm", *SMALL, "--summary")
+    assert out.returncode == 0 and "predicted step: give --device NAME" in out.stdout
+
+
+def test_unknown_profile_is_a_one_line_error() -> None:
+    out = run_cli("trace", "generate", "llm", *SMALL, "--device", "H100", "--summary", "--hw-profile", "nope")
+    assert out.returncode == 1 and "unknown hardware profile" in out.stderr and "hgx-h100" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_prediction_figures_agree_with_each_other() -> None:
+    iteration, profile, why = predict(SPEC, 8, "A100", None)
+    assert profile == "dgx-a100" and "reference system" in why
+    b = iteration.breakdown
+    # kernels of a rank run one at a time: their summed time is the time some kernel runs
+    assert sum(b["compute_ns_by_class"].values()) == b["compute_busy_ns"]
+    assert b["compute_busy_ns"] + b["exposed_collectives_ns"] + b["bubble_ns"] == b["step_ns"] == \
+        iteration.step_time_ns
+    assert b["bubble_ns"] > 0 and b["exposed_comm_ns_by_kind"]["tp"] > 0
+    model, plan = llm_model_plan(SPEC, "test")
+    programs = build_programs(model, plan)
+    summary = summarize(model, plan, programs, RankMap(plan, model))
+    assert iteration.flops_total == summary["flops"]["total"]
+    text = format_prediction(iteration, summary, "A100", profile, why)
+    mfu = float(re.search(r"MFU ([0-9.]+)%", text).group(1)) / 100  # type: ignore[union-attr]
+    expected = summary["flops_6pt"] / (iteration.step_time_ns / 1e9 * 8 * device("A100").peak_tflops * 1e12)
+    assert mfu == pytest.approx(expected, abs=6e-4)

@@ -1,0 +1,223 @@
+"""validate-training end to end on a small table, and its pieces: table reading, defaults, profile matching, the
+sources' FLOP formulas, the generator-option table."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from simulator.tools import training_features
+from simulator.tools.training_hardware import choose_hardware, stated_machine
+from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, plan_row
+from simulator.tools.training_metrics import megatron_core_flops, sc21_flops
+from simulator.tools.training_table import COLUMNS, TrainingRow, leading_number, read_tables
+from tests.conftest import SHARED, run_cli
+from workload.errors import InputError
+
+A100 = {"gpu": "A100-SXM4-80GB", "gpus_per_node": "8", "intra_node": "NVLink3 + NVSwitch (DGX A100)",
+        "inter_node": "8x Mellanox HDR 200 Gb/s IB HCAs per node"}
+TINY = {"layers": "2", "hidden": "256", "heads": "8", "seq_len": "128", "vocab": "1024"}
+ROWS: list[dict[str, str]] = [
+    # every dimension given: simulated as stated
+    {"source_id": "korthikanti22_t5", "row_id": "tiny_tp2", "model": "GPT tiny", **TINY, "ffn_hidden": "1024",
+     "TP": "2", "PP": "1", "DP": "4", "recompute": "full", "global_batch": "8", "micro_batch": "1", "n_gpus": "8",
+     **A100, "step_time_s": "0.01"},
+    # blanks (FFN, vocabulary, DP, micro-batch, recompute) take the framework's defaults; a tokens/s metric
+    {"source_id": "megatron_sc21_t1", "row_id": "tiny_defaults", "model": "GPT tiny", "layers": "2",
+     "hidden": "256", "heads": "8", "seq_len": "128", "TP": "1", "PP": "2", "global_batch": "16", "n_gpus": "8",
+     **A100, "tokens_per_s_per_gpu": "50000"},
+    # a model feature no generator option expresses
+    {"source_id": "megatron_bridge_perf", "row_id": "mamba", "model": "Nemotron_3_Nano", "seq_len": "8192",
+     "TP": "1", "PP": "1", "EP": "8", "global_batch": "512", "micro_batch": "4", "n_gpus": "8", "gpu": "B200",
+     "gpus_per_node": "8", "tokens_per_s_per_gpu": "30000"},
+    # a machine without a shipped profile
+    {"source_id": "megatron_bridge_perf", "row_id": "gb200", "model": "LLAMA3_8B", "seq_len": "8192", "TP": "1",
+     "PP": "1", "global_batch": "128", "micro_batch": "2", "n_gpus": "8", "gpu": "GB200", "precision": "BF16",
+     "tokens_per_s_per_gpu": "30000"},
+]
+
+
+def write_table(path: Path, rows: list[dict[str, str]]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, delimiter="\t")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in COLUMNS})
+    return path
+
+
+def row(fields: dict[str, str], line: int = 2) -> TrainingRow:
+    return TrainingRow("t.tsv", line, {c: fields.get(c, "") for c in COLUMNS})
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("vt")
+    table = write_table(tmp / "small.tsv", ROWS)
+    out = run_cli("validate-training", "--tables", str(table), "--json", str(tmp / "r.json"), "--quiet")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp / "r.json").read_text())
+    doc["stdout"] = out.stdout
+    return doc
+
+
+def test_cli_simulates_the_rows_it_can_and_says_why_not_for_the_others(report: dict[str, Any]) -> None:
+    by_id = {r["row_id"]: r for r in report["rows"]}
+    assert [r["row_id"] for r in report["rows"]] == [r["row_id"] for r in ROWS]
+    tp2 = by_id["tiny_tp2"]
+    assert tp2["status"] == "simulated" and tp2["hw_profile"] == "dgx-a100" and tp2["device"] == "A100"
+    assert tp2["predicted_step_time_s"] > 0 and tp2["metric"] == "step_time_s"
+    assert tp2["error"] == pytest.approx(tp2["predicted_step_time_s"] / 0.01 - 1, abs=1e-5)
+    assert tp2["generator"]["tp"] == 2 and tp2["generator"]["activation_recompute"] is True
+    b = tp2["breakdown"]
+    assert b["compute_busy_ns"] + b["exposed_collectives_ns"] + b["bubble_ns"] == b["step_ns"]
+    assert set(b["compute_ns_by_class"]) == {"matmul", "attention", "elementwise", "optimizer"}
+    assert b["exposed_comm_ns_by_kind"]["tp"] > 0
+    assert by_id["mamba"]["status"] == NEEDS and "Mamba-2 layers" in by_id["mamba"]["reason"]
+    assert by_id["gb200"]["status"] == UNSUPPORTED and "no shipped hardware profile for GB200" in \
+        by_id["gb200"]["reason"]
+    assert "needs: Mamba-2 layers" in report["stdout"] and "unsupported: no shipped hardware profile" in \
+        report["stdout"]
+
+
+def test_blank_fields_take_documented_defaults_and_are_listed(report: dict[str, Any]) -> None:
+    r = next(r for r in report["rows"] if r["row_id"] == "tiny_defaults")
+    assert r["status"] == "simulated", r["reason"]
+    defaults = "\n".join(r["defaults_used"])
+    for expected in ("ffn_hidden_size = 4 x hidden = 1024", "vocab_size = 50304", "DP = GPUs / (TP x PP x CP) = 4",
+                     "micro-batch size 1", "recompute none", "num_kv_heads = num_heads"):
+        assert expected in defaults
+    assert r["generator"]["ffn_hidden_size"] == 1024 and r["generator"]["dp"] == 4
+    # tokens/s per GPU: the row's metric, and the step time it implies
+    assert r["metric"] == "tokens_per_s_per_gpu"
+    assert r["published_step_time_s"] == pytest.approx(16 * 128 / (50000 * 8), rel=1e-6)
+    assert r["predicted"] == pytest.approx(16 * 128 / (r["predicted_step_time_s"] * 8), rel=1e-4)
+    assert r["breakdown"]["bubble_ns"] > 0  # two pipeline stages
+
+
+def test_json_schema(report: dict[str, Any]) -> None:
+    required = {"row_id": str, "table": str, "status": str, "reason": str, "defaults_used": list, "needs": list,
+                "n_gpus": int, "layout": str, "notes": list}
+    numbers = ("published_step_time_s", "predicted_step_time_s", "error", "step_time_error", "published",
+               "predicted")
+    for r in report["rows"]:
+        for key, kind in required.items():
+            assert isinstance(r[key], kind), key
+        for key in numbers:
+            assert key in r and (r[key] is None or isinstance(r[key], float))
+        assert (r["predicted_step_time_s"] is None) == (r["status"] != "simulated")
+    (table,) = report["tables"]
+    assert table["table"] == "small.tsv" and table["rows"] == 4
+    assert table["by_status"] == {"simulated": 2, "needs": 1, "unsupported": 1}
+    errors = [abs(r["error"]) for r in report["rows"] if r["status"] == "simulated"]
+    assert table["error"]["max_abs"] == pytest.approx(max(errors), abs=1e-6)
+    assert table["error"]["mean_abs"] == pytest.approx(sum(errors) / 2, abs=1e-6)
+
+
+def test_runs_are_deterministic(tmp_path: Path, report: dict[str, Any]) -> None:
+    table = write_table(tmp_path / "small.tsv", ROWS[:2])
+    out = run_cli("validate-training", "--tables", str(table), "--json", str(tmp_path / "again.json"), "--quiet")
+    assert out.returncode == 0, out.stderr
+    again = json.loads((tmp_path / "again.json").read_text())["rows"]
+    for first, second in zip(report["rows"][:2], again, strict=True):
+        first, second = dict(first), dict(second)
+        first.pop("run"), second.pop("run")
+        assert first == second
+
+
+def test_plot_and_plan_only(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    table = write_table(tmp_path / "small.tsv", ROWS[2:])
+    out = run_cli("validate-training", "--tables", str(table), "--plan-only", "--plot", str(tmp_path / "p.png"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("row_id\tmodel\nx\ty\n")
+    out = run_cli("validate-training", "--tables", str(bad))
+    assert out.returncode == 1 and "not a training table" in out.stderr and "Traceback" not in out.stderr
+    twice = write_table(tmp_path / "twice.tsv", [ROWS[0], ROWS[0]])
+    out = run_cli("validate-training", "--tables", str(twice))
+    assert out.returncode == 1 and "appears twice" in out.stderr and len(out.stderr.splitlines()) == 1
+
+
+def test_a_feature_the_generator_lacks_is_needed_not_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    stated = {"source_id": "korthikanti22_t5", "row_id": "vp", "model": "GPT tiny", **TINY, "TP": "1", "PP": "2",
+              "VP": "2", "global_batch": "8", "micro_batch": "1", "n_gpus": "8", **A100, "step_time_s": "1"}
+    options = dict(training_features.generator_options())
+    options.pop("vp", None)
+    options.pop("virtual_pipeline", None)
+    monkeypatch.setattr(training_features, "generator_options", lambda: options)
+    plan = plan_row(row(stated))
+    assert plan.status == NEEDS and plan.approximable
+    assert plan.reason == "interleaved pipeline schedule (generator option vp or virtual_pipeline)"
+    assert "vp" not in plan.spec and plan.spec["pp"] == 2
+    options["vp"] = options["pp"]  # once the generator has the option, the row uses it
+    plan = plan_row(row(stated))
+    assert plan.status == READY and plan.spec["vp"] == 2
+
+
+def test_feature_alternatives_take_the_first_the_generator_has() -> None:
+    assert training_features.resolve("full_recompute", True) in (("recompute", "full"),
+                                                                 ("activation_recompute", True))
+    assert training_features.resolve("tp", 4) == ("tp", 4)
+    assert training_features.resolve("distributed_optimizer", True) in (("distributed_optimizer", True), ("zero", 1))
+
+
+def test_hardware_matching() -> None:
+    def match(gpu: str, inter: str = "", per_node: int | None = None, override: str | None = None) -> str:
+        choice = choose_hardware(stated_machine(gpu, "", inter, per_node), override)
+        return choice.profile.name if choice.profile and not choice.problem else choice.problem
+
+    assert match("A100-SXM4-80GB", A100["inter_node"], 8) == "dgx-a100"
+    assert match("A100-SXM4-40GB") == "azure-ndv4-a100"
+    assert match("NVIDIA H100-SXM5-80GB", "Storage: 2x ConnectX-7 IB NDR 400Gb/s, Compute: 8x ConnectX-7 IB NDR "
+                                          "400Gb/s") == "hgx-h100"
+    assert match("H100", "8x 200 Gb/s TCP") == "gcp-a3-mega"
+    assert "no shipped hardware profile for H100" in match("H100", "2x 100Gb/s Ethernet")
+    assert "4 GPUs per node" in match("TPU-v5p", per_node=4, override="hgx-h100")
+    assert match("GB200", override="dgx-b200") == "dgx-b200"
+
+
+def test_table_fields_keep_the_sources_text() -> None:
+    assert leading_number("12 (custom.yaml default)") == (12.0, "(custom.yaml default)")
+    assert leading_number("44% (of 312 TF peak)") == (0.44, "(of 312 TF peak)")
+    assert leading_number("interleaved schedule") is None
+    plan = plan_row(row({**ROWS[0], "TP": "2 (4)"}))
+    assert any("the value in parentheses (4)" in n for n in plan.notes) and plan.spec["tp"] == 2
+    plan = plan_row(row({**ROWS[0], "VP": "interleaved schedule (number of chunks not stated)", "PP": "2",
+                         "DP": "2"}))
+    assert plan.status == UNSUPPORTED and "without its number of virtual stages" in plan.reason
+    plan = plan_row(row({**ROWS[0], "DP": "3"}))
+    assert plan.status == UNSUPPORTED and "not the row's 8 GPUs" in plan.reason
+
+
+def test_missing_table_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="no rows"):
+        read_tables([str(write_table(tmp_path / "empty.tsv", []))])
+
+
+SHARED_TABLES = SHARED / "reference" / "hardware" / "training"
+
+
+@pytest.mark.skipif(not SHARED_TABLES.is_dir(), reason="needs ../shared/reference/hardware/training")
+def test_flop_formulas_reproduce_the_tables_derived_step_times() -> None:
+    rows = read_tables([str(SHARED_TABLES / "megatron_sc21_t1.tsv"), str(SHARED_TABLES / "megatron_readme_h100.tsv")])
+    checked = 0
+    for r in rows:
+        plan = plan_row(r)
+        if plan.metric is None:
+            continue
+        formula = sc21_flops if r.source_id == "megatron_sc21_t1" else megatron_core_flops
+        flops = formula(plan.model, int(r.text("global_batch")))
+        step = flops / (float(r.text("tflops_per_gpu")) * 1e12 * plan.n_gpus)
+        assert step == pytest.approx(float(r.text("derived_step_time_s")), rel=2e-3), r.row_id
+        assert plan.metric.published_step_time_s == pytest.approx(step)
+        checked += 1
+    assert checked == 8
