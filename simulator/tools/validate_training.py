@@ -121,7 +121,9 @@ def _pct(v: float | None) -> str:
 def _value(v: float | None, metric: str | None) -> str:
     if v is None:
         return "-"
-    return f"{v:.1%}" if metric == "mfu" else f"{v:.4g}"
+    if metric == "mfu":
+        return f"{v:.1%}"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
 def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
