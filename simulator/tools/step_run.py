@@ -3,14 +3,16 @@ compute model available, optionally in a child process with a time and memory li
 
 The limits exist because the cost of a run is hard to know before it starts: a layout that folds to a few
 classes of equivalent ranks takes seconds, the same layout simulated rank by rank can take hours and tens of GB.
-A run over its limit is reported as such ("beyond what one run simulates in N s / M GB here") rather than
-replaced by anything smaller.
+A run over its limit is reported as such ("over the CPU-time limit of N s", "over the memory limit of M GiB")
+rather than replaced by anything smaller. The time limit is CPU time, so that it means the same on a busy machine.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import resource
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +20,7 @@ from typing import Any
 
 from network.config import NetworkConfig
 from simulator.config import MemoryConfig, default_system
-from simulator.simulation import RunOptions, Simulation, WallTimeExceeded
+from simulator.simulation import RunOptions, Simulation
 from simulator.tools.step_breakdown import NodeKinds, slowest_rank_breakdown
 from workload.errors import InputError
 from workload.generated import generated_traces, llm_model_plan
@@ -45,10 +47,8 @@ class Iteration:
 
 
 def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str,
-                       warn: Callable[[str], None] | None = None, label: str = "training step",
-                       max_wall_time_s: float | None = None) -> Iteration:
-    """Simulate the ``generate: llm`` mapping ``spec`` once on ``network`` with hardware profile ``profile``
-    (``max_wall_time_s``: stop with WallTimeExceeded after that long)."""
+                       warn: Callable[[str], None] | None = None, label: str = "training step") -> Iteration:
+    """Simulate the ``generate: llm`` mapping ``spec`` once on ``network`` with hardware profile ``profile``."""
     from workload.llm.build import build_programs
     from workload.llm.summary import stage_flops
 
@@ -59,7 +59,7 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     compute_model = best_compute_model()
     extra = {"compute_model": compute_model} if compute_model != "roofline" else {}
     options = RunOptions(collective_model="nccl", hw_profile=profile, device=device, progress=False, timeline=True,
-                         max_wall_time_s=max_wall_time_s, **extra)
+                         **extra)
     sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options,
                      warn=warn)
     result = sim.run()
@@ -72,17 +72,31 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
                      slowest_rank_breakdown(sim, result, NodeKinds.of_programs(programs)), flops, collectives)
 
 
-def _child(conn: Any, memory_bytes: int, time_s: float, args: tuple[Any, ...]) -> None:
-    """Runs in the child: limit its address space, simulate, send back an Iteration or the reason it stopped."""
+class CpuTimeExceeded(Exception):
+    """The child's CPU-time limit ran out (SIGXCPU)."""
+
+
+def _over_cpu_time(signum: int, frame: Any) -> None:
+    raise CpuTimeExceeded
+
+
+def _child(conn: Any, memory_bytes: int, cpu_s: float, args: tuple[Any, ...]) -> None:
+    """Runs in the child: limit its address space and CPU time, simulate, send back an Iteration or the reason it
+    stopped."""
     try:
         if memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+        if cpu_s:
+            signal.signal(signal.SIGXCPU, _over_cpu_time)
+            used = resource.getrusage(resource.RUSAGE_SELF)
+            soft = math.ceil(used.ru_utime + used.ru_stime + cpu_s)
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 10))
         spec, network, profile, device, label = args
-        conn.send(simulate_iteration(spec, network, profile, device, label=label, max_wall_time_s=time_s or None))
+        conn.send(simulate_iteration(spec, network, profile, device, label=label))
     except MemoryError:
-        conn.send(f"over the memory limit of {memory_bytes / 2**30:.1f} GiB")
-    except WallTimeExceeded:
-        conn.send(f"over the time limit of {time_s:g} s")
+        conn.send(f"over the memory limit of {memory_bytes / 2**30:.3g} GiB")
+    except CpuTimeExceeded:
+        conn.send(f"over the CPU-time limit of {cpu_s:g} s")
     except InputError as e:
         conn.send(f"error: {e}")
     except Exception as e:  # a bug: say so in the row instead of losing the other rows
@@ -92,20 +106,18 @@ def _child(conn: Any, memory_bytes: int, time_s: float, args: tuple[Any, ...]) -
 
 
 def run_limited(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str, label: str,
-                time_s: float, memory_bytes: int) -> Iteration | str:
-    """``simulate_iteration`` in a child process limited to ``time_s`` seconds of wall time and ``memory_bytes``
-    of address space (0: no limit); a text saying why when it did not finish."""
+                cpu_s: float, memory_bytes: int) -> Iteration | str:
+    """``simulate_iteration`` in a child process limited to ``cpu_s`` seconds of CPU time (a limit that means the
+    same on a busy machine) and ``memory_bytes`` of address space (0: no limit); a text saying why when it did not
+    finish."""
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     parent, child = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_child, args=(child, memory_bytes, time_s, (spec, network, profile, device, label)))
+    process = ctx.Process(target=_child, args=(child, memory_bytes, cpu_s, (spec, network, profile, device, label)))
     process.start()
     child.close()
-    grace = time_s * 1.5 + 30 if time_s else None
     try:
-        if parent.poll(grace):
-            return parent.recv()  # type: ignore[no-any-return]
-        return f"over the time limit of {time_s:g} s (stopped)"
+        return parent.recv()  # type: ignore[no-any-return]
     except EOFError:
         process.join()
         return f"the simulation process ended without a result (exit code {process.exitcode}; out of memory?)"

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "as approximate, kept out of the exact statistics)")
     p.add_argument("--plan-only", action="store_true", help="only show how each row would be run")
     p.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
-                   help="wall-time limit per row (default 600; 0 = none)")
+                   help="CPU-time limit of each row's simulation (default 600; 0 = none)")
     p.add_argument("--memory-limit", type=float, default=4.0, metavar="GiB",
                    help="address-space limit per row's simulation (default 4; 0 = none)")
     p.add_argument("--json", metavar="FILE", help="write rows and per-table summaries as JSON")

@@ -221,3 +221,17 @@ def test_flop_formulas_reproduce_the_tables_derived_step_times() -> None:
         assert plan.metric.published_step_time_s == pytest.approx(step)
         checked += 1
     assert checked == 8
+
+
+def test_rows_over_the_limits_say_so(tmp_path: Path) -> None:
+    big = {**ROWS[0], "row_id": "big", "TP": "2", "DP": "32", "n_gpus": "64", "global_batch": "512"}
+    table = write_table(tmp_path / "big.tsv", [big])
+    out = run_cli("validate-training", "--tables", str(table), "--time-limit", "0.5", "--json",
+                  str(tmp_path / "r.json"), "--quiet")
+    assert out.returncode == 0, out.stderr
+    (r,) = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert r["status"] == "not finished" and r["predicted_step_time_s"] is None
+    assert r["reason"] == "over the CPU-time limit of 0.5 s (beyond what one run simulates here)"
+    out = run_cli("validate-training", "--tables", str(table), "--memory-limit", "0.05", "--quiet")
+    assert out.returncode == 0 and ("not finished: over the memory limit of 0.05 GiB" in out.stdout
+                                    or "ended without a result" in out.stdout)
