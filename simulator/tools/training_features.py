@@ -26,6 +26,7 @@ VALUE = object()  # in an option: the row's own value (e.g. the number of virtua
 class Feature:
     label: str
     options: tuple[tuple[str, Any], ...]  # (generator key, value or VALUE); empty: no generator can express it
+    minor: bool = False  # a small effect: without the option the row still runs, the report lists it as left out
 
 
 FEATURES: dict[str, Feature] = {
@@ -38,7 +39,7 @@ FEATURES: dict[str, Feature] = {
     "sequence_parallel": Feature("sequence parallelism", (("sequence_parallel", True),)),
     "full_recompute": Feature("full activation recompute", (("recompute", "full"), ("activation_recompute", True))),
     "selective_recompute": Feature("selective activation recompute (attention core)", (("recompute", "selective"),)),
-    "distributed_optimizer": Feature("distributed optimizer", (("distributed_optimizer", True), ("zero", 1))),
+    "distributed_optimizer": Feature("distributed optimizer", (("use_distributed_optimizer", True), ("zero", 1))),
     "fsdp": Feature("FSDP (parameters gathered per layer)", (("fsdp", True), ("zero", 3))),
     "fp8": Feature("FP8 GEMMs", (("precision", "fp8"),)),
     "fp4": Feature("FP4 GEMMs", (("precision", "fp4"),)),
@@ -47,6 +48,13 @@ FEATURES: dict[str, Feature] = {
     "tp_comm_overlap": Feature("tensor-parallel communication overlapped with GEMMs", (("tp_comm_overlap", True),)),
     "pp_scatter_gather": Feature("pipeline scatter/gather of activations over tensor-parallel ranks",
                                  (("pp_scatter_gather", True),)),
+    "no_grad_overlap": Feature("gradient reduction after the whole backward (no overlap)",
+                               (("overlap_grad_reduce", False),), minor=True),
+    "megatron_buckets": Feature("Megatron-Core's gradient bucket size", (("ddp_bucket_size", "megatron"),),
+                                minor=True),
+    "grad_reduce_in_fp32": Feature("gradient reduction in fp32", (("grad_reduce_in_fp32", True),), minor=True),
+    "iteration_tail": Feature("iteration tail (data loading, gradient clipping, logging)",
+                              (("iteration_tail", True),), minor=True),
 }
 
 
@@ -61,6 +69,8 @@ class Framework:
     overlap: tuple[bool, str]  # overlap_grad_reduce, overlap_param_gather, tp_comm_overlap
     recompute: tuple[str, str]
     precision: tuple[str, str]
+    grad_reduce_in_fp32: tuple[bool, str]
+    megatron_buckets: bool  # Megatron-Core's DDP (gradient buckets of max(40M, 1M x dp x cp) parameters)
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -71,17 +81,21 @@ _NEMO = Framework("NeMo / Megatron-Bridge recipes", (1, "the recipes' default mi
                   (True, "NeMo/Megatron-Bridge recipes: overlap_grad_reduce, overlap_param_gather, TP comm overlap "
                          "on"),
                   ("none", "NeMo/Megatron-Bridge default: no recompute"),
-                  ("bf16", "NeMo/Megatron-Bridge default: BF16 mixed precision"))
+                  ("bf16", "NeMo/Megatron-Bridge default: BF16 mixed precision"),
+                  (True, "NeMo/Megatron-Bridge recipes: grad_reduce_in_fp32"), True)
 _MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM default: off"), _NONE,
                       ("none", "Megatron-LM default: no recompute"),
-                      ("bf16", "16-bit mixed precision (the MFU/peak the source quotes is the BF16/FP16 one)"))
+                      ("bf16", "16-bit mixed precision (the MFU/peak the source quotes is the BF16/FP16 one)"),
+                      (True, "Megatron-LM reduces bf16 gradients in fp32"), True)
+_FP16_GRADS = (False, "Megatron-LM of the time: 16-bit gradients")
 FRAMEWORKS: dict[str, Framework] = {
     "megatron_sc21_t1": Framework("Megatron-LM (2021)", _MEGATRON_MBS,
                                   (False, "not in Megatron-LM in 2021"), (False, "not in Megatron-LM in 2021"),
-                                  (False, "not in Megatron-LM in 2021"), _MEGATRON.recompute, _MEGATRON.precision),
+                                  (False, "not in Megatron-LM in 2021"), _MEGATRON.recompute, _MEGATRON.precision,
+                                  _FP16_GRADS, False),
     "korthikanti22_t5": Framework("Megatron-LM (2022)", _MEGATRON_MBS, (False, "Megatron-LM (2022) default: off"),
                                   _MEGATRON.sequence_parallel, (False, "Megatron-LM (2022): not used"),
-                                  _MEGATRON.recompute, _MEGATRON.precision),
+                                  _MEGATRON.recompute, _MEGATRON.precision, _FP16_GRADS, False),
     "megatron_readme_h100": _MEGATRON,
     "nemo_2407": _NEMO,
     "megatron_bridge_perf": _NEMO,
@@ -112,7 +126,15 @@ def accepts(key: str, value: Any) -> bool:
         return action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction)
     if isinstance(value, int):
         return action.type is int
-    return action.type in (None, str) and action.nargs != 0
+    if action.nargs == 0:
+        return False
+    if action.type in (None, str):
+        return True
+    try:  # an option with its own parser (e.g. a size): it must take the value
+        action.type(value)  # type: ignore[misc, operator]
+    except (ValueError, TypeError, argparse.ArgumentTypeError):
+        return False
+    return True
 
 
 def resolve(name: str, value: Any) -> tuple[str, Any] | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from network.config import NetworkConfig
-from simulator.tools.training_features import FRAMEWORKS, Framework, missing_label, resolve
+from simulator.tools.training_features import FEATURES, FRAMEWORKS, Framework, missing_label, resolve
 from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
 from simulator.tools.training_metrics import Metric, choose_metric
 from simulator.tools.training_models import ROW_DIMS, model_for
@@ -38,6 +38,7 @@ class RowPlan:
     defaults_used: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     needs: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)  # minor features the generator has no option for
     approximable: bool = False  # --approximate may simulate it without what it needs
     metric: Metric | None = None
 
@@ -145,6 +146,11 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
         reqs += [(k, True) for k, on in relevant.items() if on]
         plan.defaults_used.append(f"communication overlap: {', '.join(k for k, on in relevant.items() if on)} "
                                   f"({fw.overlap[1]})")
+    if dp > 1 and ("overlap_grad_reduce", True) not in reqs:
+        reqs.append(("no_grad_overlap", True))
+    if dp > 1 and fw.megatron_buckets:
+        reqs.append(("megatron_buckets", True))
+    reqs.append(("iteration_tail", True))
     if "scatter/gather optimization on" in text and dims["pp"] > 1 and tp > 1:
         reqs.append(("pp_scatter_gather", True))
     precision = row.text("precision").lower()
@@ -155,6 +161,9 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
         reqs.append(("fp4", True))
     elif "fp8" in precision:
         reqs.append(("fp8", True))
+    if dp > 1 and fw.grad_reduce_in_fp32[0] and "fp16" not in precision:
+        reqs.append(("grad_reduce_in_fp32", True))
+        plan.defaults_used.append(f"gradient reduction in fp32 ({fw.grad_reduce_in_fp32[1]})")
     return reqs
 
 
@@ -204,10 +213,12 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     spec: dict[str, Any] = {"generate": "llm", "model_name": row.row_id[:64], **chosen.fields}
     for name, value in reqs:
         got = resolve(name, value)
-        if got is None:
-            missing.append(missing_label(name))
-        else:
+        if got is not None:
             spec[got[0]] = got[1]
+        elif FEATURES[name].minor:
+            plan.left_out.append(missing_label(name))
+        else:
+            missing.append(missing_label(name))
     spec["global_batch"], spec["micro_batch_size"] = batch
     plan.spec = spec
     stated = stated_machine(row.text("gpu"), row.text("intra_node"), row.text("inter_node"),

@@ -61,7 +61,7 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
     out: dict[str, Any] = {
         "row_id": plan.row.row_id, "table": plan.row.table, "source_id": plan.row.source_id,
         "model": plan.row.text("model"), "n_gpus": plan.n_gpus, "layout": plan.layout, "status": status,
-        "reason": reason, "needs": plan.needs, "metric": m.name if m else None,
+        "reason": reason, "needs": plan.needs, "left_out": list(plan.left_out), "metric": m.name if m else None,
         "published": m.published if m else None, "predicted": None, "error": None,
         "published_step_time_s": _sig(m.published_step_time_s) if m else None,
         "published_step_time_note": m.step_note if m else "", "predicted_step_time_s": None,
@@ -79,7 +79,7 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
                    collectives=iteration.collectives,
                    run={"cpu_time_s": round(iteration.cpu_time_s, 2), "engine_reason": iteration.engine_reason})
         if status == APPROXIMATE:
-            out["left_out"] = plan.needs
+            out["left_out"] = plan.needs + out["left_out"]
     return out
 
 
@@ -144,8 +144,8 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
                      f"{b['exposed_collectives_ns'] / step:.0%}" + (f" ({comm})" if comm else "")
                      + f"; bubble {b['bubble_ns'] / step:.0%}; {r['hw_profile']}, {r['compute_model']} compute, "
                      f"{r['simulated_ranks']} of {r['n_gpus']} ranks simulated")
-        if r["status"] == APPROXIMATE:
-            lines.append(f"{'':>8}left out: {'; '.join(r['left_out'])}")
+        if r["left_out"]:
+            lines.append(f"{'':>8}left out (no generator option): {'; '.join(r['left_out'])}")
     if verbose:
         lines += [f"{'':>8}default: {d}" for d in r["defaults_used"]]
         lines += [f"{'':>8}note: {n}" for n in r["notes"]]

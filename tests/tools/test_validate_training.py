@@ -167,7 +167,8 @@ def test_feature_alternatives_take_the_first_the_generator_has() -> None:
     assert training_features.resolve("full_recompute", True) in (("recompute", "full"),
                                                                  ("activation_recompute", True))
     assert training_features.resolve("tp", 4) == ("tp", 4)
-    assert training_features.resolve("distributed_optimizer", True) in (("distributed_optimizer", True), ("zero", 1))
+    assert training_features.resolve("distributed_optimizer", True) in (("use_distributed_optimizer", True),
+                                                                        ("zero", 1))
 
 
 def test_hardware_matching() -> None:
