@@ -12,15 +12,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workload.errors import InputError, printable, shown
 from workload.files import read_yaml, shown_path
 from workload.traceset import TraceSet
-
-if TYPE_CHECKING:
-    from workload.llm.model import ModelConfig
-    from workload.llm.plan import ParallelPlan
 
 GENERATOR_SUFFIXES = (".yml", ".yaml")
 
@@ -71,9 +67,12 @@ def _llm_args(spec: dict[str, Any], where: str) -> argparse.Namespace:
     return args
 
 
-def llm_model_plan(spec: dict[str, Any], where: str) -> tuple[ModelConfig, ParallelPlan]:
-    """The model and the (validated) parallelism plan of a ``generate: llm`` mapping."""
+def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
+    from compute.devices import device as device_preset
+    from workload.llm.build import build_programs
     from workload.llm.cli import _model, plan_from_args
+    from workload.llm.emit import TraceEmitter
+    from workload.llm.plan import RankMap
 
     args = _llm_args(spec, where)
     try:
@@ -82,17 +81,6 @@ def llm_model_plan(spec: dict[str, Any], where: str) -> tuple[ModelConfig, Paral
         plan.validate(model)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
-    return model, plan
-
-
-def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
-    from compute.devices import device as device_preset
-    from workload.llm.build import build_programs
-    from workload.llm.emit import TraceEmitter
-    from workload.llm.plan import RankMap
-
-    model, plan = llm_model_plan(spec, where)
-    args = _llm_args(spec, where)
     if plan.world_size != npus:
         raise InputError(f"{where}: the plan has {plan.world_size:,} ranks (dp {plan.dp} x tp {plan.tp} x pp "
                          f"{plan.pp}) but the network has {npus:,} NPUs: they must match")
@@ -156,3 +144,19 @@ def workload_traces(workload: str, npus: int) -> TraceSet:
     if spec is None:
         return resolve_workload(workload)
     return generated_traces(spec, npus, shown_path(workload))
+
+
+def llm_programs(spec: dict[str, Any], where: str) -> tuple[Any, Any, list[Any]]:
+    """(model, validated plan, stage programs) of a ``generate: llm`` mapping: what its traces are built from, for
+    tools that need to know what each generated node is."""
+    from workload.llm.build import build_programs
+    from workload.llm.cli import _model, plan_from_args
+
+    args = _llm_args(spec, where)
+    try:
+        model = _model(args)
+        plan = plan_from_args(args)
+        plan.validate(model)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    return model, plan, build_programs(model, plan)

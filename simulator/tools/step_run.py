@@ -23,7 +23,7 @@ from simulator.config import MemoryConfig, default_system
 from simulator.simulation import RunOptions, Simulation
 from simulator.tools.step_breakdown import NodeKinds, slowest_rank_breakdown
 from workload.errors import InputError
-from workload.generated import generated_traces, llm_model_plan
+from workload.generated import generated_traces, llm_programs
 
 
 def best_compute_model() -> str:
@@ -49,12 +49,10 @@ class Iteration:
 def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str,
                        warn: Callable[[str], None] | None = None, label: str = "training step") -> Iteration:
     """Simulate the ``generate: llm`` mapping ``spec`` once on ``network`` with hardware profile ``profile``."""
-    from workload.llm.build import build_programs
     from workload.llm.summary import stage_flops
 
     started = time.process_time()
-    model, plan = llm_model_plan(spec, label)
-    programs = build_programs(model, plan)
+    _, plan, programs = llm_programs(spec, label)
     traces = generated_traces(spec, network.num_npus, label)
     compute_model = best_compute_model()
     extra = {"compute_model": compute_model} if compute_model != "roofline" else {}
@@ -113,7 +111,8 @@ def run_limited(spec: dict[str, Any], network: NetworkConfig, profile: str, devi
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     parent, child = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_child, args=(child, memory_bytes, cpu_s, (spec, network, profile, device, label)))
+    process = ctx.Process(target=_child, args=(child, memory_bytes, cpu_s, (spec, network, profile, device, label)),
+                          daemon=True)  # ends with this process
     process.start()
     child.close()
     try:

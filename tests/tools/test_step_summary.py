@@ -9,8 +9,7 @@ import pytest
 from compute.devices import device
 from simulator.tools.step_summary import format_prediction, predict
 from tests.conftest import run_cli
-from workload.generated import llm_model_plan
-from workload.llm.build import build_programs
+from workload.generated import llm_programs
 from workload.llm.plan import RankMap
 from workload.llm.summary import summarize
 
@@ -54,8 +53,7 @@ def test_prediction_figures_agree_with_each_other() -> None:
     assert b["compute_busy_ns"] + b["exposed_collectives_ns"] + b["bubble_ns"] == b["step_ns"] == \
         iteration.step_time_ns
     assert b["bubble_ns"] > 0 and b["exposed_comm_ns_by_kind"]["tp"] > 0
-    model, plan = llm_model_plan(SPEC, "test")
-    programs = build_programs(model, plan)
+    model, plan, programs = llm_programs(SPEC, "test")
     summary = summarize(model, plan, programs, RankMap(plan, model))
     assert iteration.flops_total == summary["flops"]["total"]
     text = format_prediction(iteration, summary, "A100", profile, why)
