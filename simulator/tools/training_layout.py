@@ -138,7 +138,7 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     text = " ".join(row.text(c) for c in ("zero_or_dist_opt", "seq_parallel", "notes")).lower()
     stated = {k: f"--{k.replace('_', '-')}" in text for k in ("overlap_grad_reduce", "overlap_param_gather",
                                                               "tp_comm_overlap")}
-    relevant = {"overlap_grad_reduce": dp > 1, "overlap_param_gather": dp > 1 and bool(zero),
+    relevant = {"overlap_grad_reduce": dp > 1, "overlap_param_gather": dp > 1 and "distributed_optimizer" in zero,
                 "tp_comm_overlap": tp > 1}
     if any(stated.values()):
         reqs += [(k, True) for k, on in stated.items() if on and relevant[k]]
