@@ -70,6 +70,12 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
                      slowest_rank_breakdown(sim, result, NodeKinds.of_programs(programs)), flops, collectives)
 
 
+def iteration_nodes(spec: dict[str, Any]) -> int:
+    """Trace nodes of one iteration over all ranks (what a run that simulates every rank has to hold)."""
+    _, plan, programs = llm_programs(spec, "generate: llm")
+    return sum(len(p.ops) for p in programs) * (plan.world_size // plan.pp)
+
+
 class CpuTimeExceeded(Exception):
     """The child's CPU-time limit ran out (SIGXCPU)."""
 

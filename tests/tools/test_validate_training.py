@@ -232,7 +232,9 @@ def test_rows_over_the_limits_say_so(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     (r,) = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert r["status"] == "not finished" and r["predicted_step_time_s"] is None
-    assert r["reason"] == "over the CPU-time limit of 0.5 s (beyond what one run simulates here)"
+    assert r["reason"] == (f"over the CPU-time limit of 0.5 s (64 ranks, {r['trace_nodes']:,} trace nodes: beyond what "
+                           "one run simulates here)")
+    assert r["trace_nodes"] > 64 * 8 * 2 * 10  # ranks x micro-batches x layers x nodes per layer, at least
     out = run_cli("validate-training", "--tables", str(table), "--memory-limit", "0.05", "--quiet")
     assert out.returncode == 0 and ("not finished: over the memory limit of 0.05 GiB" in out.stdout
                                     or "ended without a result" in out.stdout)
