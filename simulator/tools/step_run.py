@@ -47,7 +47,8 @@ class Iteration:
 
 
 def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str,
-                       warn: Callable[[str], None] | None = None, label: str = "training step") -> Iteration:
+                       warn: Callable[[str], None] | None = None, label: str = "training step",
+                       progress: bool = False) -> Iteration:
     """Simulate the ``generate: llm`` mapping ``spec`` once on ``network`` with hardware profile ``profile``."""
     from workload.llm.summary import stage_flops
 
@@ -56,8 +57,8 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     traces = generated_traces(spec, network.num_npus, label)
     compute_model = best_compute_model()
     extra = {"compute_model": compute_model} if compute_model != "roofline" else {}
-    options = RunOptions(collective_model="nccl", hw_profile=profile, device=device, progress=False, timeline=True,
-                         **extra)
+    options = RunOptions(collective_model="nccl", hw_profile=profile, device=device, progress=progress,
+                         timeline=True, **extra)
     sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options,
                      warn=warn)
     result = sim.run()

@@ -9,13 +9,14 @@ count (recompute, attention scores, elementwise and optimizer work included) giv
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from compute.devices import device as device_preset
 from simulator.collectives.hardware import load_profile
 from simulator.tools.step_breakdown import PP
-from simulator.tools.step_run import Iteration, simulate_iteration
+from simulator.tools.step_run import Iteration, iteration_nodes, simulate_iteration
 from simulator.tools.training_hardware import network_for
 from workload.errors import InputError
 
@@ -40,7 +41,10 @@ def predict(spec: dict[str, Any], npus: int, device_name: str, hw_profile: str |
         why = f"the {device.name} reference system; choose with --hw-profile"
     profile = load_profile(hw_profile)
     network = network_for(profile, npus, "trace generate llm --summary")
-    return simulate_iteration(spec, network, hw_profile, device.name, warn, "trace generate llm"), profile.name, why
+    print(f"simulating one iteration of {npus:,} ranks ({iteration_nodes(spec):,} trace nodes) for the predicted step",
+          file=sys.stderr)
+    it = simulate_iteration(spec, network, hw_profile, device.name, warn, "trace generate llm", progress=True)
+    return it, profile.name, why
 
 
 def format_prediction(it: Iteration, summary: dict[str, Any], device_name: str, profile: str, why: str) -> str:
