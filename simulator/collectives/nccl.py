@@ -37,6 +37,14 @@ from dataclasses import dataclass, replace
 
 from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
 from simulator.collectives.hardware import HardwareProfile
+from simulator.collectives.network import (
+    SIMPLE_NET_HOP_US,
+    chunk_bytes,
+    inflight_factor,
+    net_busbw_bound,
+    network_channels,
+    node_nic_GBps,
+)
 from workload.errors import InputError
 
 SEND_RECV = "send_recv"
@@ -64,6 +72,8 @@ class LibraryConstants:
     tree_per_channel_GBps: tuple[float, float, float]
     channels: int  # collective channels the topology search finds on a full node
     ll128: bool  # LL128 enabled by default
+    nvls_efficiency: float = 0.0  # NVLS bus bandwidth per link bandwidth (Hopper 0.85, Blackwell 0.74)
+    nvls_tree_per_channel_GBps: tuple[float, float] = (0.0, 0.0)  # NVLS-tree cap per channel, 2 and > 2 nodes
 
 
 # MSCCL programs are not in the library's tuning tables (it runs them whenever they apply); their priors are the
@@ -79,16 +89,17 @@ _HOP_NET = {RING: (2.7, 4.0, 14.0), TREE: (5.0, 8.5, 14.0), NVLS: (0, 0, 18.0), 
 _RCCL_BASE = {**_BASE, RING: (12.0, 12.0, 17.0), TREE: (12.0, 12.0, 17.0), MSCCL: (12.0, 12.0, 17.0)}
 
 
-def _nccl(ll: float, ll128: float, tree: float, channels: int) -> LibraryConstants:
+def _nccl(ll: float, ll128: float, tree: float, channels: int, nvls: float = 0.0,
+          nvls_tree: tuple[float, float] = (0.0, 0.0)) -> LibraryConstants:
     return LibraryConstants(_BASE, _HOP_NVLINK, _HOP_NET, (ll, ll / 3.1, ll / 4.0), ll128,
-                            (tree, tree * 1.07, tree * 0.93), channels, True)
+                            (tree, tree * 1.07, tree * 0.93), channels, True, nvls, nvls_tree)
 
 
 CONSTANTS: dict[str, LibraryConstants] = {
     "volta": _nccl(39.0, 20.0, 26.5, 12),
     "ampere": _nccl(87.7, 20.0, 24.0, 24),
-    "hopper": _nccl(141.0, 36.7, 38.7, 32),
-    "blackwell": _nccl(282.0, 73.4, 77.4, 32),
+    "hopper": _nccl(141.0, 36.7, 38.7, 32, 0.85, (57.7, 45.5)),
+    "blackwell": _nccl(282.0, 73.4, 77.4, 32, 0.74, (96.0, 80.0)),
     "cdna3": LibraryConstants(_RCCL_BASE, _HOP_NVLINK, _HOP_NET, (60.0, 22.5, 19.0), 20.0, (24.0, 23.6, 17.8), 56,
                               True),
     "cdna4": LibraryConstants(_RCCL_BASE, _HOP_NVLINK, _HOP_NET, (80.0, 30.0, 25.0), 26.0, (32.0, 30.0, 24.0), 56,
@@ -168,6 +179,22 @@ def bus_factor(kind: str, ranks: int) -> float:
     return (ranks - 1) / ranks
 
 
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    """The size-independent terms of one candidate on one communicator."""
+
+    library_us: float  # the library's latency estimate
+    library_algbw: float  # and its algorithm bandwidth (GB/s)
+    channels: int
+    raw: float  # hardware bound, bus bandwidth (GB/s)
+    params: dict[str, float]  # timing parameters (calibrated or priors)
+    calibrated: bool
+    steps: float  # latency steps in scale-up steps
+    net_latency_us: float  # the transport's latency over the call's network steps
+    up_rate: float = 0.0  # multi-node Simple: the scale-up stage's bus bandwidth (GB/s); 0: a single stage
+    net_raw: float = 0.0  # and the NICs' bound
+
+
 class CollectiveModel:
     """The model for one hardware profile; ``plan`` is cached per (kind, size, communicator, forced algorithm)."""
 
@@ -176,8 +203,7 @@ class CollectiveModel:
         self.constants = CONSTANTS[profile.arch]
         self.parameters = profile.parameters()
         self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
-        self._fixed_cache: dict[tuple[str, str, str, Communicator], tuple[float, float, int, float, dict[str, float],
-                                                                          bool, float]] = {}
+        self._fixed_cache: dict[tuple[str, str, str, Communicator], _Fixed] = {}
 
     # --- hardware bounds (bus bandwidth, GB/s) ------------------------------------------------------------
     def scale_up_GBps(self, per_node: int) -> float:
@@ -191,43 +217,45 @@ class CollectiveModel:
         return up.bandwidth_GBps
 
     def network_GBps(self, comm: Communicator) -> float:
-        """What one GPU's share of the node's NICs carries when the communicator spans nodes."""
+        """The NIC bandwidth one node puts behind the communicator's GPUs on it (inf on one node)."""
         out = self.profile.scale_out
         if comm.nodes <= 1:
             return math.inf
         if out is None:
             raise InputError(f"hardware profile {self.profile.name}: a collective spans {comm.nodes} nodes, but the "
                              "profile has no 'scale_out' section")
-        nics = min(out.nics_per_node, max(1.0, comm.per_node * out.nics_per_node / self.profile.gpus_per_node))
-        return nics * out.nic_GBps
+        return node_nic_GBps(out.nics_per_node, out.nic_GBps, comm.per_node, self.profile.gpus_per_node)
+
+    def up_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
+        """The scale-up fabric's bound of ``algorithm`` in bus bandwidth (GB/s); inf when it is not used."""
+        up = self.scale_up_GBps(comm.per_node)
+        n = comm.ranks
+        if algorithm in (NVLS, NVLS_TREE):  # every GPU pushes its buffer into the switch and pulls the result
+            gain = 2 * (n - 1) / n if kind == ALL_REDUCE else 1.0
+            return self.profile.scale_up.bandwidth_GBps * gain
+        if algorithm == COLLNET:
+            return self.profile.scale_up.bandwidth_GBps
+        if algorithm == DIRECT:  # the share of the buffer for peers on the node
+            local = comm.per_node - 1
+            return up * (n - 1) / local if local else math.inf
+        if algorithm == P2P:
+            return self.profile.scale_up.bandwidth_GBps if comm.nodes <= 1 else math.inf
+        if algorithm in (RING, TREE, PAT) and comm.nodes > 1 and comm.per_node > 1:
+            # across nodes a node's part of a ring is a chain: one of its per_node hops leaves through a NIC
+            return up * comm.per_node / (comm.per_node - 1)
+        if algorithm in (RING, TREE, PAT, MSCCL):  # MSCCL: all-pairs over the node's links
+            return up
+        raise InputError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+
+    def net_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
+        """The node's NICs' bound of ``algorithm`` in bus bandwidth (GB/s); inf on one node."""
+        if comm.nodes <= 1:
+            return math.inf
+        return net_busbw_bound(algorithm, kind, comm.ranks, comm.nodes, comm.per_node, self.network_GBps(comm))
 
     def raw_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
-        """The hardware bound of ``algorithm`` in bus bandwidth (GB/s)."""
-        up = self.scale_up_GBps(comm.per_node)
-        net = self.network_GBps(comm)
-        n = comm.ranks
-        if algorithm in (RING, TREE, PAT, MSCCL):  # MSCCL: all-pairs over the node's links
-            return min(up, net)
-        if algorithm in (NVLS, NVLS_TREE):
-            gain = 2 * (n - 1) / n if kind == ALL_REDUCE else 1.0
-            nvls = self.profile.scale_up.bandwidth_GBps * gain
-            if comm.nodes > 1:
-                out = self.profile.scale_out
-                assert out is not None
-                nvls = min(nvls, out.nics_per_node * out.nic_GBps * comm.ranks / max(1, comm.ranks - comm.per_node))
-            return nvls
-        if algorithm == COLLNET:  # the switch reduces: each node sends and receives its data once
-            return min(self.profile.scale_up.bandwidth_GBps, 2 * net if kind == ALL_REDUCE else net)
-        if algorithm == DIRECT:  # all-to-all as grouped sends: the share to peers on the node and off it
-            peers = n - 1
-            local, remote = comm.per_node - 1, n - comm.per_node
-            t = (local / up if local else 0.0) + 0.0
-            t = max(t, remote / net if remote else 0.0)
-            return peers / t if t > 0 else math.inf
-        if algorithm == P2P:
-            return min(self.profile.scale_up.bandwidth_GBps if comm.nodes <= 1 else net,
-                       self.profile.scale_up.bandwidth_GBps)
-        raise InputError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+        """The hardware bound of ``algorithm`` in bus bandwidth (GB/s): the slower of its two fabrics."""
+        return min(self.up_busbw(algorithm, kind, comm), self.net_busbw(algorithm, kind, comm))
 
     # --- the library's estimate ---------------------------------------------------------------------------------
     def enabled(self, kind: str, comm: Communicator) -> list[tuple[str, str]]:
@@ -303,7 +331,14 @@ class CollectiveModel:
         nodes_idx = 0 if comm.nodes == 1 else 1 if comm.nodes == 2 else 2
         channels = c.channels
         raw = self.raw_busbw(RING if algorithm in (TREE, PAT) else algorithm, kind, comm)
-        if algorithm in (NVLS, NVLS_TREE):  # NVLS channels x their bandwidth: ~70% of the links on NVSwitch systems
+        if algorithm == NVLS_TREE:  # NVLS inside the node, a tree of nodes over the NICs (2 nodes: twice the NICs)
+            nvls_channels = 16
+            intra = (self.profile.scale_up.bandwidth_GBps * c.nvls_efficiency * (nvls_channels - 1) / nvls_channels
+                     * (2.0 if kind == ALL_REDUCE else (comm.per_node - 1) / comm.per_node))
+            inter = self.network_GBps(comm) * (2.0 if comm.nodes <= 2 else 1.0)
+            cap = nvls_channels * c.nvls_tree_per_channel_GBps[0 if comm.nodes <= 2 else 1] or math.inf
+            bus = min(intra, inter, cap)
+        elif algorithm == NVLS:  # NVLS channels x their bandwidth: ~70% of the links on NVSwitch systems
             bus = min(raw, self.profile.scale_up.bandwidth_GBps) * 0.7
         elif algorithm == COLLNET:
             bus = raw * 0.85
@@ -329,8 +364,10 @@ class CollectiveModel:
             algbw = bus * n / nsteps if kind in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER) else bus
         elif algorithm == MSCCL:
             algbw = bus / bus_factor(kind, n)
+        elif algorithm == NVLS_TREE and kind == ALL_REDUCE:
+            algbw = bus * n / (2 * (n - 1))
         elif kind == ALL_REDUCE:
-            algbw = bus * (5 / 6 if algorithm in (NVLS, NVLS_TREE) else 0.5)
+            algbw = bus * (5 / 6 if algorithm == NVLS else 0.5)
         else:
             algbw = bus / bus_factor(kind, n) if kind in (ALL_TO_ALL,) else bus
         return algbw, channels
@@ -362,6 +399,9 @@ class CollectiveModel:
         raw = self.raw_busbw(algorithm, kind, comm)
         lib_algbw, _ = self.library_bandwidth(algorithm, protocol, kind, comm)
         eff = min(1.0, lib_algbw * bus_factor(kind, comm.ranks) / raw) if math.isfinite(raw) and raw > 0 else 0.8
+        out = self.profile.scale_out
+        if comm.nodes > 1 and protocol == SIMPLE and out is not None:  # the network stage's: the transport's
+            eff = out.stream_efficiency
         base = self.constants.base_us[algorithm][p] if algorithm not in (NVLS, NVLS_TREE) else 0.0
         return {"latency_us": base, "hop_latency_us": hop, "efficiency": max(eff, 0.05), "fill_us": 0.0,
                 "fill_MB": 1.0}
@@ -370,10 +410,8 @@ class CollectiveModel:
     def key(algorithm: str, protocol: str, comm: Communicator) -> str:
         return f"{algorithm}/{protocol}/{'inter' if comm.nodes > 1 else 'intra'}"
 
-    def _fixed(self, algorithm: str, protocol: str, kind: str, comm: Communicator
-               ) -> tuple[float, float, int, float, dict[str, float], bool, float]:
-        """The size-independent terms of a candidate (cached): library latency and bandwidth, channels, hardware
-        bound, timing parameters, whether they are calibrated, latency steps."""
+    def _fixed(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> _Fixed:
+        """The size-independent terms of a candidate (cached)."""
         key = (algorithm, protocol, kind, comm)
         fixed = self._fixed_cache.get(key)
         if fixed is None:
@@ -381,32 +419,72 @@ class CollectiveModel:
             name = self.key(algorithm, protocol, comm)
             fitted = self.parameters.get(f"{name}@{comm.ranks}") or self.parameters.get(name, {})
             params = {**self.default_parameters(algorithm, protocol, kind, comm), **fitted}
-            steps = self.hops(algorithm, protocol, kind, comm)
-            fixed = (self.library_latency_us(algorithm, protocol, kind, comm), lib_algbw, channels,
-                     self.raw_busbw(algorithm, kind, comm), params, bool(fitted), steps)
+            out = self.profile.scale_out
+            net_us = 0.0
+            staged = comm.nodes > 1 and protocol == SIMPLE and out is not None
+            if comm.nodes > 1 and out is not None:  # the transport's latency on every network step
+                net_us = self._steps(algorithm, kind, comm)[1] * out.latency_us * (2 if protocol == SIMPLE else 1)
+            fixed = _Fixed(self.library_latency_us(algorithm, protocol, kind, comm) + net_us, lib_algbw, channels,
+                           self.raw_busbw(algorithm, kind, comm), params, bool(fitted),
+                           self.hops(algorithm, protocol, kind, comm), net_us,
+                           self._scale_up_rate(algorithm, kind, comm) if staged else 0.0,
+                           self.net_busbw(algorithm, kind, comm) if staged else 0.0)
             if len(self._fixed_cache) < 100_000:
                 self._fixed_cache[key] = fixed
         return fixed
 
+    def _scale_up_rate(self, algorithm: str, kind: str, comm: Communicator) -> float:
+        """Bus bandwidth (GB/s) the scale-up part of a multi-node Simple call reaches: the hardware bound times the
+        calibrated efficiency of the same kind of transfer on one node (its GPU class's tables)."""
+        raw = self.up_busbw(algorithm, kind, comm)
+        if not math.isfinite(raw):
+            return math.inf
+        intra = {NVLS_TREE: NVLS, COLLNET: NVLS, TREE: RING, PAT: RING}.get(algorithm, algorithm)
+        fitted = self.parameters.get(f"{intra}/{SIMPLE}/intra", {}).get("efficiency")
+        if fitted is None:
+            one_node = Communicator(comm.per_node, 1, comm.per_node)
+            fitted = self.default_parameters(intra, SIMPLE, kind, one_node)["efficiency"]
+        return fitted * raw
+
+    def _pipelined_GBps(self, algorithm: str, kind: str, size_bytes: int, comm: Communicator, fixed: _Fixed,
+                        efficiency: float) -> float:
+        """Bus bandwidth of a multi-node Simple call: the slower of its scale-up part and its network part, which
+        reaches ``efficiency`` of the NICs' bound only when enough chunks are in flight (see network.py)."""
+        out = self.profile.scale_out
+        assert out is not None
+        channels = network_channels(comm.per_node)
+        chunk, slots = chunk_bytes(algorithm, kind, size_bytes, comm.ranks, channels, comm.per_node,
+                                   out.buffsize_bytes, out.nvls_chunk_bytes)
+        channel_GBps = self.network_GBps(comm) * efficiency / channels
+        round_trip_us = 2 * (SIMPLE_NET_HOP_US + out.latency_us)
+        net = efficiency * fixed.net_raw * inflight_factor(chunk, slots, channel_GBps, round_trip_us)
+        return min(fixed.up_rate, net)
+
     def candidate(self, algorithm: str, protocol: str, kind: str, size_bytes: int, comm: Communicator,
                   params: dict[str, float] | None = None) -> Candidate:
         """One (algorithm, protocol) at ``size_bytes``; ``params`` overrides the profile's (calibration)."""
-        lib_latency, lib_algbw, full_channels, raw, own, calibrated, steps = self._fixed(algorithm, protocol, kind,
-                                                                                         comm)
+        fixed = self._fixed(algorithm, protocol, kind, comm)
+        calibrated = fixed.calibrated
         if params is None:
-            params = own
+            params = fixed.params
         else:
             calibrated = True
-        library_us = lib_latency + size_bytes / (1e3 * lib_algbw) if lib_algbw > 0 else math.inf
+        library_us = fixed.library_us + size_bytes / (1e3 * fixed.library_algbw) if fixed.library_algbw > 0 else (
+            math.inf)
         if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
                 size_bytes >= comm.ranks / 16 * 65536):
-            library_us += lib_latency * 0.4  # the ring's plateau
+            library_us += fixed.library_us * 0.4  # the ring's plateau
         bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
-        latency = params["latency_us"] + steps * params["hop_latency_us"]
-        transfer = bus_bytes / (1e3 * params["efficiency"] * raw) if math.isfinite(raw) else 0.0
+        latency = params["latency_us"] + fixed.steps * params["hop_latency_us"] + fixed.net_latency_us
+        if fixed.up_rate > 0:  # a multi-node Simple call: scale-up and network stages, chunked over the network
+            rate = self._pipelined_GBps(algorithm, kind, size_bytes, comm, fixed, params["efficiency"])
+            transfer = bus_bytes / (1e3 * rate) if math.isfinite(rate) else 0.0
+        else:
+            raw = fixed.raw
+            transfer = bus_bytes / (1e3 * params["efficiency"] * raw) if math.isfinite(raw) else 0.0
         if params["fill_us"] > 0:  # per buffer byte, not per bus byte: the same start-up at every rank count
             transfer += params["fill_us"] * -math.expm1(-size_bytes / (params["fill_MB"] * 1e6))
-        channels = self.channels_for(protocol, size_bytes, full_channels, comm.ranks)
+        channels = self.channels_for(protocol, size_bytes, fixed.channels, comm.ranks)
         return Candidate(algorithm, protocol, channels, library_us, latency, transfer, bus_bytes, calibrated)
 
     def runs(self, algorithm: str, kind: str, size_bytes: int, comm: Communicator) -> bool:
