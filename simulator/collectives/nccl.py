@@ -403,8 +403,15 @@ class CollectiveModel:
         if comm.nodes > 1 and protocol == SIMPLE and out is not None:  # the network stage's: the transport's
             eff = out.stream_efficiency
         base = self.constants.base_us[algorithm][p] if algorithm not in (NVLS, NVLS_TREE) else 0.0
-        return {"latency_us": base, "hop_latency_us": hop, "efficiency": max(eff, 0.05), "fill_us": 0.0,
-                "fill_MB": 1.0}
+        prior = {"latency_us": base, "hop_latency_us": hop, "efficiency": max(eff, 0.05), "fill_us": 0.0,
+                 "fill_MB": 1.0}
+        if comm.nodes > 1:  # the start-up and per-step latency measured on one node of the class carry over
+            intra = NVLS if algorithm == NVLS_TREE else algorithm
+            fitted = self.parameters.get(f"{intra}/{protocol}/intra")
+            if fitted:
+                prior.update({k: fitted[k] for k in ("latency_us", "hop_latency_us", "fill_us", "fill_MB")
+                              if k in fitted})
+        return prior
 
     @staticmethod
     def key(algorithm: str, protocol: str, comm: Communicator) -> str:
@@ -422,8 +429,9 @@ class CollectiveModel:
             out = self.profile.scale_out
             net_us = 0.0
             staged = comm.nodes > 1 and protocol == SIMPLE and out is not None
-            if comm.nodes > 1 and out is not None:  # the transport's latency on every network step
-                net_us = self._steps(algorithm, kind, comm)[1] * out.latency_us * (2 if protocol == SIMPLE else 1)
+            if comm.nodes > 1 and out is not None:  # the transport's latency on every network step in sequence
+                sequential = 1 if algorithm in (DIRECT, P2P) else self._steps(algorithm, kind, comm)[1]
+                net_us = sequential * out.latency_us * (2 if protocol == SIMPLE else 1)
             fixed = _Fixed(self.library_latency_us(algorithm, protocol, kind, comm) + net_us, lib_algbw, channels,
                            self.raw_busbw(algorithm, kind, comm), params, bool(fitted),
                            self.hops(algorithm, protocol, kind, comm), net_us,
@@ -452,7 +460,7 @@ class CollectiveModel:
         reaches ``efficiency`` of the NICs' bound only when enough chunks are in flight (see network.py)."""
         out = self.profile.scale_out
         assert out is not None
-        channels = network_channels(comm.per_node)
+        channels = network_channels(algorithm, comm.per_node)
         chunk, slots = chunk_bytes(algorithm, kind, size_bytes, comm.ranks, channels, comm.per_node,
                                    out.buffsize_bytes, out.nvls_chunk_bytes)
         channel_GBps = self.network_GBps(comm) * efficiency / channels

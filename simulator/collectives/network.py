@@ -72,9 +72,10 @@ def net_busbw_bound(algorithm: str, kind: str, ranks: int, nodes: int, per_node:
     return node_GBps  # ring, tree, PAT, p2p: the ring crosses each node's NICs once per channel
 
 
-def network_channels(per_node: int) -> int:
-    """Channels that carry network traffic: two per GPU of the node (NCCL's usual count on 8-GPU, 8-NIC nodes)."""
-    return max(2, 2 * per_node)
+def network_channels(algorithm: str, per_node: int) -> int:
+    """Channels that carry network traffic: two per GPU of the node (NCCL's usual count on 8-GPU, 8-NIC nodes);
+    point-to-point counts one per GPU, its connections to every peer in flight at once."""
+    return max(1, per_node) if algorithm in ("direct", "p2p") else max(2, 2 * per_node)
 
 
 def chunk_bytes(algorithm: str, kind: str, size_bytes: int, ranks: int, channels: int, per_node: int,
@@ -86,12 +87,12 @@ def chunk_bytes(algorithm: str, kind: str, size_bytes: int, ranks: int, channels
     if algorithm == "nvls_tree":  # enqueue.cc halves the chunk while the buffer is small for the concurrent ops
         ops = channels * max(1, per_node)
         return min(float(nvls_chunk_bytes), max(32768.0, size_bytes / (4 * ops))), NCCL_STEPS
-    if algorithm in ("direct", "p2p"):  # grouped point-to-point: one buffer share per peer
-        return min(float(p2p_chunk_bytes), size_bytes / max(1, ranks)), NCCL_STEPS
-    if algorithm == "ring":  # a step moves 1/ranks of the channel's data; an all-reduce chunk spans 4 slots
-        steps = 4 if kind == "all_reduce" else 2
-        return min(step * steps, size_bytes / max(1, ranks * channels)), NCCL_STEPS // steps
-    return min(step, size_bytes / max(1, channels)), NCCL_STEPS  # tree, collnet, PAT: one slot per chunk
+    if algorithm in ("direct", "p2p"):  # grouped point-to-point: a connection (and its slots) per off-node peer
+        return min(float(p2p_chunk_bytes), size_bytes / max(1, ranks)), NCCL_STEPS * max(1, ranks - per_node)
+    if algorithm == "ring":  # an all-reduce chunk spans 4 slots; while a step's data fits one chunk the ring is
+        steps = 4 if kind == "all_reduce" else 2  # latency-bound (its per-step latency), not credit-bound
+        return step * steps, NCCL_STEPS // steps
+    return min(step, max(32768.0, size_bytes / max(1, channels))), NCCL_STEPS  # tree, collnet, PAT: a slot each
 
 
 def inflight_factor(chunk: float, slots: int, channel_GBps: float, round_trip_us: float) -> float:
