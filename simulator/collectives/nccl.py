@@ -399,9 +399,11 @@ class CollectiveModel:
         raw = self.raw_busbw(algorithm, kind, comm)
         lib_algbw, _ = self.library_bandwidth(algorithm, protocol, kind, comm)
         eff = min(1.0, lib_algbw * bus_factor(kind, comm.ranks) / raw) if math.isfinite(raw) and raw > 0 else 0.8
+        if algorithm in (DIRECT, P2P) and comm.nodes == 1:  # Simple copies over the same links as the ring's
+            eff = self.parameters.get(f"{RING}/{SIMPLE}/intra", {}).get("efficiency", eff)
         out = self.profile.scale_out
-        if comm.nodes > 1 and protocol == SIMPLE and out is not None:  # the network stage's: the transport's
-            eff = out.stream_efficiency
+        if comm.nodes > 1 and protocol == SIMPLE and out is not None:  # the network stage's: measured on this
+            eff = self.parameters.get(f"{RING}/{SIMPLE}/inter", {}).get("efficiency", out.stream_efficiency)  # class
         base = self.constants.base_us[algorithm][p] if algorithm not in (NVLS, NVLS_TREE) else 0.0
         prior = {"latency_us": base, "hop_latency_us": hop, "efficiency": max(eff, 0.05), "fill_us": 0.0,
                  "fill_MB": 1.0}
@@ -464,7 +466,7 @@ class CollectiveModel:
         chunk, slots = chunk_bytes(algorithm, kind, size_bytes, comm.ranks, channels, comm.per_node,
                                    out.buffsize_bytes, out.nvls_chunk_bytes)
         channel_GBps = self.network_GBps(comm) * efficiency / channels
-        round_trip_us = 2 * (SIMPLE_NET_HOP_US + out.latency_us)
+        round_trip_us = SIMPLE_NET_HOP_US + 2 * out.latency_us
         net = efficiency * fixed.net_raw * inflight_factor(chunk, slots, channel_GBps, round_trip_us)
         return min(fixed.up_rate, net)
 

@@ -19,7 +19,8 @@ speed), the transport, and how NCCL/RCCL drive the network. Three pieces, all st
   back, one network round trip later. A channel therefore carries at most ``slots x chunk`` per round trip, which
   caps its bandwidth when chunks are small: NCCL shrinks them for small buffers (the NVLS-tree rules below follow
   ``enqueue.cc``), which is why multi-node busbw climbs slowly through the MiB sizes, and faster on fast-latency
-  fabrics. The round trip is twice the library's per-step network latency (Simple) plus the transport's latency.
+  fabrics. The round trip is the library's per-step network latency (Simple: a step's send, completion and credit)
+  plus the transport's one-way latency both ways.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def chunk_bytes(algorithm: str, kind: str, size_bytes: int, ranks: int, channels
     step = buffsize_bytes / NCCL_STEPS
     if algorithm == "nvls_tree":  # enqueue.cc halves the chunk while the buffer is small for the concurrent ops
         ops = channels * max(1, per_node)
-        return min(float(nvls_chunk_bytes), max(32768.0, size_bytes / (4 * ops))), NCCL_STEPS
+        return min(float(nvls_chunk_bytes), max(32768.0, size_bytes / (2 * ops))), NCCL_STEPS
     if algorithm in ("direct", "p2p"):  # grouped point-to-point: a connection (and its slots) per off-node peer
         return min(float(p2p_chunk_bytes), size_bytes / max(1, ranks)), NCCL_STEPS * max(1, ranks - per_node)
     if algorithm == "ring":  # an all-reduce chunk spans 4 slots; while a step's data fits one chunk the ring is
