@@ -261,7 +261,10 @@ class CollectiveModel:
     def enabled(self, kind: str, comm: Communicator) -> list[tuple[str, str]]:
         """(algorithm, protocol) pairs the library would consider."""
         prof, c = self.profile, self.constants
-        protocols = [LL, LL128, SIMPLE] if c.ll128 and prof.scale_up.fabric != "pcie" else [LL, SIMPLE]
+        # RCCL enables LL128 where its topology models of known single-node platforms say so (RCCL_LL128_FORCE_ENABLE
+        # otherwise, off by default): not across nodes
+        ll128 = c.ll128 and prof.scale_up.fabric != "pcie" and not (prof.library == "rccl" and comm.nodes > 1)
+        protocols = [LL, LL128, SIMPLE] if ll128 else [LL, SIMPLE]
         sharp = prof.scale_out is not None and prof.scale_out.sharp and comm.nodes > 1
         nvls = prof.scale_up.nvls and comm.per_node > 1
         pairs: list[tuple[str, str]] = []
