@@ -23,6 +23,12 @@ Two halves, as in the libraries themselves:
   links. The fill term is the start-up of a large call (pipeline filling up): it grows with the buffer's size,
   the same at every rank count (2, 4 and 8 A100s measure the same), and saturates at ``fill_us``. Keys
   without calibration use the library's constants (latencies) and its bandwidth factors (efficiency).
+- **Across nodes** (bounds.py, network.py) every network step adds the transport's latency (twice with Simple,
+  whose receiver flushes), and a Simple call runs as two pipelined stages: the scale-up part at the efficiency
+  its GPU class measured on one node, and the network part at the transport's efficiency of the NICs' bound,
+  reduced while too few chunks are in flight per round trip; the slower stage sets the rate. An uncalibrated
+  multi-node key starts from the one-node key of its class (start-up, per-step latency, fill), and its network
+  efficiency is the class's calibrated multi-node ring where a multi-node table exists, else the transport's.
 - **MSCCL** (RCCL): where the profile lists MSCCL programs the library loads (``msccl``), a call they cover runs
   the program (all-pairs exchanges over the node's links) and the tuning model is not consulted, as in RCCL.
 
@@ -32,100 +38,41 @@ Sizes are nccl-tests sizes: the whole buffer (all-gather: the gathered output; r
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from simulator.collectives.bounds import HardwareBounds
 from simulator.collectives.hardware import HardwareProfile
+from simulator.collectives.library import (
+    ALGORITHMS,
+    COLLNET,
+    CONSTANTS,
+    DIRECT,
+    HOP_PCI_US,
+    KINDS,
+    LL,
+    LL128,
+    MSCCL,
+    NVLS,
+    NVLS_TREE,
+    P2P,
+    PAT,
+    PROTOCOL_INDEX,
+    RING,
+    SEND_RECV,
+    SIMPLE,
+    TREE,
+    Communicator,
+    algorithm_name,
+    bus_factor,
+)
 from simulator.collectives.network import (
     SIMPLE_NET_HOP_US,
     chunk_bytes,
     inflight_factor,
-    net_busbw_bound,
     network_channels,
-    node_nic_GBps,
 )
 from workload.errors import InputError
-
-SEND_RECV = "send_recv"
-KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV)
-RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P, MSCCL = (
-    "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct", "p2p", "msccl")
-ALGORITHMS = (RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P, MSCCL)
-LL, LL128, SIMPLE = "LL", "LL128", "Simple"
-PROTOCOLS = (LL, LL128, SIMPLE)
-# Spellings in tables and NCCL_ALGO values -> our names
-ALGORITHM_ALIASES = {"ring": RING, "tree": TREE, "nvls": NVLS, "nvlstree": NVLS_TREE, "collnet": COLLNET,
-                     "collnetdirect": COLLNET, "collnetchain": COLLNET, "sharp": COLLNET, "pat": PAT,
-                     "direct": DIRECT, "p2p": P2P, "msccl": MSCCL}
-
-
-@dataclass(frozen=True, slots=True)
-class LibraryConstants:
-    """One architecture's tuning constants (microseconds, GB/s), as the library ships them."""
-
-    base_us: dict[str, tuple[float, float, float]]  # algorithm -> (LL, LL128, Simple)
-    hop_intra_us: dict[str, tuple[float, float, float]]  # per step on the scale-up fabric
-    hop_inter_us: dict[str, tuple[float, float, float]]  # per step over the network
-    ll_max_GBps: tuple[float, float, float]  # LL bus bandwidth cap for 1, 2, >2 nodes
-    ll128_per_channel_GBps: float
-    tree_per_channel_GBps: tuple[float, float, float]
-    channels: int  # collective channels the topology search finds on a full node
-    ll128: bool  # LL128 enabled by default
-    nvls_efficiency: float = 0.0  # NVLS bus bandwidth per link bandwidth (Hopper 0.85, Blackwell 0.74)
-    nvls_tree_per_channel_GBps: tuple[float, float] = (0.0, 0.0)  # NVLS-tree cap per channel, 2 and > 2 nodes
-
-
-# MSCCL programs are not in the library's tuning tables (it runs them whenever they apply); their priors are the
-# ring's, which has the same kind of steps.
-_BASE = {RING: (6.6, 14.0, 8.4), TREE: (6.8, 14.0, 8.4), NVLS: (0, 0, 0), NVLS_TREE: (0, 0, 0), COLLNET: (0, 0, 0),
-         PAT: (0, 0, 8.0), DIRECT: (0, 0, 6.0), P2P: (0, 0, 6.0), MSCCL: (6.6, 14.0, 8.4)}
-_HOP_NVLINK = {RING: (0.6, 1.9, 3.4), TREE: (0.6, 1.25, 4.0), NVLS: (0, 0, 25.0), NVLS_TREE: (0, 0, 25.0),
-               COLLNET: (0, 0, 3.7), PAT: (0, 0, 2.8), DIRECT: (0, 0, 1.0), P2P: (0, 0, 1.0), MSCCL: (0.6, 1.9, 3.4)}
-_HOP_PCI = {**_HOP_NVLINK, RING: (1.0, 2.5, 5.7), TREE: (1.0, 1.9, 4.0)}
-_HOP_NET = {RING: (2.7, 4.0, 14.0), TREE: (5.0, 8.5, 14.0), NVLS: (0, 0, 18.0), NVLS_TREE: (0, 0, 14.0),
-            COLLNET: (0, 0, 31.0), PAT: (0, 0, 14.0), DIRECT: (0, 0, 5.0), P2P: (0, 0, 5.0), MSCCL: (2.7, 4.0, 14.0)}
-# RCCL keeps NCCL's structure with larger base latencies (kernel launch on ROCm).
-_RCCL_BASE = {**_BASE, RING: (12.0, 12.0, 17.0), TREE: (12.0, 12.0, 17.0), MSCCL: (12.0, 12.0, 17.0)}
-
-
-def _nccl(ll: float, ll128: float, tree: float, channels: int, nvls: float = 0.0,
-          nvls_tree: tuple[float, float] = (0.0, 0.0)) -> LibraryConstants:
-    return LibraryConstants(_BASE, _HOP_NVLINK, _HOP_NET, (ll, ll / 3.1, ll / 4.0), ll128,
-                            (tree, tree * 1.07, tree * 0.93), channels, True, nvls, nvls_tree)
-
-
-CONSTANTS: dict[str, LibraryConstants] = {
-    "volta": _nccl(39.0, 20.0, 26.5, 12),
-    "ampere": _nccl(87.7, 20.0, 24.0, 24),
-    "hopper": _nccl(141.0, 36.7, 38.7, 32, 0.85, (57.7, 45.5)),
-    "blackwell": _nccl(282.0, 73.4, 77.4, 32, 0.74, (96.0, 80.0)),
-    "cdna3": LibraryConstants(_RCCL_BASE, _HOP_NVLINK, _HOP_NET, (60.0, 22.5, 19.0), 20.0, (24.0, 23.6, 17.8), 56,
-                              True),
-    "cdna4": LibraryConstants(_RCCL_BASE, _HOP_NVLINK, _HOP_NET, (80.0, 30.0, 25.0), 26.0, (32.0, 30.0, 24.0), 56,
-                              True),
-}
-_PROTO = {LL: 0, LL128: 1, SIMPLE: 2}
-
-
-@dataclass(frozen=True, slots=True)
-class Communicator:
-    """Where a collective's ranks sit: how many, on how many nodes, at most how many per node."""
-
-    ranks: int
-    nodes: int
-    per_node: int
-
-    @staticmethod
-    def of(members: Sequence[int], gpus_per_node: int) -> Communicator:
-        counts: dict[int, int] = {}
-        for r in members:
-            counts[r // gpus_per_node] = counts.get(r // gpus_per_node, 0) + 1
-        return Communicator(len(members), len(counts), max(counts.values()) if counts else 0)
-
-    @staticmethod
-    def packed(ranks: int, nodes: int) -> Communicator:
-        return Communicator(ranks, nodes, -(-ranks // nodes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,22 +110,6 @@ class Plan:
         return round(self.chosen.time_us * 1e3)
 
 
-def algorithm_name(text: str) -> str | None:
-    """Our name of an algorithm as tables and NCCL_ALGO spell it ("NVLSTree" -> "nvls_tree"), None if unknown."""
-    return ALGORITHM_ALIASES.get(text.lower().replace("_", "").replace("-", ""))
-
-
-def bus_factor(kind: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw."""
-    if ranks <= 1:
-        return 0.0
-    if kind == ALL_REDUCE:
-        return 2 * (ranks - 1) / ranks
-    if kind == SEND_RECV:
-        return 1.0
-    return (ranks - 1) / ranks
-
-
 @dataclass(frozen=True, slots=True)
 class _Fixed:
     """The size-independent terms of one candidate on one communicator."""
@@ -195,7 +126,7 @@ class _Fixed:
     net_raw: float = 0.0  # and the NICs' bound
 
 
-class CollectiveModel:
+class CollectiveModel(HardwareBounds):
     """The model for one hardware profile; ``plan`` is cached per (kind, size, communicator, forced algorithm)."""
 
     def __init__(self, profile: HardwareProfile) -> None:
@@ -204,58 +135,6 @@ class CollectiveModel:
         self.parameters = profile.parameters()
         self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
         self._fixed_cache: dict[tuple[str, str, str, Communicator], _Fixed] = {}
-
-    # --- hardware bounds (bus bandwidth, GB/s) ------------------------------------------------------------
-    def scale_up_GBps(self, per_node: int) -> float:
-        up = self.profile.scale_up
-        if per_node <= 1:
-            return math.inf
-        if up.fabric == "xgmi-mesh":  # a ring uses one link per neighbour; more rings need more distinct links
-            return min(per_node - 1, up.links_per_gpu) * up.link_bandwidth_GBps
-        if up.fabric == "pcie":
-            return up.link_bandwidth_GBps
-        return up.bandwidth_GBps
-
-    def network_GBps(self, comm: Communicator) -> float:
-        """The NIC bandwidth one node puts behind the communicator's GPUs on it (inf on one node)."""
-        out = self.profile.scale_out
-        if comm.nodes <= 1:
-            return math.inf
-        if out is None:
-            raise InputError(f"hardware profile {self.profile.name}: a collective spans {comm.nodes} nodes, but the "
-                             "profile has no 'scale_out' section")
-        return node_nic_GBps(out.nics_per_node, out.nic_GBps, comm.per_node, self.profile.gpus_per_node)
-
-    def up_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
-        """The scale-up fabric's bound of ``algorithm`` in bus bandwidth (GB/s); inf when it is not used."""
-        up = self.scale_up_GBps(comm.per_node)
-        n = comm.ranks
-        if algorithm in (NVLS, NVLS_TREE):  # every GPU pushes its buffer into the switch and pulls the result
-            gain = 2 * (n - 1) / n if kind == ALL_REDUCE else 1.0
-            return self.profile.scale_up.bandwidth_GBps * gain
-        if algorithm == COLLNET:
-            return self.profile.scale_up.bandwidth_GBps
-        if algorithm == DIRECT:  # the share of the buffer for peers on the node
-            local = comm.per_node - 1
-            return up * (n - 1) / local if local else math.inf
-        if algorithm == P2P:
-            return self.profile.scale_up.bandwidth_GBps if comm.nodes <= 1 else math.inf
-        if algorithm in (RING, TREE, PAT) and comm.nodes > 1 and comm.per_node > 1:
-            # across nodes a node's part of a ring is a chain: one of its per_node hops leaves through a NIC
-            return up * comm.per_node / (comm.per_node - 1)
-        if algorithm in (RING, TREE, PAT, MSCCL):  # MSCCL: all-pairs over the node's links
-            return up
-        raise InputError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
-
-    def net_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
-        """The node's NICs' bound of ``algorithm`` in bus bandwidth (GB/s); inf on one node."""
-        if comm.nodes <= 1:
-            return math.inf
-        return net_busbw_bound(algorithm, kind, comm.ranks, comm.nodes, comm.per_node, self.network_GBps(comm))
-
-    def raw_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
-        """The hardware bound of ``algorithm`` in bus bandwidth (GB/s): the slower of its two fabrics."""
-        return min(self.up_busbw(algorithm, kind, comm), self.net_busbw(algorithm, kind, comm))
 
     # --- the library's estimate ---------------------------------------------------------------------------------
     def enabled(self, kind: str, comm: Communicator) -> list[tuple[str, str]]:
@@ -317,7 +196,7 @@ class CollectiveModel:
         return (1, 0) if nodes <= 1 else (0, 1)
 
     def library_latency_us(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
-        c, p = self.constants, _PROTO[protocol]
+        c, p = self.constants, PROTOCOL_INDEX[protocol]
         intra, inter = self._intra_hops()[algorithm][p], c.hop_inter_us[algorithm][p]
         if comm.nodes > 1 and protocol == LL:
             intra *= 1.8
@@ -385,7 +264,7 @@ class CollectiveModel:
     def hops(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
         """Latency steps of one call in scale-up steps: a network step weighs the library's network / scale-up
         per-step latency."""
-        p = _PROTO[protocol]
+        p = PROTOCOL_INDEX[protocol]
         s_intra, s_inter = self._steps(algorithm, kind, comm)
         if not s_inter:
             return float(s_intra)
@@ -393,11 +272,11 @@ class CollectiveModel:
         return s_intra + s_inter * (inter / intra if intra > 0 and inter > 0 else 1.0)
 
     def _intra_hops(self) -> dict[str, tuple[float, float, float]]:
-        return _HOP_PCI if self.profile.scale_up.fabric == "pcie" else self.constants.hop_intra_us
+        return HOP_PCI_US if self.profile.scale_up.fabric == "pcie" else self.constants.hop_intra_us
 
     def default_parameters(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> dict[str, float]:
         """The priors: the library's latencies, and its bandwidth factors as the efficiency."""
-        p = _PROTO[protocol]
+        p = PROTOCOL_INDEX[protocol]
         hop = self._intra_hops()[algorithm][p] or self.constants.hop_inter_us[algorithm][p]
         raw = self.raw_busbw(algorithm, kind, comm)
         lib_algbw, _ = self.library_bandwidth(algorithm, protocol, kind, comm)
@@ -457,6 +336,10 @@ class CollectiveModel:
         if fitted is None:
             one_node = Communicator(comm.per_node, 1, comm.per_node)
             fitted = self.default_parameters(intra, SIMPLE, kind, one_node)["efficiency"]
+        if algorithm in (RING, TREE, PAT) and comm.per_node > 1:
+            # the efficiency was measured on a closed ring of per_node scale-up hops; across nodes a node's segment
+            # is a chain of per_node - 1 of them (the last hop is the network stage's), never beyond the links
+            return min(raw, fitted * raw * comm.per_node / (comm.per_node - 1))
         return fitted * raw
 
     def _pipelined_GBps(self, algorithm: str, kind: str, size_bytes: int, comm: Communicator, fixed: _Fixed,
@@ -532,7 +415,7 @@ class CollectiveModel:
             pairs = forced
         candidates = sorted((self.candidate(a, p, kind, size_bytes, comm) for a, p in pairs),
                             key=lambda c: (c.algorithm != MSCCL, c.library_us, ALGORITHMS.index(c.algorithm),
-                                           _PROTO[c.protocol]))
+                                           PROTOCOL_INDEX[c.protocol]))
         if program is not None and candidates[0].algorithm == MSCCL:
             candidates[0] = replace(candidates[0], channels=program.channels)
         plan = Plan(kind, size_bytes, comm, candidates[0], tuple(candidates))
