@@ -124,6 +124,9 @@ class _Fixed:
     net_latency_us: float  # the transport's latency over the call's network steps
     up_rate: float = 0.0  # multi-node Simple: the scale-up stage's bus bandwidth (GB/s); 0: a single stage
     net_raw: float = 0.0  # and the NICs' bound
+    net_channels: int = 0  # channels carrying network traffic
+    channel_GBps: float = 0.0  # line rate per network channel
+    round_trip_us: float = 0.0  # a slot's credit round trip
 
 
 class CollectiveModel(HardwareBounds):
@@ -316,11 +319,14 @@ class CollectiveModel(HardwareBounds):
             if comm.nodes > 1 and out is not None:  # the transport's latency on every network step in sequence
                 sequential = 1 if algorithm in (DIRECT, P2P) else self._steps(algorithm, kind, comm)[1]
                 net_us = sequential * out.latency_us * (2 if protocol == SIMPLE else 1)
+            net_channels = network_channels(algorithm, comm.per_node)
             fixed = _Fixed(self.library_latency_us(algorithm, protocol, kind, comm) + net_us, lib_algbw, channels,
                            self.raw_busbw(algorithm, kind, comm), params, bool(fitted),
                            self.hops(algorithm, protocol, kind, comm), net_us,
                            self._scale_up_rate(algorithm, kind, comm) if staged else 0.0,
-                           self.net_busbw(algorithm, kind, comm) if staged else 0.0)
+                           self.net_busbw(algorithm, kind, comm) if staged else 0.0, net_channels,
+                           self.network_GBps(comm) / net_channels if staged else 0.0,
+                           SIMPLE_NET_HOP_US + 2 * out.latency_us if staged and out is not None else 0.0)
             if len(self._fixed_cache) < 100_000:
                 self._fixed_cache[key] = fixed
         return fixed
@@ -348,12 +354,10 @@ class CollectiveModel(HardwareBounds):
         reaches ``efficiency`` of the NICs' bound only when enough chunks are in flight (see network.py)."""
         out = self.profile.scale_out
         assert out is not None
-        channels = network_channels(algorithm, comm.per_node)
-        chunk, slots = chunk_bytes(algorithm, kind, size_bytes, comm.ranks, channels, comm.per_node,
+        chunk, slots = chunk_bytes(algorithm, kind, size_bytes, comm.ranks, fixed.net_channels, comm.per_node,
                                    out.buffsize_bytes, out.nvls_chunk_bytes)
-        channel_GBps = self.network_GBps(comm) * efficiency / channels
-        round_trip_us = SIMPLE_NET_HOP_US + 2 * out.latency_us
-        net = efficiency * fixed.net_raw * inflight_factor(chunk, slots, channel_GBps, round_trip_us)
+        in_flight = inflight_factor(chunk, slots, fixed.channel_GBps * efficiency, fixed.round_trip_us)
+        net = efficiency * fixed.net_raw * in_flight
         return min(fixed.up_rate, net)
 
     def candidate(self, algorithm: str, protocol: str, kind: str, size_bytes: int, comm: Communicator,
