@@ -60,6 +60,7 @@ COMMANDS = (  # what `--help` lists: every subcommand, one line each
     ("trace generate collective|compute|sendrecv|memory|llm", "write microbenchmark or LLM training traces"),
     ("trace convert text|pytorch", "ASTRA-sim 1.0 text workloads, PyTorch execution traces -> Chakra ET"),
     ("trace rescale TRACE --npus M", "an N-rank data-parallel trace as an M-rank one"),
+    ("trace upgrade TRACE -o PREFIX", "traces of an earlier Chakra schema (0.0.1 .eg, 0.0.4) as Chakra 1.0 files"),
     ("trace synthesize TRACE", "look-alike traces from a learned profile"),
     ("sweep SWEEP.yaml --out DIR", "run every point of a sweep into DIR/results.db"),
     ("sweep export DIR --csv FILE", "a sweep's results as CSV"),

@@ -1,5 +1,5 @@
 """The ``astrasim-py trace ...`` subcommands: inspect, analyze, jsonize, visualize, generate, convert, rescale,
-synthesize."""
+upgrade, synthesize."""
 
 from __future__ import annotations
 
@@ -95,6 +95,8 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     _hook("pytorch").configure(formats.add_parser("pytorch", help="PyTorch execution traces (host JSON, "
                                                                   "optionally linked with a Kineto trace)"))
     _hook("rescale").configure(sub.add_parser("rescale", help="an N-rank data-parallel trace as an M-rank one"))
+    _hook("upgrade").configure(sub.add_parser("upgrade", help="traces of an earlier Chakra schema (0.0.1 .eg, "
+                                                              "0.0.4) as Chakra 1.0 files"))
     _hook("synthesize").configure(sub.add_parser(
         "synthesize", help="learn a statistical profile of traces and generate obfuscated look-alikes of any size"))
     return parser
@@ -102,7 +104,7 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
 
 # Tools in their own modules: each has configure(parser) and main(args, warn).
 HOOKS = {"llm": "workload.llm.cli", "text": "workload.convert.text", "pytorch": "workload.convert.pytorch",
-         "rescale": "workload.rescale", "synthesize": "workload.synthesis.cli"}
+         "rescale": "workload.rescale", "upgrade": "workload.upgrade", "synthesize": "workload.synthesis.cli"}
 
 
 def _hook(name: str) -> Any:
@@ -135,7 +137,9 @@ def _load(args: argparse.Namespace, warn: Warn, ranks: list[int] | None = None
         if not 0 <= r < count:
             raise InputError(f"rank {r} is out of range: {traces.describe()}")
     check_rank_count(len(wanted), 0, f"workload {shown_path(traces.source)}")
-    return [(r, traces.file_for(r), loader.load(traces.file_for(r), r)) for r in wanted], traces.shared
+    loaded = [(r, traces.file_for(r), loader.load(traces.file_for(r), r)) for r in wanted]
+    loader.report_repeats()
+    return loaded, traces.shared
 
 
 def _inspect(args: argparse.Namespace, warn: Warn) -> None:
@@ -267,6 +271,7 @@ COMMANDS = {"inspect": _inspect, "analyze": _analyze, "jsonize": _jsonize, "visu
             "generate": _generate,
             "convert": lambda args, warn: _hook(args.format).main(args, warn),
             "rescale": lambda args, warn: _hook("rescale").main(args, warn),
+            "upgrade": lambda args, warn: _hook("upgrade").main(args, warn),
             "synthesize": lambda args, warn: _hook("synthesize").main(args, warn)}
 
 
