@@ -114,8 +114,8 @@ def _upgrade_v004(raw: memoryview, starts: np.ndarray, ends: np.ndarray, ambiguo
     nodes = [bytes(raw[int(a) : int(b)]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
     first_id, first_name = _id_and_name(nodes[0])
     notes = [f"Chakra schema {V004_NO_METADATA}: the file starts with node {first_id} ({shown(first_name)}), read "
-             "as a node; ASTRA-sim reads the first message as the GlobalMetadata, so it never runs that node (and "
-             "ASTRA-sim 2.x today stops when that message does not parse as one)"]
+             "as a node; ASTRA-sim reads the first message as the GlobalMetadata and so loses that node (ASTRA-sim 2.x "
+             "today then aborts when another node depends on it: 'in ctrl_dep graph, but not found in index')"]
     if ambiguous:
         notes.append("no field tells Chakra 0.0.1 from 0.0.4 apart in this file: read with 0.0.4's field numbers "
                      "(node types COMP_NODE = 4 ..., field 7 the duration in µs)")
@@ -240,8 +240,9 @@ def apply_era_reading(graph: TraceGraph) -> None:
             f"Chakra schema 0.0.4: {int(unsized.sum())} COMM_COLL_NODE(s) carry neither comm_size nor is_cpu_op "
             "(Chakra's text converter of late 2023 wrote no size). The ASTRA-sim of that era read a missing "
             "is_cpu_op as true and ran them as CPU ops with no duration, i.e. skipped them; ASTRA-sim 2.x today "
-            "stops on the missing comm_size without a result. Read as that era did: these collectives take no "
-            "time. To simulate the collectives the trace was meant to hold, convert the ASTRA-sim 1.0 text "
+            "stops on the missing comm_size without a result ('Attribute comm_size not found'). Read as that era "
+            "did: these collectives take no time ('trace upgrade' writes them as INVALID_NODEs, which ASTRA-sim 2.x "
+            "skips alike). To simulate the collectives the trace was meant to hold, convert the ASTRA-sim 1.0 text "
             "workload it came from (astrasim-py trace convert text)")
     defaulted = comm & ~cpu_flag & ~unsized
     if defaulted.any():
