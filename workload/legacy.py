@@ -71,9 +71,10 @@ def starts_with_metadata(first: bytes) -> bool:
     return True
 
 
-def upgrade_stream(raw: memoryview, starts: np.ndarray, ends: np.ndarray) -> Upgraded | None:
+def upgrade_stream(raw: memoryview, starts: np.ndarray, ends: np.ndarray, path: str = "") -> Upgraded | None:
     """A stream that starts with a node (no GlobalMetadata) as a 1.0 stream, or None when it is not one whose
-    nodes some Chakra schema wrote (the caller then reports the missing metadata)."""
+    nodes some Chakra schema wrote (the caller then reports the missing metadata). When no field tells the two
+    metadata-less schemas apart, a file named ``.eg`` (as 0.0.1's were) is read as 0.0.1, any other as 0.0.4."""
     first = bytes(raw[int(starts[0]) : int(ends[0])])
     try:
         if not {(f, w) for f, w, *_ in message_fields(first)} <= _NODE_FIELDS:
@@ -87,7 +88,7 @@ def upgrade_stream(raw: memoryview, starts: np.ndarray, ends: np.ndarray) -> Upg
         raise TraceError("no GlobalMetadata, and its nodes mix the fields of Chakra 0.0.1 (e.g. field "
                          f"{min(eg)[0]}) with those of 0.0.4 and later: not a trace of any one schema",
                          hint="is this really a Chakra ET file?")
-    if eg:
+    if eg or (not v004 and path.endswith((".eg", ".eg.gz"))):
         return _upgrade_eg(raw, starts, ends)
     return _upgrade_v004(raw, starts, ends, ambiguous=not v004)
 
@@ -118,7 +119,7 @@ def _upgrade_v004(raw: memoryview, starts: np.ndarray, ends: np.ndarray, ambiguo
              "today then aborts when another node depends on it: 'in ctrl_dep graph, but not found in index')"]
     if ambiguous:
         notes.append("no field tells Chakra 0.0.1 from 0.0.4 apart in this file: read with 0.0.4's field numbers "
-                     "(node types COMP_NODE = 4 ..., field 7 the duration in µs)")
+                     "(node types COMP_NODE = 4 ..., field 7 the duration in µs), as it is not named .eg")
     return Upgraded(_framed(V004_NO_METADATA, nodes), V004_NO_METADATA, notes)
 
 

@@ -47,7 +47,7 @@ def decode_trace(data: bytes | np.ndarray, path: str = "<memory>") -> TraceGraph
     if len(starts) == 0:
         raise TraceError("empty file: no GlobalMetadata and no nodes", hint="is this really a Chakra ET file?")
     if not legacy.starts_with_metadata(bytes(raw[int(starts[0]) : int(ends[0])])):
-        upgraded = legacy.upgrade_stream(raw, starts, ends)
+        upgraded = legacy.upgrade_stream(raw, starts, ends, path)
         if upgraded is not None:  # an older schema's nodes, rewritten with today's field numbers
             return _upgraded_graph(upgraded, path, warnings)
     version, metadata = _decode_metadata(buf, int(starts[0]), int(ends[0]))
