@@ -244,7 +244,8 @@ def apply_era_reading(graph: TraceGraph) -> None:
             "stops on the missing comm_size without a result ('Attribute comm_size not found'). Read as that era "
             "did: these collectives take no time ('trace upgrade' writes them as INVALID_NODEs, which ASTRA-sim 2.x "
             "skips alike). To simulate the collectives the trace was meant to hold, convert the ASTRA-sim 1.0 text "
-            "workload it came from (astrasim-py trace convert text)")
+            "workload it came from (astrasim-py trace convert text --time-unit us, the unit of this trace's "
+            "durations)")
     defaulted = comm & ~cpu_flag & ~unsized
     if defaulted.any():
         graph.warnings.append(

@@ -61,9 +61,7 @@ def decode_trace(data: bytes | np.ndarray, path: str = "<memory>") -> TraceGraph
         nodes = _NodeColumns(buf, starts, ends)
     except MalformedMessage as e:
         raise TraceError(f"{e.problem} (node message #{e.message_index})", offset=e.offset, hint=e.hint) from None
-    graph = nodes.graph(version, metadata, warnings, path)
-    legacy.apply_era_reading(graph)
-    return graph
+    return nodes.graph(version, metadata, warnings, path)
 
 
 def _upgraded_graph(upgraded: legacy.Upgraded, path: str, warnings: list[str]) -> TraceGraph:

@@ -19,7 +19,7 @@ import numpy as np
 from workload.errors import InputError, LimitError, TraceError, shown
 from workload.files import shown_path
 from workload.graph import TraceGraph
-from workload.legacy import is_pre_1_0
+from workload.legacy import apply_era_reading, is_pre_1_0
 from workload.limits import env_limit, format_bytes
 from workload.protoscan import PADDING
 from workload.reader import decode_trace
@@ -172,6 +172,7 @@ class TraceLoader:
             graph = decode_trace(data, path)
         except TraceError as e:
             raise e.located(path=path, rank=rank) from None
+        apply_era_reading(graph)  # a 0.0.4 trace's collectives as the ASTRA-sim of its era read them
         try:
             deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
         except TraceError as e:
