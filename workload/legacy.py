@@ -44,6 +44,17 @@ _V004_ONLY = frozenset({(8, 2), (9, 2), (10, 2)})
 _NODE_FIELDS = {(1, 0), (2, 2), (3, 0), (4, 0), (4, 2), (5, 0), (5, 2), (6, 0), (7, 0)} | _EG_ONLY | _V004_ONLY
 
 
+TYPED_ATTRIBUTE_FIELD = 11  # Node.attribute in Chakra 0.0.2 / 0.0.3: typed attributes (name, type enum, value)
+
+
+def typed_attributes_error(message_index: int) -> TraceError:
+    """The refusal of a Chakra 0.0.2 / 0.0.3 trace (mid-2023): no ASTRA-sim read that schema, whose attribute
+    value fields changed meaning between its versions."""
+    return TraceError(f"Chakra schema 0.0.2/0.0.3 (mid-2023: typed attributes in field 11 of node message #"
+                      f"{message_index}): not read, as no ASTRA-sim release read it and its attribute fields changed "
+                      "numbering between versions", hint="convert the source trace again with a current Chakra")
+
+
 @dataclass(slots=True)
 class Upgraded:
     """A legacy stream rewritten with today's field numbers: the bytes, the schema it was, what differs."""
@@ -77,10 +88,17 @@ def upgrade_stream(raw: memoryview, starts: np.ndarray, ends: np.ndarray, path: 
     metadata-less schemas apart, a file named ``.eg`` (as 0.0.1's were) is read as 0.0.1, any other as 0.0.4."""
     first = bytes(raw[int(starts[0]) : int(ends[0])])
     try:
-        if not {(f, w) for f, w, *_ in message_fields(first)} <= _NODE_FIELDS:
+        fields = {(f, w) for f, w, *_ in message_fields(first)}
+        if (TYPED_ATTRIBUTE_FIELD, 2) in fields:
+            raise typed_attributes_error(0)
+        if not fields <= _NODE_FIELDS:
             return None
         pairs, types = _signature(np.frombuffer(raw, dtype=np.uint8), starts, ends)
-    except (TraceError, MalformedMessage):
+    except MalformedMessage:
+        return None
+    except TraceError as e:
+        if e.problem.startswith("Chakra schema 0.0.2"):
+            raise
         return None
     eg = pairs & _EG_ONLY
     v004 = pairs & _V004_ONLY or (types & {7})

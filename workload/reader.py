@@ -154,6 +154,9 @@ class _NodeColumns:
             for number in (8, 9):
                 self.io[number].add(r, r.where(number, 2))
             self.attrs.add(r, r.where(10, 2))
+            typed = r.where(legacy.TYPED_ATTRIBUTE_FIELD, 2)
+            if typed.size:  # Chakra 0.0.2 / 0.0.3 kept attributes in field 11, which today's schema leaves unused
+                raise legacy.typed_attributes_error(int(r.message[typed[0]]))
 
     def graph(self, version: str, metadata: dict[str, Any], warnings: list[str], path: str) -> TraceGraph:
         n = self.n

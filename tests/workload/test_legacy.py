@@ -135,6 +135,18 @@ def test_a_stream_mixing_two_schemas_is_refused(tmp_path: Path) -> None:
         TraceLoader().load(str(path), 0)
 
 
+def test_typed_attribute_schemas_are_named_and_refused(tmp_path: Path) -> None:
+    """Chakra 0.0.2 / 0.0.3 (mid-2023) kept typed attributes in node field 11, with value fields renumbered between
+    its versions and no ASTRA-sim reading them: refused with the schema named, with or without GlobalMetadata."""
+    attr = _bytes_field(1, b"comm_size") + _varint_field(2, 2) + _varint_field(6, 1024)
+    node = _varint_field(1, 1) + _bytes_field(2, b"ar") + _varint_field(3, 7) + _bytes_field(11, attr)
+    for i, data in enumerate((frame_payloads([node]), trace_bytes([]) + frame_payloads([node]))):
+        path = tmp_path / f"t{i}.0.et"
+        path.write_bytes(data)
+        with pytest.raises(TraceError, match=r"Chakra schema 0\.0\.2/0\.0\.3 .* node message #0"):
+            TraceLoader().load(str(path), 0)
+
+
 def test_eg_files_are_found_by_prefix_and_et_files_preferred(tmp_path: Path) -> None:
     eg = frame_payloads([eg_node(1, "a", EG_COMP, simulated_run_time=5)])
     _write_set(tmp_path, [eg, eg], "eg")
