@@ -27,6 +27,7 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARIES = {"analytical-unaware": "AstraSim_Analytical_Congestion_Unaware",
             "analytical-aware": "AstraSim_Analytical_Congestion_Aware"}
+_ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
 _FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (\d+) cycles")
 
 # name, `trace generate llm` flags, networks as [(topology, npus, GB/s, ns) per dimension]: ASTRA-sim's
@@ -90,10 +91,11 @@ def write_inputs(folder: str, network: list[tuple[str, int, float, float]]) -> t
     return net, system, memory
 
 
-def run(cmd: list[str]) -> tuple[dict[int, tuple[int, int]], float, str]:
-    """Run one simulator: ({rank: (finish ns, exposed communication ns)}, CPU seconds, the end of its output)."""
+def run(cmd: list[str], cwd: str) -> tuple[dict[int, tuple[int, int]], float, str]:
+    """Run one simulator in ``cwd`` (ASTRA-sim writes log/ there): ({rank: (finish ns, exposed communication
+    ns)}, CPU seconds, the end of its output)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=_ENV)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     text = done.stdout + done.stderr
@@ -112,7 +114,7 @@ def compare_case(name: str, flags: list[str], networks: list[list[tuple[str, int
     """Generate one trace set and run it on every network and backend; True when every run matches."""
     out = os.path.join(work, "traces")
     gen = subprocess.run([sys.executable, "-m", "simulator.cli", "trace", "generate", "llm", *flags, "--device",
-                          "H100", "--groups-file", "-o", out], capture_output=True, text=True, cwd=REPO)
+                          "H100", "--groups-file", "-o", out], capture_output=True, text=True, cwd=REPO, env=_ENV)
     if gen.returncode:
         print(f"  generate failed: {gen.stderr.strip()[-300:]}")
         return False
@@ -129,10 +131,10 @@ def compare_case(name: str, flags: list[str], networks: list[list[tuple[str, int
             theirs, their_cpu, their_tail = run([
                 binary, f"--workload-configuration={prefix}", f"--system-configuration={system}",
                 f"--network-configuration={net}", f"--remote-memory-configuration={memory}",
-                f"--comm-group-configuration={groups}"])
+                f"--comm-group-configuration={groups}"], folder)
             ours, our_cpu, our_tail = run([
                 sys.executable, "-m", "simulator.cli", "--workload", prefix, "--network", net, "--system", system,
-                "--memory", memory, "--comm-groups", groups, "--backend", backend, "--format", "astra-sim"])
+                "--memory", memory, "--comm-groups", groups, "--backend", backend, "--format", "astra-sim"], folder)
             equal = bool(theirs) and theirs == ours
             all_equal &= equal
             print(f"  {backend:<19} {shape}")

@@ -47,6 +47,6 @@ def test_upgraded_old_schema_traces_give_astra_sim_our_numbers(tmp_path: Path) -
         theirs = subprocess.run([binary, f"--workload-configuration={tmp_path / 'new'}",
                                  f"--system-configuration={system}", f"--network-configuration={net}",
                                  f"--remote-memory-configuration={memory}"], capture_output=True, text=True,
-                                timeout=600)
+                                timeout=600, cwd=tmp_path)  # ASTRA-sim writes log/ in its working folder
         assert _FINISHED.findall(theirs.stdout + theirs.stderr) and sorted(
             _FINISHED.findall(theirs.stdout + theirs.stderr)) == sorted(_FINISHED.findall(ours.stdout)), backend
