@@ -94,9 +94,14 @@ def device_names() -> list[str]:
     return [d.name for d in _shipped()]
 
 
+# Listing order: NVIDIA by generation, AMD, Google (files not listed here follow, by name).
+ORDER = ("A100", "H100", "H200", "B200", "MI300X", "MI325X", "MI355X", "TPUv4", "TPUv5p")
+
+
 @cache
 def _shipped() -> tuple[Device, ...]:
-    return tuple(sorted((load_device_file(str(p)) for p in DEVICES_DIR.glob("*.yml")), key=lambda d: d.name))
+    found = [load_device_file(str(p)) for p in sorted(DEVICES_DIR.glob("*.yml"))]
+    return tuple(sorted(found, key=lambda d: (ORDER.index(d.name) if d.name in ORDER else len(ORDER), d.name)))
 
 
 class _Shipped(Mapping[str, Device]):
