@@ -21,12 +21,12 @@ everything. A device is named case- and punctuation-insensitively ("h100", "TPU 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from compute.kernel_params import KernelParams, parse_kernel_params
+from compute.kernel_params import FAMILIES, KernelParams, parse_kernel_params
 from compute.shapes import DTYPES
 from network.values import MAX_RATE, key_names, number, whole
 from workload.errors import ConfigError, InputError, shown
@@ -78,6 +78,24 @@ class Device:
         if dtype in self.peaks_tflops:
             return dtype
         return "bf16" if "bf16" in self.peaks_tflops else "fp16"
+
+    def with_knobs(self, launch_overhead_us: float | None = None,
+                   efficiency_scale: Mapping[str, float] | None = None) -> Device:
+        """This device with the kernel model's device-level knobs set (a calibration against whole training steps
+        sets them): a gap added to every kernel, and factors on the fitted efficiencies of gemm, attention and
+        memory-bound kernels (families not named keep theirs)."""
+        k = self.kernels
+        scale = dict(k.efficiency_scale)
+        for family, factor in (efficiency_scale or {}).items():
+            if family not in FAMILIES or not 0 < factor <= 100:
+                raise InputError(f"efficiency scale {family}={factor!r}: families {', '.join(FAMILIES)}, factors in "
+                                 "(0, 100]")
+            scale[family] = float(factor)
+        if launch_overhead_us is not None and not 0 <= launch_overhead_us <= 1e6:
+            raise InputError(f"launch overhead {launch_overhead_us!r} us must be from 0 to 1e6")
+        knobs = replace(k, efficiency_scale=tuple(scale.items()),
+                        launch_overhead_us=k.launch_overhead_us if launch_overhead_us is None else launch_overhead_us)
+        return replace(self, kernels=knobs)
 
     @property
     def calibrated(self) -> str:

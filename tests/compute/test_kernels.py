@@ -108,12 +108,14 @@ def test_shapes_the_brief_names() -> None:
 
 def test_knobs_scale_launch_and_efficiency() -> None:
     d = device("H100")
-    knobs = replace(d.kernels, launch_overhead_us=5.0, efficiency_scale=(("gemm", 0.5),))
-    slow = KernelModel(replace(d, kernels=knobs))
+    slow = KernelModel(d.with_knobs(launch_overhead_us=5.0, efficiency_scale={"gemm": 0.5}))
     fast = KernelModel(d)
     big, small = gemm(8192, 8192, 8192), OpShape("norm")
     assert slow.seconds(big, 0, 0) > 1.9 * fast.seconds(big, 0, 0)
     assert slow.seconds(small, 0, 1000) == pytest.approx(fast.seconds(small, 0, 1000) + 5e-6)
+    assert KernelModel(d.with_knobs(efficiency_scale={"gemm": 100})).efficiency(big, 0, 0) <= 1  # capped
+    with pytest.raises(InputError, match="families gemm, attention, memory"):
+        d.with_knobs(efficiency_scale={"conv": 2})
 
 
 # --- golden figures: the device files reproduce the data they were fitted on --------------------------------------
