@@ -149,6 +149,11 @@ def device(name: str) -> Device:
     if name.endswith((".yml", ".yaml")):
         return load_device_file(name)
     key = _key(name)
+    own = DEVICES_DIR / f"{key}.yml"  # the usual case: a shipped name, read without reading the others
+    if own.is_file():
+        d = load_device_file(str(own))
+        if _key(d.name) == key:
+            return d
     for d in _shipped():
         if _key(d.name) == key or key in (_key(a) for a in d.aliases):
             return d

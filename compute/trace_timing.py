@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -40,7 +39,7 @@ class NodeTimes:
 def node_times(graph: TraceGraph, model: KernelModel, gpu_compute: np.ndarray, num_ops: list[int],
                tensor_size: list[int], has_work: np.ndarray) -> NodeTimes:
     """The times of ``graph``'s GPU compute nodes (``gpu_compute`` mask); ``has_work``: the node carries num_ops or
-    tensor_size. Cached on the graph per model."""
+    tensor_size. Nodes with equal attributes are timed once. Cached on the graph per model."""
     key = ("kernel_times", id(model))
     cached = graph.cache.get(key)
     if cached is not None:
@@ -48,32 +47,54 @@ def node_times(graph: TraceGraph, model: KernelModel, gpu_compute: np.ndarray, n
     n = graph.num_nodes
     attrs = graph.attrs
     out = NodeTimes([REPLAY] * n)
-    classes = attrs.strings("op_class", strict=False) if attrs.has("op_class") else {}
+    nodes = np.flatnonzero(gpu_compute)
+    classes = attrs.strings("op_class", strict=False) if attrs.has("op_class") and nodes.size else {}
     dtypes = attrs.strings("dtype", strict=False) if attrs.has("dtype") and classes else {}
-    columns = {k: attrs.integers(k, n, strict=False) for k in (*INT_KEYS, *BOOL_KEYS) if classes and attrs.has(k)}
-    shapes: dict[tuple[Any, ...], tuple[OpShape | None, str]] = {}
-    for i in np.flatnonzero(gpu_compute).tolist():
-        op_class = classes.get(i)
+    names = {None: 0}
+    codes = np.zeros((n, 2), dtype=np.int64)  # op_class and dtype as small integers (0: absent)
+    for column, strings in enumerate((classes, dtypes)):
+        for i, text in strings.items():
+            codes[i, column] = names.setdefault(text, len(names))
+    text_of = {code: text for text, code in names.items()}
+    keys = [k for k in (*INT_KEYS, *BOOL_KEYS) if classes and attrs.has(k)]
+    columns = [codes, np.asarray(num_ops, dtype=np.int64)[:, None], np.asarray(tensor_size, dtype=np.int64)[:, None],
+               has_work.astype(np.int64)[:, None]]
+    for k in keys:
+        values, present = attrs.integers(k, n, strict=False)
+        columns += [values[:, None], present.astype(np.int64)[:, None]]
+    table = np.hstack(columns)[nodes]
+    distinct, inverse = np.unique(table, axis=0, return_inverse=True)
+    times = np.empty(len(distinct), dtype=np.int64)
+    kinds = np.empty(len(distinct), dtype=np.int64)  # 0 shaped, 1 estimated, 2 replayed
+    reasons: list[str] = []
+    for row, values in enumerate(distinct.tolist()):
+        op_class, dtype, ops, size, work = text_of[values[0]], text_of[values[1]], values[2], values[3], values[4]
         found: OpShape | None = None
         why = "no op_class attribute"
         if op_class is not None:
-            values = tuple((k, int(v[i]) if k in INT_KEYS else bool(v[i])) for k, (v, present) in columns.items()
-                           if present[i])
-            signature = (op_class, dtypes.get(i), values)
-            if signature not in shapes:
-                attributes = {"op_class": op_class, "dtype": dtypes.get(i), **dict(values)}
-                shapes[signature] = shape_from_attributes(attributes)
-            found, why = shapes[signature]
+            extra = {k: (v if k in INT_KEYS else bool(v)) for k, v, present in
+                     zip(keys, values[5::2], values[6::2], strict=True) if present}
+            found, why = shape_from_attributes({"op_class": op_class, "dtype": dtype, **extra})
+        reasons.append(why)
         if found is not None:
-            out.ns[i] = model.time_ns(found, num_ops[i], max(tensor_size[i], 0))
-            out.shaped += 1
-        elif has_work[i]:
-            out.ns[i] = model.time_ns(None, max(num_ops[i], 0), max(tensor_size[i], 0))
-            out.estimated[why] += 1
+            times[row], kinds[row] = model.time_ns(found, ops, max(size, 0)), 0
+        elif work:
+            times[row], kinds[row] = model.time_ns(None, max(ops, 0), max(size, 0)), 1
         else:
-            out.replayed += 1
-        if found is None and not out.example:
-            out.example = f"node {graph.node_id(i)} ({graph.name(i)!r})"
+            times[row], kinds[row] = REPLAY, 2
+    inverse = inverse.reshape(-1)
+    ns = np.full(n, REPLAY, dtype=np.int64)
+    ns[nodes] = times[inverse]
+    out.ns = ns.tolist()
+    node_kinds = kinds[inverse]
+    out.shaped = int(np.count_nonzero(node_kinds == 0))
+    out.replayed = int(np.count_nonzero(node_kinds == 2))
+    for row, count in zip(*np.unique(inverse[node_kinds == 1], return_counts=True), strict=True):
+        out.estimated[reasons[int(row)]] += int(count)
+    unshaped = nodes[node_kinds != 0]
+    if unshaped.size:
+        i = int(unshaped[0])
+        out.example = f"node {graph.node_id(i)} ({graph.name(i)!r})"
     graph.cache[key] = out
     return out
 
