@@ -28,7 +28,7 @@ from typing import Any
 
 from compute.kernel_params import FAMILIES, KernelParams, parse_kernel_params
 from compute.shapes import DTYPES
-from network.values import MAX_RATE, key_names, number, whole
+from network.values import MAX_RATE, key_names, number, texts, whole
 from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
 
@@ -196,10 +196,10 @@ def parse_device(data: Any, where: str, path: str = "") -> Device:
         compute_units=whole(data["compute_units"], "compute_units", where, high=1 << 20),
         kernels=parse_kernel_params(data["kernels"], where),
         description=_text(data.get("description", ""), "description", where),
-        aliases=_texts(data.get("aliases"), "aliases", where),
+        aliases=texts(data.get("aliases"), "aliases", where),
         calibration=_mapping(data.get("calibration"), "calibration", where),
-        sources=_texts(data.get("sources"), "sources", where),
-        assumptions=_texts(data.get("assumptions"), "assumptions", where),
+        sources=texts(data.get("sources"), "sources", where),
+        assumptions=texts(data.get("assumptions"), "assumptions", where),
         path=path)
 
 
@@ -207,14 +207,6 @@ def _text(value: Any, key: str, where: str) -> str:
     if not isinstance(value, str) or len(value) > 200:
         raise ConfigError(f"{where}: '{key}' must be a short text (got {shown(value)})")
     return value
-
-
-def _texts(value: Any, key: str, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: '{key}' must be a list of texts")
-    return tuple(value)
 
 
 def _mapping(value: Any, key: str, where: str) -> dict[str, Any]:

@@ -147,6 +147,12 @@ class Simulation:
         loader = TraceLoader(drop_dangling=opts.drop_dangling, warn=self.warn)
         check_memory_fits(self.memory, npus)
         self.compute = compute_model(self.system, opts.device, opts.compute_model)
+        if self.compute.kernels is not None and self.compute.kernels.device.calibrated == "assumed":
+            d = self.compute.kernels.device
+            source = d.calibration.get("derived_from", "another device")
+            self.warn(f"device {d.name}: no kernel measurements calibrate its kernel parameters (they are "
+                      f"{source}'s), so --compute-model kernels is a rough estimate here; --compute-model roofline "
+                      "uses only its peaks")
         roofline = self.compute.roofline
         # the nccl model replaces the system's collective algorithms: check and judge symmetry without them
         system = self.system if self.hw_profile is None else _without_algorithms(self.system, self.network.num_dims)

@@ -145,3 +145,11 @@ def test_sweep_axis_over_compute_models(tmp_path: Path) -> None:
     assert run_cli("sweep", "export", str(tmp_path / "out"), "--csv", str(csv_path)).returncode == 0
     text = csv_path.read_text()
     assert "kernels" in text and "roofline" in text
+
+
+def test_uncalibrated_devices_say_so(traces: tuple[str, str]) -> None:
+    prefix, net = traces
+    warnings: list[str] = []
+    api_simulate(prefix, net, device="TPUv4", compute_model="kernels", warn=warnings.append)
+    assert any("device TPUv4: no kernel measurements calibrate its kernel parameters (they are H100's)" in w
+               for w in warnings)
