@@ -31,6 +31,7 @@ from typing import Any
 
 from compute.devices import device as device_preset
 from network.config import load_network
+from simulator.checks import COMPUTE_MODELS
 from simulator.collectives.registry import FAMILIES, parse_algorithm
 from simulator.config import IMPLEMENTATION_KEYS
 from simulator.results import NETWORK_GB, format_ns
@@ -77,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory", help="remote-memory JSON")
     p.add_argument("--comm-groups", dest="comm_groups", help="communicator groups JSON")
     p.add_argument("--backend", default="analytical-unaware", help="network backend (default analytical-unaware)")
-    p.add_argument("--device", help="time GPU compute nodes of a --workload with this device preset's roofline "
-                                    "model (as astrasim-py --device)")
+    p.add_argument("--device", help="time GPU compute nodes of a --workload on this device (a name or device file; "
+                                    "as astrasim-py --device)")
+    p.add_argument("--compute-model", default="roofline", choices=COMPUTE_MODELS,
+                   help="roofline (default) or kernels, as astrasim-py --compute-model")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--workload", help="a workload (trace prefix, folder or file)")
     what.add_argument("--collective", help=f"a generated microbenchmark: {', '.join(KEYS)}")
@@ -163,7 +166,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     if args.plot:
         pyplot("--plot")  # before any simulation: a missing matplotlib must not cost the whole comparison
     jobs = capped_jobs(args.jobs, args.force_jobs, warn)
-    device = device_preset(args.device).name if args.device else None
+    device = (os.path.abspath(args.device) if args.device.endswith((".yml", ".yaml"))
+              else device_preset(args.device).name) if args.device else None
     network = load_network(args.network, warn)
     algorithms = [a.strip() for a in (args.algorithms or "auto").split(",") if a.strip()]
     if not algorithms:
@@ -188,6 +192,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
                          else os.path.abspath(args.workload)),
             "network": os.path.abspath(args.network), "backend": args.backend}
     options: dict[str, Any] = {"device": device} if device else {}
+    if args.compute_model != "roofline":
+        options["compute_model"] = args.compute_model
     if nccl:
         profile = args.hw_profile
         options.update(collective_model="nccl",

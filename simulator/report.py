@@ -109,6 +109,10 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 def compute_text(compute: dict[str, Any]) -> str:
     """The compute model a run used, as the results' config records it."""
+    if compute.get("model") == "kernels":
+        return (f"kernel model: {compute.get('device')}, {compute.get('peak_tflops', 0):g} TFLOP/s BF16 peak, "
+                f"{compute.get('memory_bw_gbps', 0):g} GB/s memory (GB = 10^9 B), efficiencies "
+                f"{compute.get('calibration')}")
     if compute.get("model") != "roofline":
         return "durations recorded in the trace"
     device = compute.get("device") or "the system configuration's figures"

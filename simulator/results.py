@@ -180,6 +180,9 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
             name = f"{compute['device']}, " if compute["device"] else ""
             lines.append(f"compute: roofline model ({name}{compute['peak_tflops']:g} TFLOP/s, "
                          f"{compute['memory_bw_gbps']:g} GB/s memory)")
+        elif compute["model"] == "kernels":
+            lines.append(f"compute: kernel model ({compute['device']}, {compute['peak_tflops']:g} TFLOP/s BF16, "
+                         f"{compute['memory_bw_gbps']:g} GB/s memory; efficiencies {compute.get('calibration')})")
         else:
             lines.append("compute: durations recorded in the trace")
     hardware = result.config.get("hardware")

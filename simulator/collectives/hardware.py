@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from network.values import choice, flag, key_names, number, whole
+from network.values import choice, flag, key_names, number, texts, whole
 from simulator.collectives.network import DEFAULT_BUFFSIZE_BYTES, DEFAULT_NVLS_CHUNK_BYTES, TRANSPORT_DEFAULTS
 from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
@@ -165,14 +165,6 @@ def _text(value: Any, key: str, where: str) -> str:
     return str(value)
 
 
-def _texts(value: Any, key: str, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: '{key}' must be a list of texts")
-    return tuple(value)
-
-
 def check_parameters(params: Any, where: str) -> dict[str, dict[str, float]]:
     """The calibration's ``parameters``: {"algo/proto/scope": {latency_us, hop_latency_us, efficiency, fill_us,
     fill_MB}}, every value a finite number in range."""
@@ -255,7 +247,7 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
             nvls=flag(up.get("nvls", False), "scale_up.nvls", where)),
         scale_out=scale_out,
         msccl=_msccl(top.get("msccl"), where),
-        assumptions=_texts(top.get("assumptions"), "assumptions", where),
-        sources=_texts(top.get("sources"), "sources", where),
+        assumptions=texts(top.get("assumptions"), "assumptions", where),
+        sources=texts(top.get("sources"), "sources", where),
         calibration=calibration,
         path=path)
