@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simulator.breakdown import CollectiveSummary, intersection_ns, union_ns
+from simulator.units import NETWORK_GB, REPORTED_GB, UNITS, with_current_keys
 
 if TYPE_CHECKING:
     from simulator.rank import RankWorkload
@@ -99,15 +100,6 @@ class SimulationResult:
             f.write("\n")
 
 
-# Two conventions meet in one run: ASTRA-sim reads a network file's GB/s as 2^30 bytes, while bandwidths we report
-# (algbw, busbw as nccl-tests defines them) and hardware profiles use 10^9 bytes.
-REPORTED_GB = "GB/s with GB = 10^9 B (as nccl-tests)"
-NETWORK_GB = "GB/s with GB = 2^30 B (as ASTRA-sim reads them)"
-UNITS = {"times": "ns", "algbw_gbps": REPORTED_GB, "busbw_gbps": REPORTED_GB,
-         "config.network.bandwidth_gbps": NETWORK_GB, "config.system.local_mem_bw_gbps": "GB/s with GB = 10^9 B",
-         "hardware profile *_GBps": REPORTED_GB}
-
-
 def units_note(nccl: bool) -> str:
     """The line under a table of algbw/busbw saying what a GB is, there and in the inputs."""
     inputs = "as in the hardware profile" if nccl else f"the network file's bandwidths: {NETWORK_GB}"
@@ -116,7 +108,7 @@ def units_note(nccl: bool) -> str:
 
 def _collective_json(summary: CollectiveSummary) -> dict[str, Any]:
     """A collective type's summary; the library's choices only where a model made them (--collective-model nccl)."""
-    data = asdict(summary)
+    data = with_current_keys(asdict(summary))  # algbw_GBps, busbw_GBps
     if not summary.choices:
         del data["choices"]
     else:
@@ -128,7 +120,7 @@ def _above_links(result: SimulationResult) -> str:
     """The line saying why the congestion-unaware model reports a busbw above every link's bandwidth ("")."""
     if result.backend != "analytical-unaware":
         return ""
-    links = result.config.get("network", {}).get("bandwidth_gbps") or []
+    links = result.config.get("network", {}).get("bandwidth_GiBps") or []
     if not links:
         return ""
     fastest = max(links) * 2**30 / 1e9  # the network file's GB = 2^30 B, in the 10^9 B of busbw
@@ -179,7 +171,7 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
         if compute["model"] == "roofline":
             name = f"{compute['device']}, " if compute["device"] else ""
             lines.append(f"compute: roofline model ({name}{compute['peak_tflops']:g} TFLOP/s, "
-                         f"{compute['memory_bw_gbps']:g} GB/s memory)")
+                         f"{compute['memory_bw_GBps']:g} GB/s memory, GB = 10^9 B)")
         else:
             lines.append("compute: durations recorded in the trace")
     hardware = result.config.get("hardware")
