@@ -11,11 +11,17 @@ Counting conventions:
 - Elementwise kernels (norms with the residual add, activations, embedding lookup, loss) have a small
   per-element FLOP count (the constants below are estimates) and are memory-bound: they matter for the
   roofline time, hardly for the FLOP total, and are reported apart from the matmul FLOPs.
+
+Every kernel also carries its operator shape (compute/shapes.py: GEMM m/n/k/batch, attention dimensions,
+the operator class and precision), which the trace writer stores as Chakra attributes for
+``--compute-model kernels``; ``flops`` and ``size_bytes`` stay the generator's counts (num_ops, tensor_size).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from compute.shapes import AttentionShape, GemmShape, OpShape, dtype_for_bytes
 
 # Estimated FLOPs per element of the elementwise kernels (forward; backward is BACKWARD_FACTOR times that).
 NORM_FLOPS = {"layernorm": 8, "rmsnorm": 5}  # includes the residual add fused into the norm
@@ -26,23 +32,32 @@ BACKWARD_FACTOR = 2
 # momentum, variance and gradient = 16; write master, momentum, variance and the bf16 weight = 14).
 ADAM_FLOPS_PER_PARAM = 12
 ADAM_BYTES_PER_PARAM = 30
+# The operator class of an elementwise kernel, by its name (names not listed are plain "elementwise").
+ELEMENTWISE_CLASSES = {"norm": "norm", "final_norm": "norm", "activation": "activation", "loss": "loss",
+                       "embedding": "embedding", "softmax": "softmax"}
 
 
 @dataclass(frozen=True, slots=True)
 class Kernel:
     """One compute node's work: ``category`` is matmul (with parameters), attention (scores), elementwise
-    or optimizer."""
+    or optimizer; ``shape`` what the kernel compute model times (None: only flops and bytes are known)."""
 
     name: str
     category: str
     flops: int
     size_bytes: int
+    shape: OpShape | None = None
+
+    def attributes(self) -> list[tuple[str, object]]:
+        """The kernel's Chakra attributes beyond num_ops and tensor_size (its shape; none without one)."""
+        return self.shape.attributes() if self.shape is not None else []
 
 
 @dataclass(frozen=True, slots=True)
 class Matmul:
     """A layer's weight applied to ``tokens`` rows: (tokens x k) @ (k x n). ``weights`` > 1: a grouped matmul
-    over that many experts' weights (the tokens are split between them)."""
+    over that many experts' weights (the tokens are split evenly between them). ``dtype`` is the math
+    precision ("fp8", "bf16", ...; blank: the usual one of ``dtype_bytes``)."""
 
     name: str
     tokens: int
@@ -50,6 +65,7 @@ class Matmul:
     n: int
     dtype_bytes: int
     weights: int = 1
+    dtype: str = ""
 
     @property
     def flops(self) -> int:
@@ -59,14 +75,25 @@ class Matmul:
     def size_bytes(self) -> int:
         return (self.tokens * self.k + self.weights * self.k * self.n + self.tokens * self.n) * self.dtype_bytes
 
+    def _kernel(self, name: str, m: int, n: int, k: int) -> Kernel:
+        shape = OpShape("gemm", self.dtype or dtype_for_bytes(self.dtype_bytes), gemm=GemmShape(m, n, k, self.weights))
+        return Kernel(name, "matmul", self.flops, self.size_bytes, shape)
+
     def forward(self) -> Kernel:
-        return Kernel(self.name, "matmul", self.flops, self.size_bytes)
+        """Y = X W: (tokens x k) @ (k x n), per expert for grouped matmuls."""
+        return self._kernel(self.name, self._rows, self.n, self.k)
 
     def dgrad(self) -> Kernel:
-        return Kernel(self.name + "_dgrad", "matmul", self.flops, self.size_bytes)
+        """dX = dY W^T: (tokens x n) @ (n x k)."""
+        return self._kernel(self.name + "_dgrad", self._rows, self.k, self.n)
 
     def wgrad(self) -> Kernel:
-        return Kernel(self.name + "_wgrad", "matmul", self.flops, self.size_bytes)
+        """dW = X^T dY: (k x tokens) @ (tokens x n), reducing over the tokens."""
+        return self._kernel(self.name + "_wgrad", self.k, self.n, self._rows)
+
+    @property
+    def _rows(self) -> int:
+        return -(-self.tokens // self.weights)
 
 
 def attention_flops(batch: int, seq_len: int, heads: int, head_dim: int) -> int:
@@ -74,29 +101,40 @@ def attention_flops(batch: int, seq_len: int, heads: int, head_dim: int) -> int:
     return 2 * 2 * head_dim * heads * batch * (seq_len * (seq_len + 1) // 2)
 
 
-def attention(batch: int, seq_len: int, heads: int, kv_heads: int, head_dim: int, dtype_bytes: int
-              ) -> tuple[Kernel, Kernel]:
-    """(forward, backward) of the fused attention kernel over ``heads`` query and ``kv_heads`` key/value heads."""
+def attention(batch: int, seq_len: int, heads: int, kv_heads: int, head_dim: int, dtype_bytes: int,
+              *, seq_kv: int | None = None, causal: bool = True, dtype: str = "") -> tuple[Kernel, Kernel]:
+    """(forward, backward) of the fused attention kernel over ``heads`` query and ``kv_heads`` key/value heads.
+    ``seq_kv`` (default ``seq_len``): the keys the queries see, for a kernel owning only part of the sequence
+    (context parallelism); the shape then says so, ``flops`` and bytes stay those of ``seq_len`` queries."""
     tokens = batch * seq_len
     flops = attention_flops(batch, seq_len, heads, head_dim)
     q_bytes = tokens * heads * head_dim * dtype_bytes
     kv_bytes = tokens * kv_heads * head_dim * dtype_bytes
-    forward = Kernel("attention", "attention", flops, 2 * q_bytes + 2 * kv_bytes)
-    backward = Kernel("attention_bwd", "attention", BACKWARD_FACTOR * flops, 4 * q_bytes + 4 * kv_bytes)
+    dtype = dtype or dtype_for_bytes(dtype_bytes)
+
+    def shape(backward: bool) -> OpShape:
+        dims = AttentionShape(batch, heads, kv_heads, head_dim, seq_len, seq_kv or seq_len, causal, backward)
+        return OpShape("attention", dtype, attention=dims)
+
+    forward = Kernel("attention", "attention", flops, 2 * q_bytes + 2 * kv_bytes, shape(False))
+    backward = Kernel("attention_bwd", "attention", BACKWARD_FACTOR * flops, 4 * q_bytes + 4 * kv_bytes, shape(True))
     return forward, backward
 
 
 def elementwise(name: str, elements: int, flops_per_element: int, tensors_read: int, tensors_written: int,
-                dtype_bytes: int) -> tuple[Kernel, Kernel]:
+                dtype_bytes: int, *, op_class: str = "") -> tuple[Kernel, Kernel]:
     """(forward, backward) of a kernel touching ``elements`` values per tensor. Backward reads the output
-    gradient and the saved inputs and writes the input gradients."""
+    gradient and the saved inputs and writes the input gradients. ``op_class``: norm, activation, loss,
+    embedding, softmax or elementwise (blank: by ``name``, see ELEMENTWISE_CLASSES)."""
+    shape = OpShape(op_class or ELEMENTWISE_CLASSES.get(name, "elementwise"), dtype_for_bytes(dtype_bytes))
     forward = Kernel(name, "elementwise", elements * flops_per_element,
-                     elements * (tensors_read + tensors_written) * dtype_bytes)
+                     elements * (tensors_read + tensors_written) * dtype_bytes, shape)
     backward = Kernel(name + "_bwd", "elementwise", elements * flops_per_element * BACKWARD_FACTOR,
-                      elements * (tensors_written + 2 * tensors_read) * dtype_bytes)
+                      elements * (tensors_written + 2 * tensors_read) * dtype_bytes, shape)
     return forward, backward
 
 
 def optimizer(params: int) -> Kernel:
     """A mixed-precision Adam step over ``params`` parameters."""
-    return Kernel("optimizer", "optimizer", params * ADAM_FLOPS_PER_PARAM, params * ADAM_BYTES_PER_PARAM)
+    return Kernel("optimizer", "optimizer", params * ADAM_FLOPS_PER_PARAM, params * ADAM_BYTES_PER_PARAM,
+                  OpShape("optimizer", "fp32"))

@@ -61,7 +61,7 @@ class TraceEmitter:
         return serialize(make_node(node_id, op.name, NodeType.COMP_NODE, data_deps=op.deps, ctrl_deps=op.ctrl,
                                    duration_micros=duration,
                                    attrs=[("is_cpu_op", False), ("num_ops", kernel.flops),
-                                          ("tensor_size", kernel.size_bytes)]))
+                                          ("tensor_size", kernel.size_bytes), *kernel.attributes()]))
 
     def _collective_node(self, stage: int, node_id: int, op: Op, rank: int) -> bytes:
         group = self.ranks.group(rank, op.group)

@@ -1,0 +1,150 @@
+"""The operator shapes the kernel compute model times, and the Chakra attributes that carry them.
+
+This is the whole contract between a trace and ``--compute-model kernels``: a COMP_NODE may carry
+
+- ``op_class`` (string): gemm | attention | elementwise | norm | softmax | activation | embedding | loss |
+  optimizer (another class is timed as if it had none);
+- ``dtype`` (string): fp32 | tf32 | bf16 | fp16 | fp8 (the math precision; absent = bf16);
+- for ``gemm``: ``gemm_m``, ``gemm_n``, ``gemm_k`` and ``gemm_batch`` (a batched or grouped GEMM of that many
+  independent (m x k) @ (k x n) products; absent = 1);
+- for ``attention``: ``attn_batch``, ``attn_heads``, ``attn_kv_heads``, ``attn_head_dim``, ``attn_seq_q``,
+  ``attn_seq_kv`` (keys each query block sees; context parallelism makes it differ from ``attn_seq_q``),
+  ``attn_causal`` and ``attn_backward`` (bools), ``attn_flash`` (bool, absent = true: a fused kernel);
+- ``num_ops`` and ``tensor_size`` as ASTRA-sim reads them (FLOPs and bytes), which memory-bound classes and
+  the optimizer are timed from, and which nodes without a class fall back to.
+
+Kept in ``compute/`` (not in the generator) because converters and hand-written traces speak it too; the
+generator's ``workload/llm/costs.py`` builds these shapes and ``workload/llm/emit.py`` writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+OP_CLASSES = ("gemm", "attention", "elementwise", "norm", "softmax", "activation", "embedding", "loss", "optimizer")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+DEFAULT_DTYPE = "bf16"
+
+
+def dtype_for_bytes(dtype_bytes: int) -> str:
+    """The usual math precision of ``dtype_bytes``-wide values (2 -> bf16, 1 -> fp8, 4 -> fp32)."""
+    return {1: "fp8", 2: "bf16", 4: "fp32"}.get(dtype_bytes, DEFAULT_DTYPE)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmShape:
+    """``batch`` independent products of an (m x k) by a (k x n) matrix."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+    def attributes(self) -> list[tuple[str, Any]]:
+        return [("gemm_m", self.m), ("gemm_n", self.n), ("gemm_k", self.k), ("gemm_batch", self.batch)]
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionShape:
+    """A fused (FlashAttention-style) attention kernel: ``seq_q`` queries per sequence against ``seq_kv`` keys,
+    ``heads`` query heads sharing ``kv_heads`` key/value heads of ``head_dim``."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    seq_q: int
+    seq_kv: int
+    causal: bool = True
+    backward: bool = False
+    flash: bool = True
+
+    @property
+    def pairs(self) -> int:
+        """(query, key) pairs computed per head and sequence: a causal mask keeps the lower triangle of the
+        square whose last ``seq_q`` rows this kernel owns (the whole triangle when seq_q == seq_kv)."""
+        if not self.causal:
+            return self.seq_q * self.seq_kv
+        # queries are the last seq_q positions of seq_kv keys: query j (0-based) sees seq_kv - seq_q + j + 1 keys
+        offset = max(self.seq_kv - self.seq_q, 0)
+        return self.seq_q * offset + self.seq_q * (self.seq_q + 1) // 2
+
+    @property
+    def flops(self) -> int:
+        """QK^T and AV (2 x head_dim FLOPs each per pair); backward recomputes nothing extra but runs
+        dQ, dK, dV and dP: 2.5x forward's matmul work (as FlashAttention counts it)."""
+        forward = 4 * self.head_dim * self.heads * self.batch * self.pairs
+        return forward * 5 // 2 if self.backward else forward
+
+    def attributes(self) -> list[tuple[str, Any]]:
+        return [("attn_batch", self.batch), ("attn_heads", self.heads), ("attn_kv_heads", self.kv_heads),
+                ("attn_head_dim", self.head_dim), ("attn_seq_q", self.seq_q), ("attn_seq_kv", self.seq_kv),
+                ("attn_causal", self.causal), ("attn_backward", self.backward), ("attn_flash", self.flash)]
+
+
+@dataclass(frozen=True, slots=True)
+class OpShape:
+    """What the kernel model knows of one compute node: its class, precision, and shape where it has one."""
+
+    op_class: str
+    dtype: str = DEFAULT_DTYPE
+    gemm: GemmShape | None = None
+    attention: AttentionShape | None = None
+
+    def attributes(self) -> list[tuple[str, Any]]:
+        """The Chakra attributes that carry this shape (see the module docstring)."""
+        out: list[tuple[str, Any]] = [("op_class", self.op_class), ("dtype", self.dtype)]
+        if self.gemm is not None:
+            out += self.gemm.attributes()
+        if self.attention is not None:
+            out += self.attention.attributes()
+        return out
+
+
+GEMM_KEYS = ("gemm_m", "gemm_n", "gemm_k")
+ATTENTION_KEYS = ("attn_batch", "attn_heads", "attn_head_dim", "attn_seq_q")
+
+
+def shape_from_attributes(attrs: Mapping[str, Any]) -> tuple[OpShape | None, str]:
+    """The shape a node's attributes describe, or (None, why not) when they describe none usable."""
+    op_class = attrs.get("op_class")
+    if not isinstance(op_class, str) or not op_class:
+        return None, "no op_class attribute"
+    op_class = op_class.lower()
+    dtype = str(attrs.get("dtype") or DEFAULT_DTYPE).lower()
+    if dtype not in DTYPE_BYTES:
+        return None, f"dtype {dtype!r} is not one of {', '.join(DTYPES)}"
+    if op_class == "gemm":
+        missing = [k for k in GEMM_KEYS if not _positive(attrs.get(k))]
+        if missing:
+            return None, f"gemm without positive {', '.join(missing)}"
+        batch = attrs.get("gemm_batch", 1)
+        gemm = GemmShape(int(attrs["gemm_m"]), int(attrs["gemm_n"]), int(attrs["gemm_k"]),
+                         int(batch) if _positive(batch) else 1)
+        return OpShape("gemm", dtype, gemm=gemm), ""
+    if op_class == "attention":
+        missing = [k for k in ATTENTION_KEYS if not _positive(attrs.get(k))]
+        if missing:
+            return None, f"attention without positive {', '.join(missing)}"
+        heads, seq_q = int(attrs["attn_heads"]), int(attrs["attn_seq_q"])
+        kv_heads, seq_kv = attrs.get("attn_kv_heads", heads), attrs.get("attn_seq_kv", seq_q)
+        attention = AttentionShape(
+            int(attrs["attn_batch"]), heads, int(kv_heads) if _positive(kv_heads) else heads,
+            int(attrs["attn_head_dim"]), seq_q, int(seq_kv) if _positive(seq_kv) else seq_q,
+            causal=bool(attrs.get("attn_causal", True)), backward=bool(attrs.get("attn_backward", False)),
+            flash=bool(attrs.get("attn_flash", True)))
+        return OpShape("attention", dtype, attention=attention), ""
+    if op_class not in OP_CLASSES:
+        return None, f"op_class {op_class!r} is not one of {', '.join(OP_CLASSES)}"
+    return OpShape(op_class, dtype), ""
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
