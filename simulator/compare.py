@@ -33,7 +33,7 @@ from compute.devices import device as device_preset
 from network.config import load_network
 from simulator.collectives.registry import FAMILIES, parse_algorithm
 from simulator.config import IMPLEMENTATION_KEYS
-from simulator.results import NETWORK_GB, format_ns
+from simulator.results import NETWORK_GB, above_links, format_ns
 from simulator.sweep.executors import capped_jobs, run_points
 from simulator.sweep.spec import Point, parse_setting, resolve_run
 from workload.errors import InputError
@@ -244,6 +244,14 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     print(format_table(rows, title))
     if not nccl:
         print(f"(the network file's bandwidths: {NETWORK_GB})")
+        fastest = max((r for r in rows if r.ok and r.metric("busbw_GBps")), default=None,
+                      key=lambda r: r.metric("busbw_GBps"))
+        if fastest is not None:
+            size = f" at {size_label(fastest.size_bytes)}" if fastest.size_bytes is not None else ""
+            note = above_links(f"{fastest.algorithm}{size}", fastest.metric("busbw_GBps"), args.backend,
+                               list(network.bandwidth_gbps))
+            if note:
+                print(note)
     if args.csv:
         write_csv(args.csv, rows, args.collective)
     if args.plot:

@@ -116,20 +116,24 @@ def _collective_json(summary: CollectiveSummary) -> dict[str, Any]:
     return data
 
 
+def above_links(what: str, busbw_GBps: float, backend: str, bandwidths_GiBps: list[float]) -> str:
+    """The note saying why the congestion-unaware model reports a busbw above every link's bandwidth ("" when it
+    does not): ``bandwidths_GiBps`` are the network file's, GB = 2^30 B, compared in busbw's 10^9 B."""
+    if backend != "analytical-unaware" or not bandwidths_GiBps:
+        return ""
+    fastest = max(bandwidths_GiBps) * 2**30 / 1e9
+    if busbw_GBps <= fastest * 1.0001:
+        return ""
+    return (f"note: {what} busbw {busbw_GBps:.1f} GB/s exceeds the fastest link's {fastest:.1f} GB/s: the "
+            "congestion-unaware model lets concurrent messages each use a link's whole bandwidth (ASTRA-sim's "
+            "model); --backend analytical-aware shares links")
+
+
 def _above_links(result: SimulationResult) -> str:
-    """The line saying why the congestion-unaware model reports a busbw above every link's bandwidth ("")."""
-    if result.backend != "analytical-unaware":
-        return ""
-    links = result.config.get("network", {}).get("bandwidth_GiBps") or []
-    if not links:
-        return ""
-    fastest = max(links) * 2**30 / 1e9  # the network file's GB = 2^30 B, in the 10^9 B of busbw
     top = max(result.collectives, key=lambda c: c.busbw_gbps)
-    if top.busbw_gbps <= fastest * 1.0001:
-        return ""
-    return (f"{'':>15}  note: {top.kind} busbw {top.busbw_gbps:.1f} GB/s exceeds the fastest link's "
-            f"{fastest:.1f} GB/s: the congestion-unaware model lets concurrent messages each use a link's whole "
-            "bandwidth (ASTRA-sim's model); --backend analytical-aware shares links")
+    note = above_links(top.kind, top.busbw_gbps, result.backend,
+                       result.config.get("network", {}).get("bandwidth_GiBps") or [])
+    return f"{'':>15}  {note}" if note else ""
 
 
 def format_ns(ns: float) -> str:

@@ -126,6 +126,9 @@ def test_compare_validate_and_help_label_every_bandwidth(tmp_path: Path) -> None
         assert unlabelled_text(done.stdout) == [], done.stdout
         if "--explain" not in args:
             assert unlabelled_keys(dict.fromkeys(csv_header(table))) == []
+        # direct on a ring under the congestion-unaware model: busbw above the links, and the table says why
+        assert ("note: direct at 1MiB busbw 86.4 GB/s exceeds the fastest link's 53.7 GB/s" in done.stdout) == \
+            ("direct" in args[-1])
     out = tmp_path / "v.json"
     done = run_cli("validate", "--profile", "gcp-a3-mega", "--tables", UNSEEN, "--json", str(out))
     assert done.returncode == 0, done.stderr
