@@ -2,14 +2,16 @@
 shows.
 
 What counts as a command: each line of a ```sh block (a line ending in a backslash continues on the next; `#`
-lines are comments), and in the README the inline ``astrasim-py ...`` example of each row of a table. A ```text
+lines are comments), a whole ```python block, and in the README the inline ``astrasim-py ...`` example of each
+row of a table. A ```text
 block right after a ```sh block (or after one line ending in "prints:" that follows it) is what the block's last
 command prints (the test command aside): without a "..." line, exactly; with them, each run of lines between
 "..." lines appears in that order (the first at the top). ```text blocks elsewhere are synopses, not run.
 
-A page's commands run in page order, in one temporary folder holding copies of configs/ and benchmarks/data/
-(later commands read what earlier ones wrote), with ``astrasim-py`` meaning this checkout's code. The install
-command runs from its simulation part; the test command is the one .ci/run runs (compared, not run).
+A page's commands run in page order, in one temporary folder holding copies of configs/, benchmarks/data/ and
+tests/workload/fixtures/ (later commands read what earlier ones wrote), with ``astrasim-py`` meaning this
+checkout's code. The install command runs from its simulation part; the test command is the one .ci/run runs
+(compared, not run).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Command:
     line: int  # where it is written (1-based), for messages
     text: str
     expected: tuple[str, ...] | None = None  # what it prints, when the page shows it
+    python: bool = False  # a Python program rather than a shell command
 
 
 def commands(page: Path) -> list[Command]:
@@ -50,7 +53,9 @@ def commands(page: Path) -> list[Command]:
             continue
         end = lines.index("```", i + 1)
         body = lines[i + 1:end]
-        if fence[1] == "sh":
+        if fence[1] == "python":
+            found.append(Command(i + 2, "\n".join(body), python=True))
+        elif fence[1] == "sh":
             block = [Command(i + 2 + k, text) for k, text in _joined(body)]
             j = _next_text(lines, end + 1)
             if j < len(lines) and lines[j].rstrip().endswith("prints:"):
@@ -93,6 +98,7 @@ def _workspace(tmp_path: Path) -> dict[str, str]:
     """A folder like a checkout's (configs/, benchmarks/data/) and an environment where astrasim-py is this code."""
     shutil.copytree(REPO / "configs", tmp_path / "configs")
     shutil.copytree(REPO / "benchmarks" / "data", tmp_path / "benchmarks" / "data")
+    shutil.copytree(REPO / "tests" / "workload" / "fixtures", tmp_path / "tests" / "workload" / "fixtures")
     shim = tmp_path / ".bin" / "astrasim-py"
     shim.parent.mkdir()
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m simulator "$@"\n')
@@ -130,8 +136,8 @@ def run_page(page: Path, tmp_path: Path) -> int:
         if "pip install" in text:  # the install command: its simulation part
             text = text.split(" && ")[-1]
             assert text.startswith("astrasim-py "), where
-        done = subprocess.run(["bash", "-c", text], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600)
+        argv = [sys.executable, "-c", text] if command.python else ["bash", "-c", text]
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{where}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, f"{where}\n{done.stderr[-2000:]}"
         if command.expected is not None:
@@ -146,7 +152,7 @@ def test_the_parser_reads_blocks_tables_and_outputs(tmp_path: Path) -> None:
     page.write_text("intro\n```sh\n# a comment\nastrasim-py a \\\n  --b c\n\nastrasim-py d\n```\n\n```text\nout\n```\n"
                     "| x | `astrasim-py e` |\n```text\nastrasim-py synopsis\n```\n```python\nprint(1)\n```\n")
     assert commands(page) == [Command(4, "astrasim-py a --b c"), Command(7, "astrasim-py d", ("out",)),
-                              Command(13, "astrasim-py e")]
+                              Command(13, "astrasim-py e"), Command(18, "print(1)", python=True)]
     assert _shown(("a", "...", "c"), ["a", "b", "c", "d"]) is None
     assert _shown(("b", "..."), ["a", "b"]) is not None  # the first lines are the top of the output
     assert _shown(("a", "b"), ["a", "b", "c"]) is not None  # without "...", exactly
