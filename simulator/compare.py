@@ -33,9 +33,10 @@ from compute.devices import device as device_preset
 from network.config import load_network
 from simulator.collectives.registry import FAMILIES, parse_algorithm
 from simulator.config import IMPLEMENTATION_KEYS
-from simulator.results import NETWORK_GB, above_links, format_ns
+from simulator.results import above_links, format_ns
 from simulator.sweep.executors import capped_jobs, run_points
 from simulator.sweep.spec import Point, parse_setting, resolve_run
+from simulator.units import NETWORK_GB
 from workload.errors import InputError
 from workload.files import inert_row
 from workload.optional import pyplot

@@ -9,8 +9,8 @@ import html
 import math
 from typing import Any
 
-from simulator.results import NETWORK_GB, format_bytes, format_ns, units_note
-from simulator.units import upgrade_results
+from simulator.results import format_bytes, format_ns, units_note
+from simulator.units import NETWORK_GB, upgrade_results
 from workload.errors import InputError
 from workload.files import parse_json, read_text, shown_path
 

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simulator.breakdown import CollectiveSummary, intersection_ns, union_ns
-from simulator.units import NETWORK_GB, REPORTED_GB, UNITS, with_current_keys
+from simulator.units import UNITS, with_current_keys
 
 if TYPE_CHECKING:
     from simulator.rank import RankWorkload
@@ -102,8 +102,8 @@ class SimulationResult:
 
 def units_note(nccl: bool) -> str:
     """The line under a table of algbw/busbw saying what a GB is, there and in the inputs."""
-    inputs = "as in the hardware profile" if nccl else f"the network file's bandwidths: {NETWORK_GB}"
-    return f"algbw, busbw: {REPORTED_GB}; {inputs}"
+    inputs = "as the hardware profile's" if nccl else "the network file's GB = 2^30 B, as ASTRA-sim's"
+    return f"algbw, busbw: GB/s with GB = 10^9 B, as nccl-tests; {inputs}"
 
 
 def _collective_json(summary: CollectiveSummary) -> dict[str, Any]:
