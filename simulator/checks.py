@@ -43,9 +43,9 @@ class ComputeModel:
     def summary(self) -> dict[str, Any]:
         """The effective compute configuration, as recorded with results."""
         if self.roofline is None:
-            return {"model": "durations", "device": None, "peak_tflops": None, "memory_bw_gbps": None}
+            return {"model": "durations", "device": None, "peak_tflops": None, "memory_bw_GBps": None}
         out = {"model": "kernels" if self.kernels else "roofline", "device": self.device,
-               "peak_tflops": self.roofline.peak_flops / 1e12, "memory_bw_gbps": self.roofline.memory_bytes_per_s / 1e9}
+               "peak_tflops": self.roofline.peak_flops / 1e12, "memory_bw_GBps": self.roofline.memory_bytes_per_s / 1e9}
         if self.kernels is not None:
             out["calibration"] = self.kernels.device.calibrated
             if self.kernels.device.path:
@@ -74,8 +74,8 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
         preset = device(name)
         peak, bw, name = preset.peak_tflops, preset.memory_bw_gbps, preset.name
     if not peak or not bw:
-        raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s), "
-                         "or a device preset (--device or \"device\")")
+        raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s, "
+                         "GB = 10^9 B), or a device preset (--device or \"device\")")
     return ComputeModel(Roofline(peak * 1e12, bw * 1e9), name)
 
 
@@ -197,5 +197,5 @@ def _check_algorithms(needs: set[int], system: SystemConfig, network: NetworkCon
             warn(f"{system.path}: {key} lists {len(algorithms)} algorithm(s) for a {dims}-dimensional network: as in "
                  f"ASTRA-sim, these collectives then use only dimension(s) 0..{len(algorithms) - 1}")
     if needs & {0, 7} and not system.local_mem_bw_gbps:
-        raise InputError(f"{system.path}: 'local-mem-bw' (GB/s) is needed to charge the reductions of all-reduce and "
-                         "reduce-scatter collectives")
+        raise InputError(f"{system.path}: 'local-mem-bw' (GB/s, GB = 10^9 B) is needed to charge the reductions of "
+                         "all-reduce and reduce-scatter collectives")

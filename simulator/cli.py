@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Simulate distributed training from Chakra traces with ASTRA-sim 2.x semantics.\n\n"
+                    f"  {PROG} --workload W --network N.yml [options below]\n      simulate a workload\n\n"
                     "Subcommands (each with --help):\n" + "\n".join(
                         f"  {PROG} {name}\n      {what}" for name, what in COMMANDS),
     )
@@ -123,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "generator YAML file built in memory (generate: llm, preset: llama3-405b, tp: 8, ...; or "
                         "generate: collective, type: all_reduce, size: 1GiB)")
     p.add_argument("--network", "--network-configuration", dest="network", required=True,
-                   help="analytical network YAML")
+                   help="ASTRA-sim analytical network YAML (bandwidth in GB/s with GB = 2^30 B, latency in ns) or a "
+                        "fabric file (fat-tree, torus, dragonfly, rail-optimized, links)")
     p.add_argument("--system", "--system-configuration", dest="system",
                    help="system JSON (default: a built-in LIFO, 4-split, ring configuration)")
     p.add_argument("--memory", "--remote-memory-configuration", dest="memory",

@@ -27,6 +27,7 @@ from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
 from simulator.symmetry import symmetry_blockers
 from simulator.system import COLLECTIVE, HANDSHAKE, RankSystem, SystemSetup, tag_kind
+from simulator.units import with_current_keys
 from workload.errors import InputError, shown
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, TraceSet
@@ -411,8 +412,8 @@ class Simulation:
         system = replace(self.system, roofline_enabled=compute.roofline is not None,
                          device=compute.device or self.system.device)
         summary = {
-            "workload": self.traces.source, "network": self.network.summary(), "system": asdict(system),
-            "compute": compute.summary(), "memory": asdict(self.memory),
+            "workload": self.traces.source, "network": self.network.summary(),
+            "system": with_current_keys(asdict(system)), "compute": compute.summary(), "memory": asdict(self.memory),
             "comm_groups": {str(k): list(v) for k, v in self.comm_groups.items()}, "options": asdict(self.options),
         }
         if self.hw_profile is not None:  # --collective-model nccl: the profile as loaded

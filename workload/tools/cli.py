@@ -53,7 +53,7 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
                    help="default: from the output file's extension (.graphml; .dot or .gv)")
     p.add_argument("--rank", type=int, default=0, help="which rank's trace (default 0)")
 
-    p = sub.add_parser("generate", help="microbenchmark traces, one <name>.<rank>.et file per rank")
+    p = sub.add_parser("generate", help="microbenchmark or LLM training traces, one <name>.<rank>.et file per rank")
     kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
     k = kinds.add_parser("collective", help="one collective per rank, for each type x size x NPU count; "
                                             "writes OUT/<type>/<npus>npus_<size>/<type>.<rank>.et")
@@ -65,7 +65,7 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     k.add_argument("--output", "-o", required=True, help="output folder")
     add_output_limits(k)
     k = kinds.add_parser("compute", help="compute-only nodes; writes OUT/<name>.<rank>.et")
-    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--npus", type=int, required=True, help="ranks (one trace file each)")
     k.add_argument("--count", type=int, default=1, help="compute nodes per rank")
     k.add_argument("--duration-us", type=int, default=0, help="recorded duration of each node (µs)")
     k.add_argument("--num-ops", type=int, default=0, help="operations per node (for the roofline model)")
@@ -73,14 +73,14 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     k.add_argument("--independent", action="store_true", help="no dependencies between the nodes")
     _output_args(k, "compute")
     k = kinds.add_parser("sendrecv", help="a send/recv ring: rank r sends to r+1, receives from r-1")
-    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--npus", type=int, required=True, help="ranks in the ring (one trace file each)")
     k.add_argument("--size", required=True, help="message size, e.g. 1MiB")
-    k.add_argument("--iterations", type=int, default=1)
+    k.add_argument("--iterations", type=int, default=1, help="sends (and receives) per rank, one after another")
     _output_args(k, "sendrecv")
     k = kinds.add_parser("memory", help="remote-memory loads or stores")
-    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--npus", type=int, required=True, help="ranks (one trace file each)")
     k.add_argument("--tensor-size", required=True, help="bytes per access, e.g. 1MiB")
-    k.add_argument("--access", choices=("load", "store"), default="load")
+    k.add_argument("--access", choices=("load", "store"), default="load", help="memory node type (default load)")
     k.add_argument("--count", type=int, default=1, help="accesses per rank, one after another")
     _output_args(k, "memory")
     k = kinds.add_parser("llm", help="one training iteration of a dense or MoE transformer under a parallelism "
@@ -99,7 +99,19 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
                                                               "0.0.4) as Chakra 1.0 files"))
     _hook("synthesize").configure(sub.add_parser(
         "synthesize", help="learn a statistical profile of traces and generate obfuscated look-alikes of any size"))
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every tool without a description of its own its one-line help as one, so its --help says what it does."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                if not child.description and helps.get(name):
+                    child.description = helps[name][:1].upper() + helps[name][1:] + "."
+                _describe(child)
 
 
 # Tools in their own modules: each has configure(parser) and main(args, warn).
