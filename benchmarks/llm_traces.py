@@ -68,7 +68,8 @@ def main() -> None:
                             "latency: [500, 1000]\n")
                 wall, rss, stdout = child(["--workload", stdout.splitlines()[0], "--network", network,
                                            "--device", "H100", "--quiet"])
-                print(f"  simulated on 8 x 16 switches (400 / 50 GB/s), H100 roofline: {stdout.splitlines()[0]}; "
+                print(f"  simulated on 8 x 16 switches (400 / 50 GB/s, GB = 2^30 B), H100 roofline: "
+                      f"{stdout.splitlines()[0]}; "
                       f"{wall:.1f} s wall, {rss:.0f} MB peak", flush=True)
 
 

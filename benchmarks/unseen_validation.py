@@ -1,42 +1,83 @@
 """The collective model on machines no shipped profile was calibrated on: ``validate`` (no fitting) on the
 published tables in benchmarks/data/unseen/, each with the shipped profile of its system.
 
-    python benchmarks/unseen_validation.py
+    python benchmarks/unseen_validation.py [--set development|holdout|all] [--rows]
 
-benchmarks/data/unseen/README.md says where every table comes from. Prints per table the geomean |error| of
-busbw per size band and the largest error from 1 MiB up (error = predicted / published - 1).
+benchmarks/data/unseen/README.md says where every table comes from and which tables are the final hold-out (split
+before the model was run on them). Prints per table the rows, the geomean |error| of busbw per size band and the
+largest error from 1 MiB up (error = predicted / published - 1), then the same pooled over the set; ``--rows`` adds
+every row (published and predicted busbw, the chosen algorithm and protocol).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from simulator.collectives.calibration import predict, read_table, summarize
+from simulator.collectives.calibration import Prediction, predict, read_table, summarize
 from simulator.collectives.hardware import load_profile
 from simulator.collectives.nccl import CollectiveModel
 
 FOLDER = os.path.join(os.path.dirname(__file__), "data", "unseen")
-# table -> the shipped profile of its system (the profile was not calibrated on it)
-PROFILES = {
-    "gcp_a3mega_h100_2node_all_reduce.tsv": "gcp-a3-mega",
+# table -> (the shipped profile of its system, the set it belongs to)
+TABLES = {
+    "aws_p5_h100_2to32node_all_reduce.tsv": ("aws-p5-h100", "development"),
+    "aws_p5_h100_2to32node_all_to_all.tsv": ("aws-p5-h100", "development"),
+    "aws_p6_b200_4node_all_reduce_torchbench.tsv": ("aws-p6-b200", "holdout"),
+    "azure_ndv4_a100_64_128gpu_all_reduce.tsv": ("azure-ndv4-a100", "development"),
+    "gcp_a3high_h100_2node_all_gather.tsv": ("gcp-a3-high", "holdout"),
+    "gcp_a3mega_h100_2node_all_reduce.tsv": ("gcp-a3-mega", "development"),
+    "gcp_a3mega_h100_2node_all_gather.tsv": ("gcp-a3-mega", "development"),
+    "gcp_a4_b200_roce_2node_all_reduce.tsv": ("gcp-a4-b200", "holdout"),
+    "lambda_b200_ib_2node_all_reduce.tsv": ("dgx-b200", "development"),
+    "mi300x_roce_2node_all_reduce_rccl.tsv": ("mi300x", "holdout"),
+    "mi355x_pollara_2node_all_reduce_rccl.tsv": ("mi355x", "development"),
+    "nebius_h100_ib_2node_all_reduce.tsv": ("hgx-h100", "holdout"),
+    "oci_mi355x_pollara_1to4node_all_reduce_all_to_all_rccl.tsv": ("mi355x", "development"),
 }
+SETS = ("development", "holdout", "all")
 
 
 def cell(value: object) -> str:
     return "-" if value is None else f"{100 * float(value):.1f}%"  # type: ignore[arg-type]
 
 
+def predictions(chosen: str) -> dict[str, list[Prediction]]:
+    out = {}
+    for table, (profile, which) in TABLES.items():
+        if chosen in (which, "all"):
+            rows = read_table(os.path.join(FOLDER, table))
+            out[table] = predict(CollectiveModel(load_profile(profile)), rows)
+    return out
+
+
+def line(name: str, profile: str, summary: dict[str, object]) -> str:
+    return (f"{name:<60} {profile:<16} {summary['rows']:>5} {cell(summary['geomean_abs_error_ge_1MiB']):>8} "
+            f"{cell(summary['geomean_abs_error_64KiB_1MiB']):>8} {cell(summary['geomean_abs_error_lt_64KiB']):>8} "
+            f"{cell(summary['max_abs_error_ge_1MiB']):>10}")
+
+
 def main() -> int:
-    print(f"{'table':<44} {'profile':<14} {'rows':>5} {'>=1MiB':>8} {'64K-1M':>8} {'<64KiB':>8} {'max>=1MiB':>10}")
-    for table, profile in PROFILES.items():
-        rows = read_table(os.path.join(FOLDER, table))
-        summary = summarize(predict(CollectiveModel(load_profile(profile)), rows))[0]
-        print(f"{table:<44} {profile:<14} {len(rows):>5} {cell(summary['geomean_abs_error_ge_1MiB']):>8} "
-              f"{cell(summary['geomean_abs_error_64KiB_1MiB']):>8} {cell(summary['geomean_abs_error_lt_64KiB']):>8} "
-              f"{cell(summary['max_abs_error_ge_1MiB']):>10}")
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--set", choices=SETS, default="development", help="which tables (default: development)")
+    p.add_argument("--rows", action="store_true", help="print every row")
+    args = p.parse_args()
+    found = predictions(args.set)
+    print(f"{'table':<60} {'profile':<16} {'rows':>5} {'>=1MiB':>8} {'64K-1M':>8} {'<64KiB':>8} {'max>=1MiB':>10}")
+    for table, preds in found.items():
+        print(line(table, TABLES[table][0], summarize(preds)[0]))
+        if args.rows:
+            for q in preds:
+                r = q.row
+                print(f"    {r.collective:<14} {r.gpus:>4} GPUs {r.nodes:>3} nodes {r.size_bytes:>12} B  published "
+                      f"{r.busbw_GBps:9.3f}  predicted {q.busbw_GBps:9.3f} GB/s  {100 * q.error:+7.1f}%  "
+                      f"{q.algorithm}/{q.protocol}")
+    pooled = [replace(q, row=replace(q.row, table="pooled")) for preds in found.values() for q in preds]
+    print(line(f"pooled ({args.set})", "", summarize(pooled)[0]))
     return 0
 
 

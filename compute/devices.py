@@ -1,46 +1,217 @@
-"""Device presets for the roofline model: peak dense FLOP/s and HBM bandwidth of common accelerators.
+"""Accelerator device files (``configs/devices/<name>.yml``): peak FLOP/s per precision, HBM bandwidth, compute
+units, and the kernel compute model's fitted curve parameters with their provenance.
 
-Figures are the vendors' published peak numbers for dense (non-sparse) BF16/FP16 tensor math and the
-memory bandwidth of the named memory configuration:
-- A100 SXM4 80GB: 312 TFLOP/s BF16 dense, 2,039 GB/s HBM2e (NVIDIA A100 datasheet, 2021).
-- H100 SXM5: 989.4 TFLOP/s BF16 dense, 3,350 GB/s HBM3 (NVIDIA H100 datasheet, 2023).
-- H200 SXM: 989.4 TFLOP/s BF16 dense, 4,800 GB/s HBM3e (NVIDIA H200 datasheet, 2024).
-- B200 (HGX B200): 2,250 TFLOP/s BF16 dense, 8,000 GB/s HBM3e (NVIDIA Blackwell datasheet, 2024).
-- MI300X: 1,307.4 TFLOP/s BF16 dense, 5,300 GB/s HBM3 (AMD Instinct MI300X datasheet, 2023).
-- TPU v4: 275 TFLOP/s BF16, 1,200 GB/s HBM2 (Google Cloud TPU v4 documentation).
-- TPU v5p: 459 TFLOP/s BF16, 2,765 GB/s HBM2e (Google Cloud TPU v5p documentation).
+One file per device is the single home of its figures: the roofline model (``--device``, ASTRA-sim's
+``peak-perf``/``local-mem-bw`` replaced) reads its dense BF16 peak and its bandwidth, ``--compute-model kernels``
+everything. A device is named case- and punctuation-insensitively ("h100", "TPU v5p") or given as a file
+(``--device my_gpu.yml``). Values are checked on loading: a bad one is a ConfigError naming file and key.
+
+    name: H100
+    description: NVIDIA H100 SXM5 80GB
+    aliases: [H100-SXM5-80GB]
+    peak_tflops: {fp32: 66.9, tf32: 494.7, bf16: 989.4, fp16: 989.4, fp8: 1978.9}   # dense, 10^12 FLOP/s
+    memory_bw_gbps: 3350                  # HBM, 10^9 B/s
+    compute_units: 132                    # SMs (NVIDIA) or CUs (AMD)
+    kernels: {...}                        # compute/kernel_params.py
+    calibration: {...}                    # data sets, fitted values, residuals (benchmarks/fit_kernel_model.py)
+    sources: ["..."]
+    assumptions: ["..."]
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
 
-from workload.errors import InputError
+from compute.kernel_params import FAMILIES, KernelParams, parse_kernel_params
+from compute.shapes import DTYPES
+from network.values import MAX_RATE, key_names, number, texts, whole
+from workload.errors import ConfigError, InputError, shown
+from workload.files import read_yaml, shown_path
+
+DEVICES_DIR = Path(__file__).resolve().parents[1] / "configs" / "devices"
+_TOP = {"name", "description", "aliases", "peak_tflops", "memory_bw_gbps", "compute_units", "kernels", "calibration",
+        "sources", "assumptions"}
+_REQUIRED = ("name", "peak_tflops", "memory_bw_gbps", "compute_units", "kernels")
+ROOFLINE_DTYPE = "bf16"  # the roofline model's peak: dense BF16/FP16 tensor math
 
 
 @dataclass(frozen=True, slots=True)
 class Device:
+    """One accelerator: its peaks, its memory, and the kernel model's parameters for it."""
+
     name: str
-    peak_tflops: float  # dense BF16/FP16, TFLOP/s (1e12)
+    peaks_tflops: dict[str, float]  # dense, by precision (compute/shapes.py DTYPES); a precision absent: unsupported
     memory_bw_gbps: float  # GB/s (1e9 bytes), as ASTRA-sim's local-mem-bw
-    source: str
+    compute_units: int
+    kernels: KernelParams
+    description: str = ""
+    aliases: tuple[str, ...] = ()
+    calibration: dict[str, Any] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = ()
+    path: str = ""
+
+    @property
+    def peak_tflops(self) -> float:
+        """Dense BF16 (else FP16) TFLOP/s: the roofline model's peak-perf."""
+        return self.peaks_tflops.get(ROOFLINE_DTYPE) or self.peaks_tflops["fp16"]
+
+    @property
+    def source(self) -> str:
+        return self.description or (self.sources[0] if self.sources else self.name)
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense FLOP/s of math in ``dtype``; a precision the device lacks runs at its BF16 rate (FP8 on an A100
+        runs as BF16 there), FP32 without tensor cores at its FP32 rate."""
+        tflops = self.peaks_tflops.get(dtype) or self.peak_tflops
+        return tflops * 1e12
+
+    def has(self, dtype: str) -> bool:
+        return dtype in self.peaks_tflops
+
+    def math_dtype(self, dtype: str) -> str:
+        """The precision ``dtype`` math runs in here: itself, else BF16 (else FP16)."""
+        if dtype in self.peaks_tflops:
+            return dtype
+        return "bf16" if "bf16" in self.peaks_tflops else "fp16"
+
+    def with_knobs(self, launch_overhead_us: float | None = None,
+                   efficiency_scale: Mapping[str, float] | None = None) -> Device:
+        """This device with the kernel model's device-level knobs set (a calibration against whole training steps
+        sets them): a gap added to every kernel, and factors on the fitted efficiencies of gemm, attention and
+        memory-bound kernels (families not named keep theirs)."""
+        k = self.kernels
+        scale = dict(k.efficiency_scale)
+        for family, factor in (efficiency_scale or {}).items():
+            if family not in FAMILIES or not 0 < factor <= 100:
+                raise InputError(f"efficiency scale {family}={factor!r}: families {', '.join(FAMILIES)}, factors in "
+                                 "(0, 100]")
+            scale[family] = float(factor)
+        if launch_overhead_us is not None and not 0 <= launch_overhead_us <= 1e6:
+            raise InputError(f"launch overhead {launch_overhead_us!r} us must be from 0 to 1e6")
+        knobs = replace(k, efficiency_scale=tuple(scale.items()),
+                        launch_overhead_us=k.launch_overhead_us if launch_overhead_us is None else launch_overhead_us)
+        return replace(self, kernels=knobs)
+
+    @property
+    def calibrated(self) -> str:
+        """How the kernel parameters were obtained: fitted (on this device's data), derived (from another
+        device's fit and this one's measured peaks), or assumed."""
+        return str(self.calibration.get("status", "assumed"))
 
 
-DEVICES: dict[str, Device] = {d.name: d for d in (
-    Device("A100", 312.0, 2039.0, "NVIDIA A100 SXM4 80GB datasheet"),
-    Device("H100", 989.4, 3350.0, "NVIDIA H100 SXM5 datasheet"),
-    Device("H200", 989.4, 4800.0, "NVIDIA H200 SXM datasheet"),
-    Device("B200", 2250.0, 8000.0, "NVIDIA HGX B200 datasheet"),
-    Device("MI300X", 1307.4, 5300.0, "AMD Instinct MI300X datasheet"),
-    Device("TPUv4", 275.0, 1200.0, "Google Cloud TPU v4 documentation"),
-    Device("TPUv5p", 459.0, 2765.0, "Google Cloud TPU v5p documentation"),
-)}
+def _key(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def device_names() -> list[str]:
+    return [d.name for d in _shipped()]
+
+
+# Listing order: NVIDIA by generation, AMD, Google (files not listed here follow, by name).
+ORDER = ("A100", "H100", "H200", "B200", "MI300X", "MI325X", "MI355X", "TPUv4", "TPUv5p")
+
+
+@cache
+def _shipped() -> tuple[Device, ...]:
+    found = [load_device_file(str(p)) for p in sorted(DEVICES_DIR.glob("*.yml"))]
+    return tuple(sorted(found, key=lambda d: (ORDER.index(d.name) if d.name in ORDER else len(ORDER), d.name)))
+
+
+class _Shipped(Mapping[str, Device]):
+    """The shipped devices by name, read from their files on first use (not at import)."""
+
+    def __getitem__(self, key: str) -> Device:
+        for d in _shipped():
+            if d.name == key:
+                return d
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(device_names())
+
+    def __len__(self) -> int:
+        return len(_shipped())
+
+
+DEVICES: Mapping[str, Device] = _Shipped()
 
 
 def device(name: str) -> Device:
-    """The preset named ``name`` (case and punctuation insensitive: "h100", "TPU v5p", "tpu-v4")."""
-    key = "".join(ch for ch in name.lower() if ch.isalnum())
-    for preset in DEVICES.values():
-        if preset.name.lower() == key:
-            return preset
-    raise InputError(f"unknown device {name!r}; valid: {', '.join(DEVICES)}")
+    """The shipped device named ``name`` (case and punctuation insensitive: "h100", "TPU v5p", "mi300x"; aliases
+    too), or the device file ``name`` (``*.yml``/``*.yaml``)."""
+    if not isinstance(name, str) or not name:
+        raise InputError(f"a device must be a name or a device file (.yml), not {shown(name)}")
+    if name.endswith((".yml", ".yaml")):
+        return load_device_file(name)
+    key = _key(name)
+    own = DEVICES_DIR / f"{key}.yml"  # the usual case: a shipped name, read without reading the others
+    if own.is_file():
+        d = load_device_file(str(own))
+        if _key(d.name) == key:
+            return d
+    for d in _shipped():
+        if _key(d.name) == key or key in (_key(a) for a in d.aliases):
+            return d
+    raise InputError(f"unknown device {name!r}; valid: {', '.join(device_names())} or a device file (.yml)")
+
+
+@cache
+def load_device_file(path: str) -> Device:
+    """The device described by the YAML file ``path``."""
+    if not Path(path).is_file():
+        raise InputError(f"{shown_path(path)}: no such device file; shipped devices: {', '.join(device_names())}")
+    return parse_device(read_yaml(path, "device file"), shown_path(path), path)
+
+
+def parse_device(data: Any, where: str, path: str = "") -> Device:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: a device file must be a mapping of {', '.join(_REQUIRED)}, ...")
+    unknown = set(data) - _TOP
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {key_names(unknown)}; valid: {', '.join(sorted(_TOP))}")
+    missing = [k for k in _REQUIRED if k not in data]
+    if missing:
+        raise ConfigError(f"{where}: the device file misses {', '.join(missing)}")
+    name = data["name"]
+    if not isinstance(name, str) or not _key(name) or len(name) > 64:
+        raise ConfigError(f"{where}: 'name' must be a short name with letters or digits (got {shown(name)})")
+    peaks = data["peak_tflops"]
+    if not isinstance(peaks, dict) or not peaks:
+        raise ConfigError(f"{where}: 'peak_tflops' must map precisions ({', '.join(DTYPES)}) to TFLOP/s")
+    bad = set(peaks) - set(DTYPES)
+    if bad:
+        raise ConfigError(f"{where}: unknown precision(s) in 'peak_tflops': {key_names(bad)}; valid: "
+                          f"{', '.join(DTYPES)}")
+    checked = {k: number(v, f"peak_tflops.{k}", where, high=MAX_RATE, positive=True) for k, v in peaks.items()}
+    if "bf16" not in checked and "fp16" not in checked:
+        raise ConfigError(f"{where}: 'peak_tflops' needs bf16 or fp16 (the roofline model's peak)")
+    return Device(
+        name=name, peaks_tflops=checked,
+        memory_bw_gbps=number(data["memory_bw_gbps"], "memory_bw_gbps", where, high=MAX_RATE, positive=True),
+        compute_units=whole(data["compute_units"], "compute_units", where, high=1 << 20),
+        kernels=parse_kernel_params(data["kernels"], where),
+        description=_text(data.get("description", ""), "description", where),
+        aliases=texts(data.get("aliases"), "aliases", where),
+        calibration=_mapping(data.get("calibration"), "calibration", where),
+        sources=texts(data.get("sources"), "sources", where),
+        assumptions=texts(data.get("assumptions"), "assumptions", where),
+        path=path)
+
+
+def _text(value: Any, key: str, where: str) -> str:
+    if not isinstance(value, str) or len(value) > 200:
+        raise ConfigError(f"{where}: '{key}' must be a short text (got {shown(value)})")
+    return value
+
+
+def _mapping(value: Any, key: str, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: '{key}' must be a mapping (got {shown(value)})")
+    return value

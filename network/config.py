@@ -66,7 +66,7 @@ class NetworkConfig:
     def summary(self) -> dict[str, Any]:
         """The configuration as plain data (for results files)."""
         out: dict[str, Any] = {"topology": list(self.topology), "npus_count": list(self.npus_count),
-                               "bandwidth_gbps": list(self.bandwidth_gbps), "latency_ns": list(self.latency_ns),
+                               "bandwidth_GiBps": list(self.bandwidth_gbps), "latency_ns": list(self.latency_ns),
                                "path": self.path, "packet": asdict(self.packet)}
         if self.fabric is not None:
             out["fabric"] = {"kind": self.fabric.kind, "npus": self.fabric.num_npus,

@@ -59,6 +59,15 @@ def flag(value: Any, key: str, where: str) -> bool:
     raise ConfigError(f"{where}: '{key}' must be true/false or 0/1 (got {shown(value)})")
 
 
+def texts(value: Any, key: str, where: str) -> tuple[str, ...]:
+    """A list of texts (absent: none), as the ``sources`` and ``assumptions`` of hardware files."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: '{key}' must be a list of texts")
+    return tuple(value)
+
+
 def choice(value: Any, key: str, where: str, options: Sequence[str]) -> str:
     """One of ``options`` (names compare exactly)."""
     if not isinstance(value, str) or value not in options:

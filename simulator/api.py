@@ -28,10 +28,10 @@ def simulate(workload: PathLike, network: PathLike | NetworkConfig, system: Path
     """Simulate ``workload`` (an ASTRA-sim prefix, folder or file, or a generator YAML file) on ``network``.
 
     Options are RunOptions fields (``backend``, ``queues_per_dim``, ``injection_scale``, ``rendezvous``,
-    ``semantics``, ``engine``, ``device``, ``collective_model`` ("astra-sim" or "nccl"), ``hw_profile`` (the
-    nccl model's hardware profile: a shipped name or a .yml file), ``nccl_algorithm`` (forced where it can run,
-    as NCCL_ALGO), ...). Returns the SimulationResult the CLI
-    prints and writes.
+    ``semantics``, ``engine``, ``device`` (a device name or device file), ``compute_model`` ("roofline" or
+    "kernels": each compute node by operator and shape on ``device``), ``collective_model`` ("astra-sim" or
+    "nccl"), ``hw_profile`` (the nccl model's hardware profile: a shipped name or a .yml file), ``nccl_algorithm``
+    (forced where it can run, as NCCL_ALGO), ...). Returns the SimulationResult the CLI prints and writes.
     """
     net = network if isinstance(network, NetworkConfig) else load_network(network, warn)
     if system is None:

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from compute.devices import device
+from compute.devices import device, device_names
+from compute.kernels import KernelModel
 from compute.roofline import Roofline
+from compute.trace_timing import NodeTimes, describe, is_gpu_compute, node_times
 from network.config import NetworkConfig
 from simulator.collectives.registry import check_dimensions, check_supported, parse_algorithm
 from simulator.config import SystemConfig
@@ -26,26 +28,44 @@ from workload.schema import NodeType
 from workload.traceset import TraceSet
 
 COLLECTIVE_NAMES = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
+COMPUTE_MODELS = ("roofline", "kernels")
 
 
 @dataclass(frozen=True, slots=True)
 class ComputeModel:
-    """How GPU compute nodes are timed in a run: by recorded durations, or by a roofline model."""
+    """How GPU compute nodes are timed in a run: by recorded durations, by a roofline model, or by the kernel
+    model (``kernels``: compute/kernels.py, with the roofline of the same device for reference)."""
 
     roofline: Roofline | None
     device: str | None  # the preset whose figures the roofline uses, if any
+    kernels: KernelModel | None = None
 
     def summary(self) -> dict[str, Any]:
         """The effective compute configuration, as recorded with results."""
         if self.roofline is None:
-            return {"model": "durations", "device": None, "peak_tflops": None, "memory_bw_gbps": None}
-        return {"model": "roofline", "device": self.device, "peak_tflops": self.roofline.peak_flops / 1e12,
-                "memory_bw_gbps": self.roofline.memory_bytes_per_s / 1e9}
+            return {"model": "durations", "device": None, "peak_tflops": None, "memory_bw_GBps": None}
+        out = {"model": "kernels" if self.kernels else "roofline", "device": self.device,
+               "peak_tflops": self.roofline.peak_flops / 1e12, "memory_bw_GBps": self.roofline.memory_bytes_per_s / 1e9}
+        if self.kernels is not None:
+            out["calibration"] = self.kernels.device.calibrated
+            if self.kernels.device.path:
+                out["device_file"] = self.kernels.device.path
+        return out
 
 
-def compute_model(system: SystemConfig, device_name: str | None) -> ComputeModel:
-    """The compute model the system config (or a device preset) asks for. A device named on the command line
-    (``device_name``) turns the roofline model on: that is what naming one asks for."""
+def compute_model(system: SystemConfig, device_name: str | None, model: str = "roofline") -> ComputeModel:
+    """The compute model the system config (or a device) asks for. A device named on the command line
+    (``device_name``) turns the roofline model on: that is what naming one asks for; ``model`` "kernels" times
+    compute nodes by operator and shape on that device instead."""
+    if model not in COMPUTE_MODELS:
+        raise InputError(f"unknown compute model {model!r}; valid: {', '.join(COMPUTE_MODELS)}")
+    if model == "kernels" and not system.replay_only:
+        name = device_name or system.device
+        if not name:
+            raise InputError("the kernels compute model needs a device: --device NAME or a device file (.yml); "
+                             f"shipped: {', '.join(device_names())}")
+        d = device(name)
+        return ComputeModel(Roofline(d.peak_tflops * 1e12, d.memory_bw_gbps * 1e9), d.name, KernelModel(d))
     if system.replay_only or not (system.roofline_enabled or device_name):
         return ComputeModel(None, None)
     peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
@@ -54,8 +74,8 @@ def compute_model(system: SystemConfig, device_name: str | None) -> ComputeModel
         preset = device(name)
         peak, bw, name = preset.peak_tflops, preset.memory_bw_gbps, preset.name
     if not peak or not bw:
-        raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s), "
-                         "or a device preset (--device or \"device\")")
+        raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s, "
+                         "GB = 10^9 B), or a device preset (--device or \"device\")")
     return ComputeModel(Roofline(peak * 1e12, bw * 1e9), name)
 
 
@@ -64,6 +84,9 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
     """Refuse what would fail part-way; warn (or, ``strict``, refuse) where compute cannot be timed."""
     needs: set[int] = set()
     untimed = _Untimed()
+    estimated = NodeTimes([])
+    example_path = ""
+    total_compute = 0
     seen: set[int] = set()
     short: list[str] = []  # collectives whose involved_dim names fewer dimensions than the network has
     for r, graph in enumerate(graphs):
@@ -81,8 +104,19 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
         types = np.asarray(t.types)
         coll = (types == NodeType.COMM_COLL_NODE) & ~np.asarray(t.is_cpu, dtype=bool)
         needs.update(np.asarray(t.comm_type)[coll].tolist())
-        gpu_compute = (types == NodeType.COMP_NODE) & ~np.asarray(t.is_cpu, dtype=bool)
-        if compute.roofline is not None:
+        gpu_compute = is_gpu_compute(types, np.asarray(t.is_cpu, dtype=bool))
+        if compute.kernels is not None:
+            times = node_times(graph, compute.kernels, gpu_compute, t.num_ops, t.tensor_size,
+                               np.asarray(t.has_num_ops) | np.asarray(t.has_tensor_size))
+            total_compute += int(np.count_nonzero(gpu_compute))
+            estimated.estimated.update(times.estimated)
+            estimated.replayed += times.replayed
+            if times.example and not estimated.example:
+                estimated.example, example_path = times.example, traces.file_for(r)
+            no_duration = gpu_compute & (graph.duration_micros == 0) & ~(np.asarray(t.has_num_ops)
+                                                                          | np.asarray(t.has_tensor_size))
+            untimed.add(graph, traces.file_for(r), no_duration, flops=None)
+        elif compute.roofline is not None:
             lacking = np.flatnonzero(gpu_compute & ~(np.asarray(t.has_num_ops) & np.asarray(t.has_tensor_size)))
             if lacking.size:
                 i = int(lacking[0])
@@ -97,7 +131,12 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
     if short:
         warn(f"{short[0]} names fewer dimensions than the network's {network.num_dims}: as in ASTRA-sim 2.x (which "
              "reads past the list), the missing dimensions are not involved; list every dimension to be explicit")
-    message = untimed.message(compute.roofline is not None, system.replay_only)
+    kernel_message = describe(estimated, total_compute, example_path)
+    if kernel_message:
+        if strict:
+            raise InputError(kernel_message + " (refused under --strict)")
+        warn(kernel_message)
+    message = untimed.message(compute.roofline is not None and compute.kernels is None, system.replay_only)
     if message:
         if strict:
             raise InputError(message + " (refused under --strict)")
@@ -158,5 +197,5 @@ def _check_algorithms(needs: set[int], system: SystemConfig, network: NetworkCon
             warn(f"{system.path}: {key} lists {len(algorithms)} algorithm(s) for a {dims}-dimensional network: as in "
                  f"ASTRA-sim, these collectives then use only dimension(s) 0..{len(algorithms) - 1}")
     if needs & {0, 7} and not system.local_mem_bw_gbps:
-        raise InputError(f"{system.path}: 'local-mem-bw' (GB/s) is needed to charge the reductions of all-reduce and "
-                         "reduce-scatter collectives")
+        raise InputError(f"{system.path}: 'local-mem-bw' (GB/s, GB = 10^9 B) is needed to charge the reductions of "
+                         "all-reduce and reduce-scatter collectives")

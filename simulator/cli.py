@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from network.backends import BACKENDS
 from network.config import load_network, load_packet_config
+from simulator.checks import COMPUTE_MODELS
 from simulator.config import MemoryConfig, default_system, load_memory, load_system
 from simulator.results import SimulationResult, format_astra_sim, format_text
 from simulator.simulation import (
@@ -60,6 +61,7 @@ COMMANDS = (  # what `--help` lists: every subcommand, one line each
     ("trace generate collective|compute|sendrecv|memory|llm", "write microbenchmark or LLM training traces"),
     ("trace convert text|pytorch", "ASTRA-sim 1.0 text workloads, PyTorch execution traces -> Chakra ET"),
     ("trace rescale TRACE --npus M", "an N-rank data-parallel trace as an M-rank one"),
+    ("trace upgrade TRACE -o PREFIX", "traces of an earlier Chakra schema (0.0.1 .eg, 0.0.4) as Chakra 1.0 files"),
     ("trace synthesize TRACE", "look-alike traces from a learned profile"),
     ("sweep SWEEP.yaml --out DIR", "run every point of a sweep into DIR/results.db"),
     ("sweep export DIR --csv FILE", "a sweep's results as CSV"),
@@ -113,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Simulate distributed training from Chakra traces with ASTRA-sim 2.x semantics.\n\n"
+                    f"  {PROG} --workload W --network N.yml [options below]\n      simulate a workload\n\n"
                     "Subcommands (each with --help):\n" + "\n".join(
                         f"  {PROG} {name}\n      {what}" for name, what in COMMANDS),
     )
@@ -122,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "generator YAML file built in memory (generate: llm, preset: llama3-405b, tp: 8, ...; or "
                         "generate: collective, type: all_reduce, size: 1GiB)")
     p.add_argument("--network", "--network-configuration", dest="network", required=True,
-                   help="analytical network YAML")
+                   help="ASTRA-sim analytical network YAML (bandwidth in GB/s with GB = 2^30 B, latency in ns) or a "
+                        "fabric file (fat-tree, torus, dragonfly, rail-optimized, links)")
     p.add_argument("--system", "--system-configuration", dest="system",
                    help="system JSON (default: a built-in LIFO, 4-split, ring configuration)")
     p.add_argument("--memory", "--remote-memory-configuration", dest="memory",
@@ -144,9 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="multiplies the system's endpoint-delay")
     p.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
                    help="precede every send with an 8 KiB handshake from the receiver")
-    p.add_argument("--device", help="time GPU compute nodes with the roofline model of this device preset (A100, "
-                                    "H100, H200, B200, MI300X, TPUv4, TPUv5p), instead of the system's "
-                                    "peak-perf / local-mem-bw; turns the roofline model on")
+    p.add_argument("--device", metavar="NAME|FILE.yml",
+                   help="time GPU compute nodes on this device (A100, H100, H200, B200, MI300X, MI325X, MI355X, TPUv4, "
+                        "TPUv5p, or a device file): with the roofline model its peak BF16 FLOP/s and HBM bandwidth "
+                        "replace the system's peak-perf / local-mem-bw and turn the roofline on")
+    p.add_argument("--compute-model", default="roofline", metavar="|".join(COMPUTE_MODELS),
+                   help="roofline (default): ASTRA-sim's, min(peak, bandwidth x intensity) on FLOPs and bytes; "
+                        "kernels: each compute node by its operator and shape (GEMM, attention, memory-bound, "
+                        "optimizer) with the --device file's fitted kernel efficiencies and launch times")
     p.add_argument("--strict", action="store_true",
                    help="refuse, instead of warning about, a run whose compute nodes cannot be timed (no recorded "
                         "durations and no --device)")
@@ -211,6 +220,7 @@ def run_simulation(argv: list[str]) -> int:
     options = RunOptions(backend=args.backend, queues_per_dim=args.num_queues_per_dim,
                          injection_scale=args.injection_scale, rendezvous=args.rendezvous_protocol,
                          semantics=args.semantics, drop_dangling=args.drop_dangling_deps, device=args.device,
+                         compute_model=args.compute_model,
                          engine=args.engine, progress=not args.quiet, strict=args.strict,
                          timeline=bool(args.timeline), timeline_phases=args.timeline_phases,
                          max_wall_time_s=args.max_wall_time, collective_model=args.collective_model,

@@ -31,11 +31,13 @@ from typing import Any
 
 from compute.devices import device as device_preset
 from network.config import load_network
+from simulator.checks import COMPUTE_MODELS
 from simulator.collectives.registry import FAMILIES, parse_algorithm
 from simulator.config import IMPLEMENTATION_KEYS
-from simulator.results import NETWORK_GB, format_ns
+from simulator.results import above_links, format_ns
 from simulator.sweep.executors import capped_jobs, run_points
 from simulator.sweep.spec import Point, parse_setting, resolve_run
+from simulator.units import NETWORK_GB
 from workload.errors import InputError
 from workload.files import inert_row
 from workload.optional import pyplot
@@ -72,13 +74,16 @@ def build_parser() -> argparse.ArgumentParser:
                                "output, ranks x what each rank sends), the time is the mean over ranks, algbw = "
                                "size / time, busbw = algbw x the bus factor (2(n-1)/n all_reduce, (n-1)/n "
                                f"all_gather, reduce_scatter, all_to_all); {BANDWIDTHS}.")
-    p.add_argument("--network", required=True, help="network YAML")
+    p.add_argument("--network", required=True, help="network YAML (ASTRA-sim's, bandwidth in GB/s with GB = 2^30 B; "
+                                                    "or a fabric file)")
     p.add_argument("--system", help="system JSON the algorithms are put into (default: the built-in one)")
     p.add_argument("--memory", help="remote-memory JSON")
     p.add_argument("--comm-groups", dest="comm_groups", help="communicator groups JSON")
     p.add_argument("--backend", default="analytical-unaware", help="network backend (default analytical-unaware)")
-    p.add_argument("--device", help="time GPU compute nodes of a --workload with this device preset's roofline "
-                                    "model (as astrasim-py --device)")
+    p.add_argument("--device", help="time GPU compute nodes of a --workload on this device (a name or device file; "
+                                    "as astrasim-py --device)")
+    p.add_argument("--compute-model", default="roofline", choices=COMPUTE_MODELS,
+                   help="roofline (default) or kernels, as astrasim-py --compute-model")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--workload", help="a workload (trace prefix, folder or file)")
     what.add_argument("--collective", help=f"a generated microbenchmark: {', '.join(KEYS)}")
@@ -163,7 +168,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     if args.plot:
         pyplot("--plot")  # before any simulation: a missing matplotlib must not cost the whole comparison
     jobs = capped_jobs(args.jobs, args.force_jobs, warn)
-    device = device_preset(args.device).name if args.device else None
+    device = (os.path.abspath(args.device) if args.device.endswith((".yml", ".yaml"))
+              else device_preset(args.device).name) if args.device else None
     network = load_network(args.network, warn)
     algorithms = [a.strip() for a in (args.algorithms or "auto").split(",") if a.strip()]
     if not algorithms:
@@ -188,6 +194,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
                          else os.path.abspath(args.workload)),
             "network": os.path.abspath(args.network), "backend": args.backend}
     options: dict[str, Any] = {"device": device} if device else {}
+    if args.compute_model != "roofline":
+        options["compute_model"] = args.compute_model
     if nccl:
         profile = args.hw_profile
         options.update(collective_model="nccl",
@@ -243,6 +251,14 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     print(format_table(rows, title))
     if not nccl:
         print(f"(the network file's bandwidths: {NETWORK_GB})")
+        fastest = max((r for r in rows if r.ok and r.metric("busbw_GBps")), default=None,
+                      key=lambda r: r.metric("busbw_GBps"))
+        if fastest is not None:
+            size = f" at {size_label(fastest.size_bytes)}" if fastest.size_bytes is not None else ""
+            note = above_links(f"{fastest.algorithm}{size}", fastest.metric("busbw_GBps"), args.backend,
+                               list(network.bandwidth_gbps))
+            if note:
+                print(note)
     if args.csv:
         write_csv(args.csv, rows, args.collective)
     if args.plot:
@@ -318,7 +334,7 @@ def format_table(rows: list[Row], title: str) -> str:
         if not r.ok:
             lines.append(f"{lead}{r.algorithm:<{width}}  failed: {(r.outcome['error'] or '').splitlines()[0]}")
             continue
-        alg, bus = r.metric("algbw_gbps"), r.metric("busbw_gbps")
+        alg, bus = r.metric("algbw_GBps"), r.metric("busbw_GBps")
         lines.append(f"{lead}{r.algorithm:<{width}}  {format_ns(r.time_ns):>12}  "
                      + (f"{alg:>12.2f}  {bus:>12.2f}" if alg is not None else f"{'-':>12}  {'-':>12}")
                      + f"  {up.get(i, 0):>7.2f}x"
@@ -334,14 +350,14 @@ def write_csv(path: str, rows: list[Row], collective: str | None = None) -> None
     ranks = {r.metric("npus") for r in rows if r.ok}
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(["algorithm", "size_bytes", "rank_bytes", "status", "time_ns", "finish_ns", "algbw_gbps",
-                    "busbw_gbps", "speedup", "exposed_comm_ns_mean", "ran", "error"])
+        w.writerow(["algorithm", "size_bytes", "rank_bytes", "status", "time_ns", "finish_ns", "algbw_GBps",
+                    "busbw_GBps", "speedup", "exposed_comm_ns_mean", "ran", "error"])
         for i, r in enumerate(rows):
             per_rank = None if r.size_bytes is None or len(ranks) != 1 else \
                 rank_bytes(collective, r.size_bytes, next(iter(ranks)))
             w.writerow(inert_row([r.algorithm, r.size_bytes, per_rank, r.outcome["status"],
-                                  r.time_ns if r.ok else None, r.metric("finish_ns"), r.metric("algbw_gbps"),
-                                  r.metric("busbw_gbps"), up.get(i), r.metric("exposed_comm_ns_mean"),
+                                  r.time_ns if r.ok else None, r.metric("finish_ns"), r.metric("algbw_GBps"),
+                                  r.metric("busbw_GBps"), up.get(i), r.metric("exposed_comm_ns_mean"),
                                   ran(r) if r.ok else None, r.outcome["error"]]))
 
 
@@ -350,7 +366,7 @@ def plot(path: str, rows: list[Row], title: str, metric: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ok = [r for r in rows if r.ok]
     if rows[0].size_bytes is None:  # one workload: a bar per algorithm
-        values = [r.time_ns / 1e6 if metric == "time" else r.metric("busbw_gbps") or 0 for r in ok]
+        values = [r.time_ns / 1e6 if metric == "time" else r.metric("busbw_GBps") or 0 for r in ok]
         ax.barh([r.algorithm for r in ok], values, color="#4477aa")
         ax.set_xlabel("end-to-end time (ms)" if metric == "time" else "bus bandwidth (GB/s, GB = 10^9 B)")
         ax.invert_yaxis()
@@ -358,7 +374,7 @@ def plot(path: str, rows: list[Row], title: str, metric: str) -> None:
         for algorithm in dict.fromkeys(r.algorithm for r in ok):
             mine = [r for r in ok if r.algorithm == algorithm]
             xs = [r.size_bytes for r in mine]
-            ys = [r.time_ns / 1e3 if metric == "time" else r.metric("busbw_gbps") for r in mine]
+            ys = [r.time_ns / 1e3 if metric == "time" else r.metric("busbw_GBps") for r in mine]
             ax.plot(xs, ys, marker="o", label=algorithm)
         ax.set_xscale("log", base=2)
         sizes = sorted({r.size_bytes for r in ok})

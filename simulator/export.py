@@ -46,7 +46,7 @@ def write_csvs(prefix: str, result: SimulationResult, workloads: list[Any], back
     per_rank = {w.rank: summarize_collectives([w.collective_log]) for w in workloads}
     if result.representative:  # a folded run: each rank has its representative's figures
         per_rank = {r: per_rank[rep] for r, rep in enumerate(result.representative)}
-    _write(paths[1], ["rank", "collective", "count", "bytes", "time_ns", "algbw_gbps", "busbw_gbps"]
+    _write(paths[1], ["rank", "collective", "count", "bytes", "time_ns", "algbw_GBps", "busbw_GBps"]
            + (["chosen"] if nccl else []),
            ([rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_gbps, 4),
              round(c.busbw_gbps, 4)] + ([_chosen(c.choices)] if nccl else [])

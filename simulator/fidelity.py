@@ -160,7 +160,7 @@ def compare_workloads(original: str | os.PathLike[str], synthetic: str | os.Path
 def untimed_compute(graphs: Sequence[TraceGraph], config: dict[str, Any]) -> int:
     """GPU compute nodes a run with this configuration (its compute model) cannot time, over the distinct traces:
     without a roofline model those with no recorded duration, with one those with FLOPs but no bytes."""
-    roofline = (config.get("compute") or {}).get("model") == "roofline"
+    roofline = (config.get("compute") or {}).get("model") in ("roofline", "kernels")
     count = 0
     for graph in {id(g): g for g in graphs}.values():
         n = graph.num_nodes

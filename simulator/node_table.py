@@ -65,7 +65,7 @@ def node_table(graph: TraceGraph) -> NodeTable:
         i = int(too_long[0])
         raise TraceError(f"duration_micros {int(micros[i])} is beyond the longest time the simulator represents "
                          f"({MAX_DURATION_MICROS} µs, about 292 years)", node_id=graph.node_id(i))
-    duration = micros.astype(np.int64) * 1000
+    duration = micros.astype(np.int64) * 1000 if graph.duration_ns is None else graph.duration_ns
     replay = np.where(duration == 0, 1, duration)
 
     def column(name: str) -> tuple[list[int], np.ndarray]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from simulator.sweep.store import ResultStore
 from simulator.sweep.worker import METRICS
+from simulator.units import current_key, labelled
 from workload.errors import ConfigError, InputError, shown
 from workload.files import contained_path, parse_yaml
 from workload.optional import pyplot
@@ -24,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Chart a sweep's results: one line per --hue value.")
     p.add_argument("dir", help="the sweep's results folder (--out of astrasim-py sweep; read only)")
     p.add_argument("--x", required=True, metavar="SETTING", help="swept setting on the x axis")
-    p.add_argument("--y", default="finish_ns", metavar="METRIC", help="metric on the y axis (default finish_ns)")
+    p.add_argument("--y", default="finish_ns", metavar="METRIC",
+                   help="metric on the y axis (default finish_ns; times in ns, busbw_GBps and algbw_GBps in GB/s with "
+                        "GB = 10^9 B)")
     p.add_argument("--hue", metavar="SETTING", help="swept setting that tells lines apart")
     p.add_argument("--where", action="append", default=[], metavar="SETTING=VALUE",
                    help="keep only points with this value (repeatable); a list value as written in the sweep or "
@@ -73,7 +76,9 @@ def _matches(cell: Any, wanted: list[Any]) -> bool:
 
 def select(store: ResultStore, x: str, y: str, hue: str | None, where: list[str]
            ) -> dict[Any, list[tuple[Any, Any]]]:
-    """{hue value: [(x, y), ...] in sweep order} over the ok points."""
+    """{hue value: [(x, y), ...] in sweep order} over the ok points. Metrics may be named as earlier versions
+    named them (busbw_gbps for busbw_GBps)."""
+    x, y = current_key(x), current_key(y)
     names, rows = store.rows("WHERE status = 'ok'")
     settings = [n for n in names if n not in _NOT_SETTINGS and not n.startswith("config_")]
     numeric = [m for m, t in METRICS.items() if t != "TEXT"]
@@ -118,10 +123,9 @@ def select(store: ResultStore, x: str, y: str, hue: str | None, where: list[str]
 
 
 def _scale(metric: str, values: list[float]) -> tuple[float, str]:
-    if metric.endswith("_gbps"):
-        return 1.0, f"{metric.removesuffix('_gbps')} (GB/s)"
+    """How to divide a metric's values for its axis, and the axis label with the unit."""
     if not metric.endswith("_ns"):
-        return 1.0, metric
+        return 1.0, labelled(metric)
     top = max((abs(v) for v in values if v is not None), default=0)
     for unit, factor in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
         if top >= factor:
@@ -136,6 +140,7 @@ def draw(path: str, lines: dict[Any, list[tuple[Any, Any]]], x: str, y: str, hue
     xs_all = [px for points in lines.values() for px, _ in points]
     numeric = all(isinstance(v, (int, float)) for v in xs_all)
     categories = list(dict.fromkeys(xs_all))
+    x, y = current_key(x), current_key(y)
     factor, label = _scale(y, [py for points in lines.values() for _, py in points])
     for value, points in lines.items():
         points = sorted(points, key=lambda p: p[0] if numeric else categories.index(p[0]))
@@ -150,10 +155,10 @@ def draw(path: str, lines: dict[Any, list[tuple[Any, Any]]], x: str, y: str, hue
             ax.set_xticks(sorted(categories), [f"{v:g}" for v in sorted(categories)])
     if logy:
         ax.set_yscale("log")
-    ax.set_xlabel(x)
+    ax.set_xlabel(labelled(x))
     ax.set_ylabel(label)
     if hue is not None:
-        ax.legend(title=hue, fontsize=8)
+        ax.legend(title=labelled(hue), fontsize=8)
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
@@ -168,7 +173,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         lines = select(store, args.x, args.y, args.hue, args.where)
     finally:
         store.close()
-    out = args.out or contained_path(args.dir, f"{args.y}_by_{args.x}.png".replace("/", "_"), "chart name")
+    out = args.out or contained_path(args.dir, f"{current_key(args.y)}_by_{current_key(args.x)}.png".replace("/", "_"),
+                                     "chart name")
     title = os.path.basename(os.path.normpath(args.dir)) + ("" if not args.where else " (" + ", ".join(args.where)
                                                             + ")")
     draw(out, lines, args.x, args.y, args.hue, args.logx, args.logy, title)

@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from compute.kernels import KernelModel
 from compute.roofline import Roofline
+from compute.trace_timing import REPLAY, is_gpu_compute, node_times
 from simulator.collectives.algorithms import ALL_GATHER
 from simulator.memory import RemoteMemory
 from simulator.node_table import (
@@ -43,6 +47,7 @@ class RankWorkload:
 
     def __init__(self, rank: int, path: str, graph: TraceGraph, deps: Dependencies, system: RankSystem,
                  *, memory: RemoteMemory, roofline: Roofline | None, replay_only: bool, corrected: bool,
+                 kernels: KernelModel | None = None,
                  comm_groups: dict[int, tuple[int, ...]], warn: Callable[[str], None],
                  timeline: bool = False, nccl: NcclRun | None = None) -> None:
         self.rank = rank
@@ -56,6 +61,12 @@ class RankWorkload:
         self.corrected = corrected
         self.warn = warn
         self.table = node_table(graph)
+        self.kernel_ns: list[int] | None = None  # --compute-model kernels: per node, its time or REPLAY
+        if kernels is not None:
+            t = self.table
+            self.kernel_ns = node_times(graph, kernels, is_gpu_compute(np.asarray(t.types), np.asarray(t.is_cpu)),
+                                        t.num_ops, t.tensor_size,
+                                        np.asarray(t.has_num_ops) | np.asarray(t.has_tensor_size)).ns
         self.feeder = Feeder(graph, deps, lanes=self.table.lanes, num_lanes=NUM_LANES)
         self.slot_busy = [False] * NUM_LANES  # the receive lane never gets busy
         self.groups: dict[int, CommGroup] = {gid: CommGroup(gid, members) for gid, members in comm_groups.items()}
@@ -113,7 +124,13 @@ class RankWorkload:
         elif ntype == NodeType.MEM_LOAD_NODE or ntype == NodeType.MEM_STORE_NODE:
             self.memory.access(self.rank, self.system.events, t.tensor_size[i], self._node_done, i)
         elif ntype == NodeType.COMP_NODE:
-            if self.roofline is None or t.is_cpu[i]:
+            if self.kernel_ns is not None and self.kernel_ns[i] != REPLAY:
+                runtime = self.kernel_ns[i]
+                if runtime <= 0:
+                    return self._finish_at_once(i)
+                self.gpu_compute_ns += runtime
+                self.system.register(runtime, self._node_done, i)
+            elif self.roofline is None or t.is_cpu[i] or self.kernel_ns is not None:
                 self._replay(i)
             else:
                 if t.tensor_size[i] <= 0:

@@ -9,7 +9,8 @@ import html
 import math
 from typing import Any
 
-from simulator.results import NETWORK_GB, format_bytes, format_ns, units_note
+from simulator.results import format_bytes, format_ns, units_note
+from simulator.units import NETWORK_GB, upgrade_results
 from workload.errors import InputError
 from workload.files import parse_json, read_text, shown_path
 
@@ -109,17 +110,21 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
 
 def compute_text(compute: dict[str, Any]) -> str:
     """The compute model a run used, as the results' config records it."""
+    if compute.get("model") == "kernels":
+        return (f"kernel model: {compute.get('device')}, {compute.get('peak_tflops', 0):g} TFLOP/s BF16 peak, "
+                f"{compute.get('memory_bw_GBps', 0):g} GB/s memory (GB = 10^9 B), efficiencies "
+                f"{compute.get('calibration')}")
     if compute.get("model") != "roofline":
         return "durations recorded in the trace"
     device = compute.get("device") or "the system configuration's figures"
     return (f"roofline model: {device}, {compute.get('peak_tflops', 0):g} TFLOP/s peak, "
-            f"{compute.get('memory_bw_gbps', 0):g} GB/s memory (GB = 10^9 B)")
+            f"{compute.get('memory_bw_GBps', 0):g} GB/s memory (GB = 10^9 B)")
 
 
 def network_text(net: dict[str, Any]) -> str:
     """Topology and per-dimension bandwidth and latency, with ASTRA-sim's GB."""
     dims = " x ".join(f"{t}({n})" for t, n in zip(net.get("topology", []), net.get("npus_count", []), strict=False))
-    bandwidths, latencies = net.get("bandwidth_gbps", []), net.get("latency_ns", [])
+    bandwidths, latencies = net.get("bandwidth_GiBps", []), net.get("latency_ns", [])
     if not bandwidths:
         return dims
     return (f"{dims}; {', '.join(f'{b:g}' for b in bandwidths)} GB/s, {', '.join(f'{x:g}' for x in latencies)} ns "
@@ -152,10 +157,10 @@ def render(result: dict[str, Any], title: str = "astrasim-py report") -> str:
             ["collective", "per rank", "bytes per rank", "time per rank", "algbw (GB/s, GB = 10^9 B)",
              "busbw (GB/s, GB = 10^9 B)"],
             [[c["kind"], round(c["count_per_rank"], 3), format_bytes(c["bytes_per_rank"]),
-              format_ns(c["time_ns_per_rank"]), round(c["algbw_gbps"], 2), round(c["busbw_gbps"], 2)]
+              format_ns(c["time_ns_per_rank"]), round(c["algbw_GBps"], 2), round(c["busbw_GBps"], 2)]
              for c in collectives]),
             f"<p>{_esc(units_note(result.get('backend') == 'nccl'))}.</p>",
-            bar_chart([(c["kind"], c["busbw_gbps"], f"{c['busbw_gbps']:.1f} GB/s") for c in collectives],
+            bar_chart([(c["kind"], c["busbw_GBps"], f"{c['busbw_GBps']:.1f} GB/s") for c in collectives],
                       "GB/s (GB = 10^9 B)", "bus bandwidth per collective", "#59a14f")]
     links = result.get("links", [])
     if links:
@@ -225,7 +230,7 @@ def check_shape(result: Any) -> None:
     if not _records(result.get("ranks"), "ranks", ("rank", "finish_ns", *(key for _, key in PARTS))):
         raise _Shape("ranks is empty")
     _records(result.get("collectives", []), "collectives",
-             ("count_per_rank", "bytes_per_rank", "time_ns_per_rank", "algbw_gbps", "busbw_gbps"), ("kind",))
+             ("count_per_rank", "bytes_per_rank", "time_ns_per_rank", "algbw_GBps", "busbw_GBps"), ("kind",))
     _records(result.get("links", []), "links", ("utilization", "bytes", "messages", "max_queue"), ("link",))
     activity = _mapping(result.get("activity") or {}, "activity")
     if activity:
@@ -244,7 +249,7 @@ def check_shape(result: Any) -> None:
             raise _Shape(f"config.network.{key} is not a list")
     _mapping(cfg.get("system", {}), "config.system")
     compute = _mapping(cfg.get("compute") or {}, "config.compute")
-    for key in ("peak_tflops", "memory_bw_gbps"):
+    for key in ("peak_tflops", "memory_bw_GBps"):
         if compute.get(key) is not None and not _is_number(compute[key]):
             raise _Shape(f"config.compute.{key} is not a number")
     _mapping(result.get("run", {}), "run")
@@ -253,7 +258,8 @@ def check_shape(result: Any) -> None:
 def write_report(results_path: str, html_path: str) -> None:
     """Read a results JSON (from --json) and write its page; a file of another shape is a one-line error."""
     where = shown_path(results_path)
-    result = parse_json(read_text(results_path, "results JSON", MAX_RESULTS_BYTES), where)
+    # a results file of an earlier version names its bandwidths *_gbps
+    result = upgrade_results(parse_json(read_text(results_path, "results JSON", MAX_RESULTS_BYTES), where))
     try:
         check_shape(result)
     except _Shape as e:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simulator.breakdown import CollectiveSummary, intersection_ns, union_ns
+from simulator.units import UNITS, with_current_keys
 
 if TYPE_CHECKING:
     from simulator.rank import RankWorkload
@@ -99,24 +100,15 @@ class SimulationResult:
             f.write("\n")
 
 
-# Two conventions meet in one run: ASTRA-sim reads a network file's GB/s as 2^30 bytes, while bandwidths we report
-# (algbw, busbw as nccl-tests defines them) and hardware profiles use 10^9 bytes.
-REPORTED_GB = "GB/s with GB = 10^9 B (as nccl-tests)"
-NETWORK_GB = "GB/s with GB = 2^30 B (as ASTRA-sim reads them)"
-UNITS = {"times": "ns", "algbw_gbps": REPORTED_GB, "busbw_gbps": REPORTED_GB,
-         "config.network.bandwidth_gbps": NETWORK_GB, "config.system.local_mem_bw_gbps": "GB/s with GB = 10^9 B",
-         "hardware profile *_GBps": REPORTED_GB}
-
-
 def units_note(nccl: bool) -> str:
     """The line under a table of algbw/busbw saying what a GB is, there and in the inputs."""
-    inputs = "as in the hardware profile" if nccl else f"the network file's bandwidths: {NETWORK_GB}"
-    return f"algbw, busbw: {REPORTED_GB}; {inputs}"
+    inputs = "as the hardware profile's" if nccl else "the network file's GB = 2^30 B, as ASTRA-sim's"
+    return f"algbw, busbw: GB/s with GB = 10^9 B, as nccl-tests; {inputs}"
 
 
 def _collective_json(summary: CollectiveSummary) -> dict[str, Any]:
     """A collective type's summary; the library's choices only where a model made them (--collective-model nccl)."""
-    data = asdict(summary)
+    data = with_current_keys(asdict(summary))  # algbw_GBps, busbw_GBps
     if not summary.choices:
         del data["choices"]
     else:
@@ -124,20 +116,24 @@ def _collective_json(summary: CollectiveSummary) -> dict[str, Any]:
     return data
 
 
+def above_links(what: str, busbw_GBps: float, backend: str, bandwidths_GiBps: list[float]) -> str:
+    """The note saying why the congestion-unaware model reports a busbw above every link's bandwidth ("" when it
+    does not): ``bandwidths_GiBps`` are the network file's, GB = 2^30 B, compared in busbw's 10^9 B."""
+    if backend != "analytical-unaware" or not bandwidths_GiBps:
+        return ""
+    fastest = max(bandwidths_GiBps) * 2**30 / 1e9
+    if busbw_GBps <= fastest * 1.0001:
+        return ""
+    return (f"note: {what} busbw {busbw_GBps:.1f} GB/s exceeds the fastest link's {fastest:.1f} GB/s: the "
+            "congestion-unaware model lets concurrent messages each use a link's whole bandwidth (ASTRA-sim's "
+            "model); --backend analytical-aware shares links")
+
+
 def _above_links(result: SimulationResult) -> str:
-    """The line saying why the congestion-unaware model reports a busbw above every link's bandwidth ("")."""
-    if result.backend != "analytical-unaware":
-        return ""
-    links = result.config.get("network", {}).get("bandwidth_gbps") or []
-    if not links:
-        return ""
-    fastest = max(links) * 2**30 / 1e9  # the network file's GB = 2^30 B, in the 10^9 B of busbw
     top = max(result.collectives, key=lambda c: c.busbw_gbps)
-    if top.busbw_gbps <= fastest * 1.0001:
-        return ""
-    return (f"{'':>15}  note: {top.kind} busbw {top.busbw_gbps:.1f} GB/s exceeds the fastest link's "
-            f"{fastest:.1f} GB/s: the congestion-unaware model lets concurrent messages each use a link's whole "
-            "bandwidth (ASTRA-sim's model); --backend analytical-aware shares links")
+    note = above_links(top.kind, top.busbw_gbps, result.backend,
+                       result.config.get("network", {}).get("bandwidth_GiBps") or [])
+    return f"{'':>15}  {note}" if note else ""
 
 
 def format_ns(ns: float) -> str:
@@ -179,7 +175,11 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
         if compute["model"] == "roofline":
             name = f"{compute['device']}, " if compute["device"] else ""
             lines.append(f"compute: roofline model ({name}{compute['peak_tflops']:g} TFLOP/s, "
-                         f"{compute['memory_bw_gbps']:g} GB/s memory)")
+                         f"{compute['memory_bw_GBps']:g} GB/s memory, GB = 10^9 B)")
+        elif compute["model"] == "kernels":
+            lines.append(f"compute: kernel model ({compute['device']}, {compute['peak_tflops']:g} TFLOP/s BF16, "
+                         f"{compute['memory_bw_GBps']:g} GB/s memory, GB = 10^9 B; efficiencies "
+                         f"{compute.get('calibration')})")
         else:
             lines.append("compute: durations recorded in the trace")
     hardware = result.config.get("hardware")

@@ -14,7 +14,7 @@ from network.backends import QUOTIENT_BACKENDS, SYMMETRIC_BACKENDS, make_backend
 from network.config import NetworkConfig
 from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
-from simulator.checks import ComputeModel, check_workload, compute_model
+from simulator.checks import COMPUTE_MODELS, ComputeModel, check_workload, compute_model
 from simulator.chunk_order import ChunkOrders
 from simulator.collectives.hardware import HardwareProfile, load_profile, profile_names
 from simulator.collectives.nccl import ALGORITHMS, algorithm_name
@@ -27,6 +27,7 @@ from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
 from simulator.symmetry import symmetry_blockers
 from simulator.system import COLLECTIVE, HANDSHAKE, RankSystem, SystemSetup, tag_kind
+from simulator.units import with_current_keys
 from workload.errors import InputError, shown
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, TraceSet
@@ -60,7 +61,8 @@ class RunOptions:
     rendezvous: bool = False
     semantics: str = "astra-sim"
     drop_dangling: bool = False
-    device: str | None = None
+    device: str | None = None  # a device name or device file (compute/devices.py)
+    compute_model: str = "roofline"  # roofline (ASTRA-sim's, with --device) | kernels (compute/kernels.py)
     engine: str = "auto"  # auto | message | symmetric
     timeline: bool = False  # keep per-node spans and point-to-point messages for a timeline
     timeline_phases: bool = False  # also each chunk-stream's phases
@@ -112,6 +114,8 @@ class Simulation:
         if opts.max_wall_time_s is not None and not (_finite(opts.max_wall_time_s, 0, 1e9) and opts.max_wall_time_s):
             raise InputError("the wall-time limit must be a positive number of seconds, not "
                              f"{shown(opts.max_wall_time_s)}")
+        if opts.compute_model not in COMPUTE_MODELS:
+            raise InputError(f"unknown compute model {shown(opts.compute_model)}; valid: {', '.join(COMPUTE_MODELS)}")
         self._check_collective_model()
 
     def _check_collective_model(self) -> None:
@@ -143,7 +147,13 @@ class Simulation:
         opts, npus = self.options, self.network.num_npus
         loader = TraceLoader(drop_dangling=opts.drop_dangling, warn=self.warn)
         check_memory_fits(self.memory, npus)
-        self.compute = compute_model(self.system, opts.device)
+        self.compute = compute_model(self.system, opts.device, opts.compute_model)
+        if self.compute.kernels is not None and self.compute.kernels.device.calibrated == "assumed":
+            d = self.compute.kernels.device
+            source = d.calibration.get("derived_from", "another device")
+            self.warn(f"device {d.name}: no kernel measurements calibrate its kernel parameters (they are "
+                      f"{source}'s), so --compute-model kernels is a rough estimate here; --compute-model roofline "
+                      "uses only its peaks")
         roofline = self.compute.roofline
         # the nccl model replaces the system's collective algorithms: check and judge symmetry without them
         system = self.system if self.hw_profile is None else _without_algorithms(self.system, self.network.num_dims)
@@ -287,7 +297,8 @@ class Simulation:
             graph = graphs[r]
             ranks.append(RankWorkload(
                 r, self.traces.file_for(r), graph, validate(graph, drop_dangling=opts.drop_dangling),
-                RankSystem(r, setup), memory=memory, roofline=roofline, replay_only=self.system.replay_only,
+                RankSystem(r, setup), memory=memory, roofline=roofline, kernels=self.compute.kernels,
+                replay_only=self.system.replay_only,
                 corrected=opts.semantics == "corrected", comm_groups=self.comm_groups, warn=self.warn,
                 timeline=opts.timeline, nccl=self.nccl))
             if opts.timeline_phases:
@@ -401,8 +412,8 @@ class Simulation:
         system = replace(self.system, roofline_enabled=compute.roofline is not None,
                          device=compute.device or self.system.device)
         summary = {
-            "workload": self.traces.source, "network": self.network.summary(), "system": asdict(system),
-            "compute": compute.summary(), "memory": asdict(self.memory),
+            "workload": self.traces.source, "network": self.network.summary(),
+            "system": with_current_keys(asdict(system)), "compute": compute.summary(), "memory": asdict(self.memory),
             "comm_groups": {str(k): list(v) for k, v in self.comm_groups.items()}, "options": asdict(self.options),
         }
         if self.hw_profile is not None:  # --collective-model nccl: the profile as loaded

@@ -49,6 +49,8 @@ class TraceGraph:
     io_length: np.ndarray
     attrs: AttributeTable
     warnings: list[str] = field(default_factory=list)
+    # per node, its run time in ns where an older schema held one finer than the µs of duration_micros
+    duration_ns: np.ndarray | None = None
     cache: dict[str, Any] = field(default_factory=dict)  # derived structures, built once on demand
 
     @property

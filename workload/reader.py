@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from workload import legacy
 from workload.attributes import AttributeTable, build_attribute_table
 from workload.errors import TraceError
 from workload.graph import TraceGraph
@@ -45,6 +46,10 @@ def decode_trace(data: bytes | np.ndarray, path: str = "<memory>") -> TraceGraph
                     for a in frame_messages(raw, max_nodes, warnings))
     if len(starts) == 0:
         raise TraceError("empty file: no GlobalMetadata and no nodes", hint="is this really a Chakra ET file?")
+    if not legacy.starts_with_metadata(bytes(raw[int(starts[0]) : int(ends[0])])):
+        upgraded = legacy.upgrade_stream(raw, starts, ends, path)
+        if upgraded is not None:  # an older schema's nodes, rewritten with today's field numbers
+            return _upgraded_graph(upgraded, path, warnings)
     version, metadata = _decode_metadata(buf, int(starts[0]), int(ends[0]))
     starts, ends = starts[1:], ends[1:]
     empty = int(np.count_nonzero(starts == ends))
@@ -57,6 +62,19 @@ def decode_trace(data: bytes | np.ndarray, path: str = "<memory>") -> TraceGraph
     except MalformedMessage as e:
         raise TraceError(f"{e.problem} (node message #{e.message_index})", offset=e.offset, hint=e.hint) from None
     return nodes.graph(version, metadata, warnings, path)
+
+
+def _upgraded_graph(upgraded: legacy.Upgraded, path: str, warnings: list[str]) -> TraceGraph:
+    graph = decode_trace(upgraded.data, path)
+    graph.warnings[:0] = warnings + upgraded.notes
+    if upgraded.duration_ns:  # run times in ns that the 1.0 schema's microseconds cannot hold
+        ns = graph.duration_micros.astype(np.int64) * 1000
+        for node_id, value in upgraded.duration_ns.items():
+            index = graph.index_of(node_id)
+            if index is not None:
+                ns[index] = value
+        graph.duration_ns = ns
+    return graph
 
 
 def _decode_metadata(buf: np.ndarray, start: int, end: int) -> tuple[str, dict[str, Any]]:
@@ -136,6 +154,9 @@ class _NodeColumns:
             for number in (8, 9):
                 self.io[number].add(r, r.where(number, 2))
             self.attrs.add(r, r.where(10, 2))
+            typed = r.where(legacy.TYPED_ATTRIBUTE_FIELD, 2)
+            if typed.size:  # Chakra 0.0.2 / 0.0.3 kept attributes in field 11, which today's schema leaves unused
+                raise legacy.typed_attributes_error(int(r.message[typed[0]]))
 
     def graph(self, version: str, metadata: dict[str, Any], warnings: list[str], path: str) -> TraceGraph:
         n = self.n

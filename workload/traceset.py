@@ -19,13 +19,15 @@ import numpy as np
 from workload.errors import InputError, LimitError, TraceError, shown
 from workload.files import shown_path
 from workload.graph import TraceGraph
+from workload.legacy import apply_era_reading, is_pre_1_0
 from workload.limits import env_limit, format_bytes
 from workload.protoscan import PADDING
 from workload.reader import decode_trace
 from workload.validate import validate
 from workload.wire import read_trace_buffer
 
-_RANK_FILE = re.compile(r"^(?P<name>.+)\.(?P<rank>[0-9]+)\.et(?P<gz>\.gz)?$")
+# ".eg": the per-rank files of Chakra's first schema (ASTRA-sim 2.0's early examples)
+_RANK_FILE = re.compile(r"^(?P<name>.+)\.(?P<rank>[0-9]+)\.(?P<ext>et|eg)(?P<gz>\.gz)?$")
 DEFAULT_MAX_RANKS = 1 << 20  # far beyond any simulated system; a mistyped count is refused before loading
 MAX_RANKS_ENV = "ASTRASIM_PY_MAX_RANKS"
 _MIN_RANK_STATE_BYTES = 1024  # what a simulated rank holds besides its nodes (queues, counters, results)
@@ -71,8 +73,9 @@ class TraceSet:
 
 
 def _rank_files(directory: str, name: str | None) -> dict[str, dict[int, str]]:
-    """{trace name: {rank: path}} for the ``<name>.<rank>.et[.gz]`` files of a directory."""
+    """{trace name: {rank: path}} for the ``<name>.<rank>.et[.gz]`` (or ``.eg``) files of a directory."""
     found: dict[str, dict[int, str]] = {}
+    preference: dict[tuple[str, int], tuple[bool, bool]] = {}
     try:
         entries = sorted(os.listdir(directory or "."))
     except (OSError, ValueError):  # ValueError: a NUL byte in the name
@@ -81,12 +84,12 @@ def _rank_files(directory: str, name: str | None) -> dict[str, dict[int, str]]:
         m = _RANK_FILE.match(entry)
         if m is None or (name is not None and m["name"] != name):
             continue
-        ranks = found.setdefault(m["name"], {})
         rank = int(m["rank"])
-        path = os.path.join(directory, entry)
-        if rank in ranks and not m["gz"]:
-            ranks[rank] = path  # prefer the plain .et file when both forms exist
-        ranks.setdefault(rank, path)
+        rank_of = (m["name"], rank)
+        rank_preference = (m["ext"] == "eg", bool(m["gz"]))  # when several forms exist: .et before .eg, plain first
+        if rank_of not in preference or rank_preference < preference[rank_of]:
+            preference[rank_of] = rank_preference
+            found.setdefault(m["name"], {})[rank] = os.path.join(directory, entry)
     return found
 
 
@@ -152,6 +155,7 @@ class TraceLoader:
         self.checks = checks
         self._warn = warn or (lambda message: None)
         self._by_content: dict[tuple[int, int, int], list[TraceGraph]] = {}
+        self._repeats: dict[str, int] = {}  # a trace warning already given for one file -> how many more had it
 
     def load(self, path: str, rank: int | None = None, contents: Callable[[int], bytes] | None = None) -> TraceGraph:
         """The graph of the trace file ``path`` (or, with ``contents``, of the bytes it gives for ``rank``)."""
@@ -166,11 +170,22 @@ class TraceLoader:
                 return graph
         try:
             graph = decode_trace(data, path)
-            deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
         except TraceError as e:
             raise e.located(path=path, rank=rank) from None
+        apply_era_reading(graph)  # a 0.0.4 trace's collectives as the ASTRA-sim of its era read them
+        try:
+            deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
+        except TraceError as e:
+            if is_pre_1_0(graph.version) and "Chakra schema" not in f"{e.problem} {e.hint}":
+                e = TraceError(f"{e.problem} (in a trace read as Chakra schema {graph.version})", node_id=e.node_id,
+                               offset=e.offset, hint=e.hint)
+            raise e.located(path=path, rank=rank) from None
         for w in graph.warnings:
-            self._warn(f"{path}: {w}")
+            if w in self._repeats:  # per-rank files of one set usually share their warnings: each is given once
+                self._repeats[w] += 1
+            else:
+                self._repeats[w] = 0
+                self._warn(f"{path}: {w}")
         if deps is not None and deps.dropped_dangling:
             self._warn(f"{path}: dropped {deps.dropped_dangling} dependencies on {deps.dangling_parents} "
                        "node(s) absent from the file")
@@ -178,6 +193,15 @@ class TraceLoader:
             self._warn(f"{path}: dropped {deps.dropped_self} dependencies of nodes on themselves")
         self._by_content.setdefault(key, []).append(graph)
         return graph
+
+    def report_repeats(self) -> None:
+        """Say how many more files had the warnings given once (call after loading a set)."""
+        repeated = sum(1 for count in self._repeats.values() if count)
+        if repeated:
+            most = max(self._repeats.values())
+            self._warn(f"{'that warning' if repeated == 1 else f'{repeated} of those warnings'} also held for "
+                       f"{most} more file(s) of the set, not repeated")
+        self._repeats = {w: 0 for w in self._repeats}
 
     def load_set(self, traces: TraceSet, num_ranks: int) -> list[TraceGraph]:
         """One graph per rank (the same object for ranks with identical files; a shared file is read once)."""
@@ -188,8 +212,9 @@ class TraceLoader:
                          f"workload {shown_path(traces.source)}")
         if traces.shared:
             return [first] * num_ranks  # type: ignore[list-item]
-        return [first] + [self.load(traces.file_for(r), r, contents)  # type: ignore[list-item]
-                          for r in range(1, num_ranks)]
+        graphs = [first] + [self.load(traces.file_for(r), r, contents) for r in range(1, num_ranks)]
+        self.report_repeats()
+        return graphs  # type: ignore[return-value]
 
 
 def check_rank_count(num_ranks: int, nodes_per_rank: int, what: str) -> None:

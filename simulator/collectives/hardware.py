@@ -11,7 +11,9 @@ Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per di
     library_version: "2.27.7"
     arch: hopper                # the library's tuning constants: volta, ampere, hopper, blackwell, cdna3, cdna4
     scale_up: {fabric: nvswitch, links_per_gpu: 18, link_bandwidth_GBps: 25, latency_us: 0.6, nvls: true}
-    scale_out: {nics_per_node: 8, nic_bandwidth_Gbps: 400, transport: ib, latency_us: 2.5, sharp: false}
+    scale_out: {nics_per_node: 8, nic_bandwidth_Gbps: 400, transport: ib, latency_us: 2.5, sharp: false,
+                efficiency: 0.94,       # optional: fraction of line rate NCCL streams reach (else the transport's)
+                buffsize_bytes: 4194304, nvls_chunk_bytes: 131072}  # optional: NCCL_BUFFSIZE, NCCL_NVLS_CHUNKSIZE
     msccl:                      # RCCL: MSCCL programs it loads, chosen before its tuning model (optional)
     - {collective: all_reduce, gpus: 8, protocol: LL, min_bytes: 0, max_bytes: 65536, chunks_per_loop: 256,
        channels: 4}
@@ -27,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from network.values import choice, flag, key_names, number, whole
+from network.values import choice, flag, key_names, number, texts, whole
+from simulator.collectives.network import DEFAULT_BUFFSIZE_BYTES, DEFAULT_NVLS_CHUNK_BYTES, TRANSPORT_DEFAULTS
 from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
 
@@ -58,12 +61,19 @@ class ScaleOut:
     nics_per_node: int
     nic_bandwidth_Gbps: float
     transport: str
-    latency_us: float
+    latency_us: float  # one-way latency a network message adds beyond the library's per-step constants
     sharp: bool  # in-network reduction (CollNet)
+    efficiency: float | None = None  # fraction of line rate long NCCL streams reach; None: the transport's default
+    buffsize_bytes: int = DEFAULT_BUFFSIZE_BYTES  # NCCL_BUFFSIZE (a network slot is 1/8 of it)
+    nvls_chunk_bytes: int = DEFAULT_NVLS_CHUNK_BYTES  # NCCL_NVLS_CHUNKSIZE
 
     @property
     def nic_GBps(self) -> float:
         return self.nic_bandwidth_Gbps / 8
+
+    @property
+    def stream_efficiency(self) -> float:
+        return self.efficiency if self.efficiency is not None else TRANSPORT_DEFAULTS[self.transport].efficiency
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +121,11 @@ class HardwareProfile:
 _TOP = {"name", "description", "gpu", "gpus_per_node", "library", "library_version", "arch", "scale_up", "scale_out",
         "msccl", "assumptions", "sources", "calibration"}
 _UP = {"fabric", "links_per_gpu", "link_bandwidth_GBps", "latency_us", "nvls"}
-_OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp"}
+_OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp", "efficiency", "buffsize_bytes",
+        "nvls_chunk_bytes"}
 _MSCCL = {"collective", "gpus", "protocol", "min_bytes", "max_bytes", "chunks_per_loop", "channels"}
-_OPTIONAL = {"description", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls", "msccl"}
+_OPTIONAL = {"description", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls", "msccl",
+             "efficiency", "buffsize_bytes", "nvls_chunk_bytes"}
 MSCCL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all")
 MSCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 _KEY = re.compile(r"[a-z_]+/(LL|LL128|Simple)/(intra|inter)(@[1-9][0-9]{0,6})?")
@@ -151,14 +163,6 @@ def _text(value: Any, key: str, where: str) -> str:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or len(str(value)) > 200:
         raise ConfigError(f"{where}: '{key}' must be a short text (got {shown(value)})")
     return str(value)
-
-
-def _texts(value: Any, key: str, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: '{key}' must be a list of texts")
-    return tuple(value)
 
 
 def check_parameters(params: Any, where: str) -> dict[str, dict[str, float]]:
@@ -215,7 +219,13 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
                                       high=MAX_GBPS, positive=True),
             transport=choice(out["transport"], "scale_out.transport", where, TRANSPORTS),
             latency_us=number(out["latency_us"], "scale_out.latency_us", where, high=1e6),
-            sharp=flag(out.get("sharp", False), "scale_out.sharp", where))
+            sharp=flag(out.get("sharp", False), "scale_out.sharp", where),
+            efficiency=None if out.get("efficiency") is None else number(
+                out["efficiency"], "scale_out.efficiency", where, high=1.0, positive=True),
+            buffsize_bytes=whole(out.get("buffsize_bytes", DEFAULT_BUFFSIZE_BYTES), "scale_out.buffsize_bytes", where,
+                                 low=1 << 12, high=1 << 34),
+            nvls_chunk_bytes=whole(out.get("nvls_chunk_bytes", DEFAULT_NVLS_CHUNK_BYTES),
+                                   "scale_out.nvls_chunk_bytes", where, low=1 << 10, high=1 << 30))
     calibration = top.get("calibration") or {}
     if not isinstance(calibration, dict):
         raise ConfigError(f"{where}: 'calibration' must be a mapping")
@@ -237,7 +247,7 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
             nvls=flag(up.get("nvls", False), "scale_up.nvls", where)),
         scale_out=scale_out,
         msccl=_msccl(top.get("msccl"), where),
-        assumptions=_texts(top.get("assumptions"), "assumptions", where),
-        sources=_texts(top.get("sources"), "sources", where),
+        assumptions=texts(top.get("assumptions"), "assumptions", where),
+        sources=texts(top.get("sources"), "sources", where),
         calibration=calibration,
         path=path)

@@ -23,6 +23,12 @@ Two halves, as in the libraries themselves:
   links. The fill term is the start-up of a large call (pipeline filling up): it grows with the buffer's size,
   the same at every rank count (2, 4 and 8 A100s measure the same), and saturates at ``fill_us``. Keys
   without calibration use the library's constants (latencies) and its bandwidth factors (efficiency).
+- **Across nodes** (bounds.py, network.py) every network step adds the transport's latency (twice with Simple,
+  whose receiver flushes), and a Simple call runs as two pipelined stages: the scale-up part at the efficiency
+  its GPU class measured on one node, and the network part at the transport's efficiency of the NICs' bound,
+  reduced while too few chunks are in flight per round trip; the slower stage sets the rate. An uncalibrated
+  multi-node key starts from the one-node key of its class (start-up, per-step latency, fill), and its network
+  efficiency is the class's calibrated multi-node ring where a multi-node table exists, else the transport's.
 - **MSCCL** (RCCL): where the profile lists MSCCL programs the library loads (``msccl``), a call they cover runs
   the program (all-pairs exchanges over the node's links) and the tuning model is not consulted, as in RCCL.
 
@@ -32,89 +38,41 @@ Sizes are nccl-tests sizes: the whole buffer (all-gather: the gathered output; r
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from simulator.collectives.bounds import HardwareBounds
 from simulator.collectives.hardware import HardwareProfile
+from simulator.collectives.library import (
+    ALGORITHMS,
+    COLLNET,
+    CONSTANTS,
+    DIRECT,
+    HOP_PCI_US,
+    KINDS,
+    LL,
+    LL128,
+    MSCCL,
+    NVLS,
+    NVLS_TREE,
+    P2P,
+    PAT,
+    PROTOCOL_INDEX,
+    RING,
+    SEND_RECV,
+    SIMPLE,
+    TREE,
+    Communicator,
+    algorithm_name,
+    bus_factor,
+)
+from simulator.collectives.network import (
+    SIMPLE_NET_HOP_US,
+    chunk_bytes,
+    inflight_factor,
+    network_channels,
+)
 from workload.errors import InputError
-
-SEND_RECV = "send_recv"
-KINDS = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, SEND_RECV)
-RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P, MSCCL = (
-    "ring", "tree", "nvls", "nvls_tree", "collnet", "pat", "direct", "p2p", "msccl")
-ALGORITHMS = (RING, TREE, NVLS, NVLS_TREE, COLLNET, PAT, DIRECT, P2P, MSCCL)
-LL, LL128, SIMPLE = "LL", "LL128", "Simple"
-PROTOCOLS = (LL, LL128, SIMPLE)
-# Spellings in tables and NCCL_ALGO values -> our names
-ALGORITHM_ALIASES = {"ring": RING, "tree": TREE, "nvls": NVLS, "nvlstree": NVLS_TREE, "collnet": COLLNET,
-                     "collnetdirect": COLLNET, "collnetchain": COLLNET, "sharp": COLLNET, "pat": PAT,
-                     "direct": DIRECT, "p2p": P2P, "msccl": MSCCL}
-
-
-@dataclass(frozen=True, slots=True)
-class LibraryConstants:
-    """One architecture's tuning constants (microseconds, GB/s), as the library ships them."""
-
-    base_us: dict[str, tuple[float, float, float]]  # algorithm -> (LL, LL128, Simple)
-    hop_intra_us: dict[str, tuple[float, float, float]]  # per step on the scale-up fabric
-    hop_inter_us: dict[str, tuple[float, float, float]]  # per step over the network
-    ll_max_GBps: tuple[float, float, float]  # LL bus bandwidth cap for 1, 2, >2 nodes
-    ll128_per_channel_GBps: float
-    tree_per_channel_GBps: tuple[float, float, float]
-    channels: int  # collective channels the topology search finds on a full node
-    ll128: bool  # LL128 enabled by default
-
-
-# MSCCL programs are not in the library's tuning tables (it runs them whenever they apply); their priors are the
-# ring's, which has the same kind of steps.
-_BASE = {RING: (6.6, 14.0, 8.4), TREE: (6.8, 14.0, 8.4), NVLS: (0, 0, 0), NVLS_TREE: (0, 0, 0), COLLNET: (0, 0, 0),
-         PAT: (0, 0, 8.0), DIRECT: (0, 0, 6.0), P2P: (0, 0, 6.0), MSCCL: (6.6, 14.0, 8.4)}
-_HOP_NVLINK = {RING: (0.6, 1.9, 3.4), TREE: (0.6, 1.25, 4.0), NVLS: (0, 0, 25.0), NVLS_TREE: (0, 0, 25.0),
-               COLLNET: (0, 0, 3.7), PAT: (0, 0, 2.8), DIRECT: (0, 0, 1.0), P2P: (0, 0, 1.0), MSCCL: (0.6, 1.9, 3.4)}
-_HOP_PCI = {**_HOP_NVLINK, RING: (1.0, 2.5, 5.7), TREE: (1.0, 1.9, 4.0)}
-_HOP_NET = {RING: (2.7, 4.0, 14.0), TREE: (5.0, 8.5, 14.0), NVLS: (0, 0, 18.0), NVLS_TREE: (0, 0, 14.0),
-            COLLNET: (0, 0, 31.0), PAT: (0, 0, 14.0), DIRECT: (0, 0, 5.0), P2P: (0, 0, 5.0), MSCCL: (2.7, 4.0, 14.0)}
-# RCCL keeps NCCL's structure with larger base latencies (kernel launch on ROCm).
-_RCCL_BASE = {**_BASE, RING: (12.0, 12.0, 17.0), TREE: (12.0, 12.0, 17.0), MSCCL: (12.0, 12.0, 17.0)}
-
-
-def _nccl(ll: float, ll128: float, tree: float, channels: int) -> LibraryConstants:
-    return LibraryConstants(_BASE, _HOP_NVLINK, _HOP_NET, (ll, ll / 3.1, ll / 4.0), ll128,
-                            (tree, tree * 1.07, tree * 0.93), channels, True)
-
-
-CONSTANTS: dict[str, LibraryConstants] = {
-    "volta": _nccl(39.0, 20.0, 26.5, 12),
-    "ampere": _nccl(87.7, 20.0, 24.0, 24),
-    "hopper": _nccl(141.0, 36.7, 38.7, 32),
-    "blackwell": _nccl(282.0, 73.4, 77.4, 32),
-    "cdna3": LibraryConstants(_RCCL_BASE, _HOP_NVLINK, _HOP_NET, (60.0, 22.5, 19.0), 20.0, (24.0, 23.6, 17.8), 56,
-                              True),
-    "cdna4": LibraryConstants(_RCCL_BASE, _HOP_NVLINK, _HOP_NET, (80.0, 30.0, 25.0), 26.0, (32.0, 30.0, 24.0), 56,
-                              True),
-}
-_PROTO = {LL: 0, LL128: 1, SIMPLE: 2}
-
-
-@dataclass(frozen=True, slots=True)
-class Communicator:
-    """Where a collective's ranks sit: how many, on how many nodes, at most how many per node."""
-
-    ranks: int
-    nodes: int
-    per_node: int
-
-    @staticmethod
-    def of(members: Sequence[int], gpus_per_node: int) -> Communicator:
-        counts: dict[int, int] = {}
-        for r in members:
-            counts[r // gpus_per_node] = counts.get(r // gpus_per_node, 0) + 1
-        return Communicator(len(members), len(counts), max(counts.values()) if counts else 0)
-
-    @staticmethod
-    def packed(ranks: int, nodes: int) -> Communicator:
-        return Communicator(ranks, nodes, -(-ranks // nodes))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,23 +110,26 @@ class Plan:
         return round(self.chosen.time_us * 1e3)
 
 
-def algorithm_name(text: str) -> str | None:
-    """Our name of an algorithm as tables and NCCL_ALGO spell it ("NVLSTree" -> "nvls_tree"), None if unknown."""
-    return ALGORITHM_ALIASES.get(text.lower().replace("_", "").replace("-", ""))
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    """The size-independent terms of one candidate on one communicator."""
+
+    library_us: float  # the library's latency estimate
+    library_algbw: float  # and its algorithm bandwidth (GB/s)
+    channels: int
+    raw: float  # hardware bound, bus bandwidth (GB/s)
+    params: dict[str, float]  # timing parameters (calibrated or priors)
+    calibrated: bool
+    steps: float  # latency steps in scale-up steps
+    net_latency_us: float  # the transport's latency over the call's network steps
+    up_rate: float = 0.0  # multi-node Simple: the scale-up stage's bus bandwidth (GB/s); 0: a single stage
+    net_raw: float = 0.0  # and the NICs' bound
+    net_channels: int = 0  # channels carrying network traffic
+    channel_GBps: float = 0.0  # line rate per network channel
+    round_trip_us: float = 0.0  # a slot's credit round trip
 
 
-def bus_factor(kind: str, ranks: int) -> float:
-    """nccl-tests' busbw / algbw."""
-    if ranks <= 1:
-        return 0.0
-    if kind == ALL_REDUCE:
-        return 2 * (ranks - 1) / ranks
-    if kind == SEND_RECV:
-        return 1.0
-    return (ranks - 1) / ranks
-
-
-class CollectiveModel:
+class CollectiveModel(HardwareBounds):
     """The model for one hardware profile; ``plan`` is cached per (kind, size, communicator, forced algorithm)."""
 
     def __init__(self, profile: HardwareProfile) -> None:
@@ -176,64 +137,16 @@ class CollectiveModel:
         self.constants = CONSTANTS[profile.arch]
         self.parameters = profile.parameters()
         self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
-        self._fixed_cache: dict[tuple[str, str, str, Communicator], tuple[float, float, int, float, dict[str, float],
-                                                                          bool, float]] = {}
-
-    # --- hardware bounds (bus bandwidth, GB/s) ------------------------------------------------------------
-    def scale_up_GBps(self, per_node: int) -> float:
-        up = self.profile.scale_up
-        if per_node <= 1:
-            return math.inf
-        if up.fabric == "xgmi-mesh":  # a ring uses one link per neighbour; more rings need more distinct links
-            return min(per_node - 1, up.links_per_gpu) * up.link_bandwidth_GBps
-        if up.fabric == "pcie":
-            return up.link_bandwidth_GBps
-        return up.bandwidth_GBps
-
-    def network_GBps(self, comm: Communicator) -> float:
-        """What one GPU's share of the node's NICs carries when the communicator spans nodes."""
-        out = self.profile.scale_out
-        if comm.nodes <= 1:
-            return math.inf
-        if out is None:
-            raise InputError(f"hardware profile {self.profile.name}: a collective spans {comm.nodes} nodes, but the "
-                             "profile has no 'scale_out' section")
-        nics = min(out.nics_per_node, max(1.0, comm.per_node * out.nics_per_node / self.profile.gpus_per_node))
-        return nics * out.nic_GBps
-
-    def raw_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
-        """The hardware bound of ``algorithm`` in bus bandwidth (GB/s)."""
-        up = self.scale_up_GBps(comm.per_node)
-        net = self.network_GBps(comm)
-        n = comm.ranks
-        if algorithm in (RING, TREE, PAT, MSCCL):  # MSCCL: all-pairs over the node's links
-            return min(up, net)
-        if algorithm in (NVLS, NVLS_TREE):
-            gain = 2 * (n - 1) / n if kind == ALL_REDUCE else 1.0
-            nvls = self.profile.scale_up.bandwidth_GBps * gain
-            if comm.nodes > 1:
-                out = self.profile.scale_out
-                assert out is not None
-                nvls = min(nvls, out.nics_per_node * out.nic_GBps * comm.ranks / max(1, comm.ranks - comm.per_node))
-            return nvls
-        if algorithm == COLLNET:  # the switch reduces: each node sends and receives its data once
-            return min(self.profile.scale_up.bandwidth_GBps, 2 * net if kind == ALL_REDUCE else net)
-        if algorithm == DIRECT:  # all-to-all as grouped sends: the share to peers on the node and off it
-            peers = n - 1
-            local, remote = comm.per_node - 1, n - comm.per_node
-            t = (local / up if local else 0.0) + 0.0
-            t = max(t, remote / net if remote else 0.0)
-            return peers / t if t > 0 else math.inf
-        if algorithm == P2P:
-            return min(self.profile.scale_up.bandwidth_GBps if comm.nodes <= 1 else net,
-                       self.profile.scale_up.bandwidth_GBps)
-        raise InputError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
+        self._fixed_cache: dict[tuple[str, str, str, Communicator], _Fixed] = {}
 
     # --- the library's estimate ---------------------------------------------------------------------------------
     def enabled(self, kind: str, comm: Communicator) -> list[tuple[str, str]]:
         """(algorithm, protocol) pairs the library would consider."""
         prof, c = self.profile, self.constants
-        protocols = [LL, LL128, SIMPLE] if c.ll128 and prof.scale_up.fabric != "pcie" else [LL, SIMPLE]
+        # RCCL enables LL128 where its topology models of known single-node platforms say so (RCCL_LL128_FORCE_ENABLE
+        # otherwise, off by default): not across nodes
+        ll128 = c.ll128 and prof.scale_up.fabric != "pcie" and not (prof.library == "rccl" and comm.nodes > 1)
+        protocols = [LL, LL128, SIMPLE] if ll128 else [LL, SIMPLE]
         sharp = prof.scale_out is not None and prof.scale_out.sharp and comm.nodes > 1
         nvls = prof.scale_up.nvls and comm.per_node > 1
         pairs: list[tuple[str, str]] = []
@@ -286,7 +199,7 @@ class CollectiveModel:
         return (1, 0) if nodes <= 1 else (0, 1)
 
     def library_latency_us(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
-        c, p = self.constants, _PROTO[protocol]
+        c, p = self.constants, PROTOCOL_INDEX[protocol]
         intra, inter = self._intra_hops()[algorithm][p], c.hop_inter_us[algorithm][p]
         if comm.nodes > 1 and protocol == LL:
             intra *= 1.8
@@ -303,7 +216,14 @@ class CollectiveModel:
         nodes_idx = 0 if comm.nodes == 1 else 1 if comm.nodes == 2 else 2
         channels = c.channels
         raw = self.raw_busbw(RING if algorithm in (TREE, PAT) else algorithm, kind, comm)
-        if algorithm in (NVLS, NVLS_TREE):  # NVLS channels x their bandwidth: ~70% of the links on NVSwitch systems
+        if algorithm == NVLS_TREE:  # NVLS inside the node, a tree of nodes over the NICs (2 nodes: twice the NICs)
+            nvls_channels = 16
+            intra = (self.profile.scale_up.bandwidth_GBps * c.nvls_efficiency * (nvls_channels - 1) / nvls_channels
+                     * (2.0 if kind == ALL_REDUCE else (comm.per_node - 1) / comm.per_node))
+            inter = self.network_GBps(comm) * (2.0 if comm.nodes <= 2 else 1.0)
+            cap = nvls_channels * c.nvls_tree_per_channel_GBps[0 if comm.nodes <= 2 else 1] or math.inf
+            bus = min(intra, inter, cap)
+        elif algorithm == NVLS:  # NVLS channels x their bandwidth: ~70% of the links on NVSwitch systems
             bus = min(raw, self.profile.scale_up.bandwidth_GBps) * 0.7
         elif algorithm == COLLNET:
             bus = raw * 0.85
@@ -329,8 +249,10 @@ class CollectiveModel:
             algbw = bus * n / nsteps if kind in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER) else bus
         elif algorithm == MSCCL:
             algbw = bus / bus_factor(kind, n)
+        elif algorithm == NVLS_TREE and kind == ALL_REDUCE:
+            algbw = bus * n / (2 * (n - 1))
         elif kind == ALL_REDUCE:
-            algbw = bus * (5 / 6 if algorithm in (NVLS, NVLS_TREE) else 0.5)
+            algbw = bus * (5 / 6 if algorithm == NVLS else 0.5)
         else:
             algbw = bus / bus_factor(kind, n) if kind in (ALL_TO_ALL,) else bus
         return algbw, channels
@@ -345,7 +267,7 @@ class CollectiveModel:
     def hops(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
         """Latency steps of one call in scale-up steps: a network step weighs the library's network / scale-up
         per-step latency."""
-        p = _PROTO[protocol]
+        p = PROTOCOL_INDEX[protocol]
         s_intra, s_inter = self._steps(algorithm, kind, comm)
         if not s_inter:
             return float(s_intra)
@@ -353,27 +275,37 @@ class CollectiveModel:
         return s_intra + s_inter * (inter / intra if intra > 0 and inter > 0 else 1.0)
 
     def _intra_hops(self) -> dict[str, tuple[float, float, float]]:
-        return _HOP_PCI if self.profile.scale_up.fabric == "pcie" else self.constants.hop_intra_us
+        return HOP_PCI_US if self.profile.scale_up.fabric == "pcie" else self.constants.hop_intra_us
 
     def default_parameters(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> dict[str, float]:
         """The priors: the library's latencies, and its bandwidth factors as the efficiency."""
-        p = _PROTO[protocol]
+        p = PROTOCOL_INDEX[protocol]
         hop = self._intra_hops()[algorithm][p] or self.constants.hop_inter_us[algorithm][p]
         raw = self.raw_busbw(algorithm, kind, comm)
         lib_algbw, _ = self.library_bandwidth(algorithm, protocol, kind, comm)
         eff = min(1.0, lib_algbw * bus_factor(kind, comm.ranks) / raw) if math.isfinite(raw) and raw > 0 else 0.8
+        if algorithm in (DIRECT, P2P) and comm.nodes == 1:  # Simple copies over the same links as the ring's
+            eff = self.parameters.get(f"{RING}/{SIMPLE}/intra", {}).get("efficiency", eff)
+        out = self.profile.scale_out
+        if comm.nodes > 1 and protocol == SIMPLE and out is not None:  # the network stage's: measured on this
+            eff = self.parameters.get(f"{RING}/{SIMPLE}/inter", {}).get("efficiency", out.stream_efficiency)  # class
         base = self.constants.base_us[algorithm][p] if algorithm not in (NVLS, NVLS_TREE) else 0.0
-        return {"latency_us": base, "hop_latency_us": hop, "efficiency": max(eff, 0.05), "fill_us": 0.0,
-                "fill_MB": 1.0}
+        prior = {"latency_us": base, "hop_latency_us": hop, "efficiency": max(eff, 0.05), "fill_us": 0.0,
+                 "fill_MB": 1.0}
+        if comm.nodes > 1:  # the start-up and per-step latency measured on one node of the class carry over
+            intra = NVLS if algorithm == NVLS_TREE else algorithm
+            fitted = self.parameters.get(f"{intra}/{protocol}/intra")
+            if fitted:
+                prior.update({k: fitted[k] for k in ("latency_us", "hop_latency_us", "fill_us", "fill_MB")
+                              if k in fitted})
+        return prior
 
     @staticmethod
     def key(algorithm: str, protocol: str, comm: Communicator) -> str:
         return f"{algorithm}/{protocol}/{'inter' if comm.nodes > 1 else 'intra'}"
 
-    def _fixed(self, algorithm: str, protocol: str, kind: str, comm: Communicator
-               ) -> tuple[float, float, int, float, dict[str, float], bool, float]:
-        """The size-independent terms of a candidate (cached): library latency and bandwidth, channels, hardware
-        bound, timing parameters, whether they are calibrated, latency steps."""
+    def _fixed(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> _Fixed:
+        """The size-independent terms of a candidate (cached)."""
         key = (algorithm, protocol, kind, comm)
         fixed = self._fixed_cache.get(key)
         if fixed is None:
@@ -381,32 +313,78 @@ class CollectiveModel:
             name = self.key(algorithm, protocol, comm)
             fitted = self.parameters.get(f"{name}@{comm.ranks}") or self.parameters.get(name, {})
             params = {**self.default_parameters(algorithm, protocol, kind, comm), **fitted}
-            steps = self.hops(algorithm, protocol, kind, comm)
-            fixed = (self.library_latency_us(algorithm, protocol, kind, comm), lib_algbw, channels,
-                     self.raw_busbw(algorithm, kind, comm), params, bool(fitted), steps)
+            out = self.profile.scale_out
+            net_us = 0.0
+            staged = comm.nodes > 1 and protocol == SIMPLE and out is not None
+            if comm.nodes > 1 and out is not None:  # the transport's latency on every network step in sequence
+                sequential = 1 if algorithm in (DIRECT, P2P) else self._steps(algorithm, kind, comm)[1]
+                net_us = sequential * out.latency_us * (2 if protocol == SIMPLE else 1)
+            net_channels = network_channels(algorithm, comm.per_node)
+            fixed = _Fixed(self.library_latency_us(algorithm, protocol, kind, comm) + net_us, lib_algbw, channels,
+                           self.raw_busbw(algorithm, kind, comm), params, bool(fitted),
+                           self.hops(algorithm, protocol, kind, comm), net_us,
+                           self._scale_up_rate(algorithm, kind, comm) if staged else 0.0,
+                           self.net_busbw(algorithm, kind, comm) if staged else 0.0, net_channels,
+                           self.network_GBps(comm) / net_channels if staged else 0.0,
+                           SIMPLE_NET_HOP_US + 2 * out.latency_us if staged and out is not None else 0.0)
             if len(self._fixed_cache) < 100_000:
                 self._fixed_cache[key] = fixed
         return fixed
 
+    def _scale_up_rate(self, algorithm: str, kind: str, comm: Communicator) -> float:
+        """Bus bandwidth (GB/s) the scale-up part of a multi-node Simple call reaches: the hardware bound times the
+        calibrated efficiency of the same kind of transfer on one node (its GPU class's tables)."""
+        raw = self.up_busbw(algorithm, kind, comm)
+        if not math.isfinite(raw):
+            return math.inf
+        intra = {NVLS_TREE: NVLS, COLLNET: NVLS, TREE: RING, PAT: RING}.get(algorithm, algorithm)
+        fitted = self.parameters.get(f"{intra}/{SIMPLE}/intra", {}).get("efficiency")
+        if fitted is None:
+            one_node = Communicator(comm.per_node, 1, comm.per_node)
+            fitted = self.default_parameters(intra, SIMPLE, kind, one_node)["efficiency"]
+        if algorithm in (RING, TREE, PAT) and comm.per_node > 1:
+            # the efficiency was measured on a closed ring of per_node scale-up hops; across nodes a node's segment
+            # is a chain of per_node - 1 of them (the last hop is the network stage's), never beyond the links
+            return min(raw, fitted * raw * comm.per_node / (comm.per_node - 1))
+        return fitted * raw
+
+    def _pipelined_GBps(self, algorithm: str, kind: str, size_bytes: int, comm: Communicator, fixed: _Fixed,
+                        efficiency: float) -> float:
+        """Bus bandwidth of a multi-node Simple call: the slower of its scale-up part and its network part, which
+        reaches ``efficiency`` of the NICs' bound only when enough chunks are in flight (see network.py)."""
+        out = self.profile.scale_out
+        assert out is not None
+        chunk, slots = chunk_bytes(algorithm, kind, size_bytes, comm.ranks, fixed.net_channels, comm.per_node,
+                                   out.buffsize_bytes, out.nvls_chunk_bytes)
+        in_flight = inflight_factor(chunk, slots, fixed.channel_GBps * efficiency, fixed.round_trip_us)
+        net = efficiency * fixed.net_raw * in_flight
+        return min(fixed.up_rate, net)
+
     def candidate(self, algorithm: str, protocol: str, kind: str, size_bytes: int, comm: Communicator,
                   params: dict[str, float] | None = None) -> Candidate:
         """One (algorithm, protocol) at ``size_bytes``; ``params`` overrides the profile's (calibration)."""
-        lib_latency, lib_algbw, full_channels, raw, own, calibrated, steps = self._fixed(algorithm, protocol, kind,
-                                                                                         comm)
+        fixed = self._fixed(algorithm, protocol, kind, comm)
+        calibrated = fixed.calibrated
         if params is None:
-            params = own
+            params = fixed.params
         else:
             calibrated = True
-        library_us = lib_latency + size_bytes / (1e3 * lib_algbw) if lib_algbw > 0 else math.inf
+        library_us = fixed.library_us + size_bytes / (1e3 * fixed.library_algbw) if fixed.library_algbw > 0 else (
+            math.inf)
         if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
                 size_bytes >= comm.ranks / 16 * 65536):
-            library_us += lib_latency * 0.4  # the ring's plateau
+            library_us += fixed.library_us * 0.4  # the ring's plateau
         bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
-        latency = params["latency_us"] + steps * params["hop_latency_us"]
-        transfer = bus_bytes / (1e3 * params["efficiency"] * raw) if math.isfinite(raw) else 0.0
+        latency = params["latency_us"] + fixed.steps * params["hop_latency_us"] + fixed.net_latency_us
+        if fixed.up_rate > 0:  # a multi-node Simple call: scale-up and network stages, chunked over the network
+            rate = self._pipelined_GBps(algorithm, kind, size_bytes, comm, fixed, params["efficiency"])
+            transfer = bus_bytes / (1e3 * rate) if math.isfinite(rate) else 0.0
+        else:
+            raw = fixed.raw
+            transfer = bus_bytes / (1e3 * params["efficiency"] * raw) if math.isfinite(raw) else 0.0
         if params["fill_us"] > 0:  # per buffer byte, not per bus byte: the same start-up at every rank count
             transfer += params["fill_us"] * -math.expm1(-size_bytes / (params["fill_MB"] * 1e6))
-        channels = self.channels_for(protocol, size_bytes, full_channels, comm.ranks)
+        channels = self.channels_for(protocol, size_bytes, fixed.channels, comm.ranks)
         return Candidate(algorithm, protocol, channels, library_us, latency, transfer, bus_bytes, calibrated)
 
     def runs(self, algorithm: str, kind: str, size_bytes: int, comm: Communicator) -> bool:
@@ -441,7 +419,7 @@ class CollectiveModel:
             pairs = forced
         candidates = sorted((self.candidate(a, p, kind, size_bytes, comm) for a, p in pairs),
                             key=lambda c: (c.algorithm != MSCCL, c.library_us, ALGORITHMS.index(c.algorithm),
-                                           _PROTO[c.protocol]))
+                                           PROTOCOL_INDEX[c.protocol]))
         if program is not None and candidates[0].algorithm == MSCCL:
             candidates[0] = replace(candidates[0], channels=program.channels)
         plan = Plan(kind, size_bytes, comm, candidates[0], tuple(candidates))

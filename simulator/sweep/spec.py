@@ -57,7 +57,7 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
     "backend": (str,), "queues_per_dim": (int,), "injection_scale": (int, float), "rendezvous": (bool,),
     "semantics": (str,), "engine": (str,), "device": (str, type(None)), "drop_dangling": (bool,),
     "max_wall_time_s": (int, float), "collective_model": (str,), "hw_profile": (str, type(None)),
-    "nccl_algorithm": (str, type(None)),
+    "nccl_algorithm": (str, type(None)), "compute_model": (str,),
 }
 DEFAULT_OPTIONS: dict[str, Any] = {"backend": "analytical-unaware"}
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {

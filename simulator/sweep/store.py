@@ -8,7 +8,8 @@ Tables:
   claims  the points a sweep process is running now: key, owner, host, pid, lease_until (epoch seconds). Two
           sweeps on one folder skip each other's points; a claim whose process is gone, or whose lease ran
           out (its holder stopped renewing it), is free again.
-  meta    the schema, the sweep file and its text, per run of the sweep command.
+  meta    the schema, the sweep file and its text, per run of the sweep command; 'units': {column: unit} of
+          every time and rate column as JSON (busbw_GBps: GB = 10^9 B; network.bandwidth: GB = 2^30 B).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from simulator.simulation import VERSION
 from simulator.sweep.scratch import pid_alive
 from simulator.sweep.spec import Point
 from simulator.sweep.worker import METRICS
+from simulator.units import column_units, current_key
 from workload.errors import InputError
 from workload.files import inert_row, shown_path
 
@@ -133,15 +135,16 @@ class ResultStore:
             db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT)")
             db.execute("CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, owner TEXT NOT NULL, host TEXT "
                        "NOT NULL, pid INTEGER NOT NULL, lease_until REAL NOT NULL)")
-            have = {row[1] for row in db.execute("PRAGMA table_info(points)")}
+            # SQLite's column names ignore case: an earlier version's busbw_gbps column holds busbw_GBps
+            have = {row[1].lower() for row in db.execute("PRAGMA table_info(points)")}
             wanted = {**METRICS, **{c: "TEXT" for c in (*CONFIG_COLUMNS, "config_compute")}}
             for name, kind in wanted.items():  # an earlier schema's table gains the newer columns
-                if name not in have:
+                if name.lower() not in have:
                     db.execute(f"ALTER TABLE points ADD COLUMN {quote(name)} {kind}")
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (SCHEMA,))
 
     def columns(self) -> list[str]:
-        return [row[1] for row in self.db.execute("PRAGMA table_info(points)")]
+        return [current_key(row[1]) for row in self.db.execute("PRAGMA table_info(points)")]
 
     def add_setting_columns(self, names: Iterable[str]) -> None:
         """A column for every swept setting (a new axis adds a column; older rows hold NULL there)."""
@@ -151,6 +154,10 @@ class ResultStore:
                 if name not in have:
                     db.execute(f"ALTER TABLE points ADD COLUMN {quote(name)}")
                     have.add(name)
+            # what the numbers mean: {column: unit} for every time and rate column, settings included
+            columns = [row[1] for row in db.execute("PRAGMA table_info(points)")]
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('units', ?)",
+                       (json.dumps(column_units(columns), sort_keys=True),))
 
     def set_meta(self, **values: str) -> None:
         with self._transaction() as db:
@@ -216,7 +223,7 @@ class ResultStore:
 
     def rows(self, where: str = "", params: Iterable[Any] = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
         cursor = self.db.execute(f"SELECT * FROM points {where} ORDER BY idx, key", list(params))
-        return [d[0] for d in cursor.description], cursor.fetchall()
+        return [current_key(d[0]) for d in cursor.description], cursor.fetchall()  # earlier *_gbps as *_GBps
 
     def export_csv(self, path: str) -> int:
         """Write every point as CSV ('-' for standard output), formula-like cells made inert; returns the rows."""

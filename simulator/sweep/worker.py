@@ -38,8 +38,8 @@ METRICS: dict[str, str] = {
     "comm_ns_mean": "REAL",  # communication busy time
     "collective_time_ns_mean": "REAL",  # summed collective durations
     "collectives_per_rank": "REAL",
-    "algbw_gbps": "REAL",  # nccl-tests algorithm bandwidth over all collectives (1e9 B/s)
-    "busbw_gbps": "REAL",  # nccl-tests bus bandwidth over all collectives
+    "algbw_GBps": "REAL",  # nccl-tests algorithm bandwidth over all collectives, GB/s with GB = 10^9 B
+    "busbw_GBps": "REAL",  # nccl-tests bus bandwidth over all collectives, GB/s with GB = 10^9 B
     "engine": "TEXT",
     "events": "INTEGER",
     "messages": "INTEGER",
@@ -178,8 +178,8 @@ def metrics(result: SimulationResult) -> dict[str, Any]:
         "comm_ns_mean": sum(r.comm_ns for r in ranks) / n,
         "collective_time_ns_mean": sum(r.collective_time_ns for r in ranks) / n,
         "collectives_per_rank": sum(c.count_per_rank for c in kinds),
-        "algbw_gbps": algbw if time_ns else None,
-        "busbw_gbps": busbw if time_ns else None,
+        "algbw_GBps": algbw if time_ns else None,
+        "busbw_GBps": busbw if time_ns else None,
         "engine": result.engine,
         "events": result.events,
         "messages": result.messages,

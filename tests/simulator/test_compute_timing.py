@@ -68,7 +68,7 @@ def test_results_record_the_effective_compute_model(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "roofline model (H100" in done.stdout
     config = json.loads(out.read_text())["config"]
-    assert config["compute"] == {"model": "roofline", "device": "H100", "peak_tflops": 989.4, "memory_bw_gbps": 3350.0}
+    assert config["compute"] == {"model": "roofline", "device": "H100", "peak_tflops": 989.4, "memory_bw_GBps": 3350.0}
     assert config["system"]["roofline_enabled"] is True and config["system"]["device"] == "H100"
     done = run_cli("--workload", str(trace / "t"), "--network", str(network), "--strict")
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and "--device" in done.stderr

@@ -299,7 +299,7 @@ def test_results_say_what_a_gigabyte_is(tmp_path: Path) -> None:
     for options in ({}, NCCL):
         result = simulate(tmp_path, [[coll(1, AR, MiB)]] * 8, switch(8), **options)
         units = result.to_json()["units"]
-        assert "10^9" in units["busbw_gbps"] and "2^30" in units["config.network.bandwidth_gbps"]
+        assert "10^9" in units["collectives[].busbw_GBps"] and "2^30" in units["config.network.bandwidth_GiBps"]
         text = format_text(result)
         assert "algbw, busbw: GB/s with GB = 10^9 B" in text
         assert ("2^30" in text) == (not options)

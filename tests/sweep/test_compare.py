@@ -35,8 +35,8 @@ def test_collective_comparison_matches_single_runs(tmp_path: Path) -> None:
             time_ns = float(r["time_ns"])  # the collective's time averaged over ranks, as nccl-tests reports it
             assert time_ns <= int(r["finish_ns"])
             assert float(r["speedup"]) == float(slowest["time_ns"]) / time_ns
-            assert float(r["algbw_gbps"]) == size / time_ns  # bytes per ns = GB/s (1e9 B/s)
-            assert abs(float(r["busbw_gbps"]) - float(r["algbw_gbps"]) * 2 * 31 / 32) < 1e-9
+            assert float(r["algbw_GBps"]) == size / time_ns  # bytes per ns = GB/s (1e9 B/s)
+            assert abs(float(r["busbw_GBps"]) - float(r["algbw_GBps"]) * 2 * 31 / 32) < 1e-9
     assert png.read_bytes()[:4] == b"\x89PNG"
 
     # every row is the number a single run of that algorithm gives

@@ -142,7 +142,7 @@ def test_export_csv_and_plot(reference: Path, tmp_path: Path) -> None:
     assert len(table) == POINTS
     first = table[0]
     assert first["network.bandwidth"] == "25" and first["system.all-reduce-implementation"] == "ring"
-    assert first["status"] == "ok" and int(first["finish_ns"]) > 0 and float(first["busbw_gbps"]) > 0
+    assert first["status"] == "ok" and int(first["finish_ns"]) > 0 and float(first["busbw_GBps"]) > 0
     stdout = run_cli("sweep", "export", str(reference), "--csv", "-")
     assert list(csv.DictReader(io.StringIO(stdout.stdout))) == table
 

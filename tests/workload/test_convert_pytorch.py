@@ -358,3 +358,24 @@ def test_one_rank_of_a_larger_job_converts_with_a_warning(tmp_path: Path) -> Non
     convert([str(FIXTURES / "v1_1_1_linked" / f"host_rank{r}.json") for r in (0, 1)], str(tmp_path / "both"),
             warn=warnings.append)
     assert not any("recorded in a job" in w for w in warnings)
+
+
+def test_operators_carry_their_shapes_for_the_kernel_model(tmp_path: Path) -> None:
+    """Matrix products become GEMM shapes whose FLOPs are the node's num_ops; known memory-bound operators get
+    their class; the converted step then runs under --compute-model kernels."""
+    convert(_hosts(GLOO), str(tmp_path / "t"))
+    g = _load(tmp_path / "t")[0]
+    gemms = [i for i in _nodes(g, NodeType.COMP_NODE) if g.attribute(i, "op_class") == "gemm"]
+    assert {g.name(i) for i in gemms} == {"aten::linear", "aten::mm"} and len(gemms) == 5
+    for i in gemms:
+        m, n, k = (g.attribute(i, key) for key in ("gemm_m", "gemm_n", "gemm_k"))
+        assert 2 * m * n * k * g.attribute(i, "gemm_batch") == g.attribute(i, "num_ops")
+        assert g.attribute(i, "dtype") == "fp32"
+    classes = {g.name(i): g.attribute(i, "op_class") for i in _nodes(g, NodeType.COMP_NODE)}
+    assert classes["aten::relu"] == classes["aten::threshold_backward"] == "activation"
+    assert classes["aten::div_"] == "elementwise"
+    warnings: list[str] = []
+    net = network_from_dict({"topology": ["Ring"], "npus_count": [2], "bandwidth": [50.0], "latency": [500.0]})
+    result = simulate(tmp_path / "t", net, None, warn=warnings.append, device="A100", compute_model="kernels")
+    assert result.finish_ns > 0
+    assert not [w for w in warnings if "no usable operator shape" in w]  # every compute node has a class here

@@ -194,9 +194,11 @@ def test_semantic_problems_stop_a_simulation_but_not_the_inspection_tools(tmp_pa
     assert "would not simulate as is:" in shown.stdout and line.split("node", 1)[1] in shown.stdout
 
 
-def test_an_old_schema_trace_without_collective_sizes_says_its_version(tmp_path: Path) -> None:
-    """ASTRA-sim's 2.0-era ResNet-50 traces (Chakra 0.0.4) give their collectives no size at all: refused, saying
-    which schema the file is and that no other field holds the value; `trace inspect` prints the version."""
+def test_an_old_schema_collective_without_a_size_says_its_version(tmp_path: Path) -> None:
+    """A Chakra 0.0.4 collective marked as a GPU op (is_cpu_op false) but without comm_size cannot run in any
+    ASTRA-sim: refused, saying which schema the file is and that no other field holds the value; `trace inspect`
+    prints the version. (Without is_cpu_op as well, as in ASTRA-sim's 2.0-era ResNet-50 set, the collective is
+    read as that era read it: tests/workload/test_legacy.py.)"""
     from tests.conftest import run_cli
     from workload.schema import NodeType
     from workload.traceset import TraceLoader
@@ -204,7 +206,8 @@ def test_an_old_schema_trace_without_collective_sizes_says_its_version(tmp_path:
 
     path = tmp_path / "old.0.et"
     write_trace(path, [make_node(55, "COMM_COLL_NODE_fc1000_ALLREDUCE", NodeType.COMM_COLL_NODE,
-                                 attrs={"comm_type": 0, "involved_dim": [True]})], version="0.0.4")
+                                 attrs={"is_cpu_op": False, "comm_type": 0, "involved_dim": [True]})],
+                version="0.0.4")
     with pytest.raises(TraceError, match=r"Chakra schema 0\.0\.4 and holds no such value"):
         TraceLoader().load(str(path), 0)
     assert "Chakra schema version: 0.0.4" in run_cli("trace", "inspect", str(path)).stdout

@@ -25,6 +25,7 @@ from typing import Any
 from workload.convert import pytorch_ops as ops
 from workload.convert.pytorch_groups import GroupTable
 from workload.convert.pytorch_kineto import DeviceTrace
+from workload.convert.pytorch_shapes import op_shape
 from workload.convert.pytorch_trace import HostNode, HostTrace
 from workload.errors import InputError
 from workload.groups import process_groups_node
@@ -169,8 +170,9 @@ class RankBuilder:
         duration = host_us if on_cpu or not self.device_timed else device_us
         if duration > 0:
             self.report.timed += 1
+        shape = op_shape(u.node)  # for --compute-model kernels
         attrs = [("is_cpu_op", on_cpu), ("num_ops", ops.num_ops(u.node)),
-                 ("tensor_size", ops.tensor_bytes(u.node)), *common]
+                 ("tensor_size", ops.tensor_bytes(u.node)), *common, *(shape.attributes() if shape else [])]
         return NodeType.COMP_NODE, attrs, round(duration)
 
     def _describe_comm(self, u: Unit, comm: ops.CommOp, duration_us: int, common: list[tuple[str, Any]]

@@ -1,5 +1,5 @@
 """The ``astrasim-py trace ...`` subcommands: inspect, analyze, jsonize, visualize, generate, convert, rescale,
-synthesize."""
+upgrade, synthesize."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
                    help="default: from the output file's extension (.graphml; .dot or .gv)")
     p.add_argument("--rank", type=int, default=0, help="which rank's trace (default 0)")
 
-    p = sub.add_parser("generate", help="microbenchmark traces, one <name>.<rank>.et file per rank")
+    p = sub.add_parser("generate", help="microbenchmark or LLM training traces, one <name>.<rank>.et file per rank")
     kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
     k = kinds.add_parser("collective", help="one collective per rank, for each type x size x NPU count; "
                                             "writes OUT/<type>/<npus>npus_<size>/<type>.<rank>.et")
@@ -65,7 +65,7 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     k.add_argument("--output", "-o", required=True, help="output folder")
     add_output_limits(k)
     k = kinds.add_parser("compute", help="compute-only nodes; writes OUT/<name>.<rank>.et")
-    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--npus", type=int, required=True, help="ranks (one trace file each)")
     k.add_argument("--count", type=int, default=1, help="compute nodes per rank")
     k.add_argument("--duration-us", type=int, default=0, help="recorded duration of each node (µs)")
     k.add_argument("--num-ops", type=int, default=0, help="operations per node (for the roofline model)")
@@ -73,14 +73,14 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     k.add_argument("--independent", action="store_true", help="no dependencies between the nodes")
     _output_args(k, "compute")
     k = kinds.add_parser("sendrecv", help="a send/recv ring: rank r sends to r+1, receives from r-1")
-    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--npus", type=int, required=True, help="ranks in the ring (one trace file each)")
     k.add_argument("--size", required=True, help="message size, e.g. 1MiB")
-    k.add_argument("--iterations", type=int, default=1)
+    k.add_argument("--iterations", type=int, default=1, help="sends (and receives) per rank, one after another")
     _output_args(k, "sendrecv")
     k = kinds.add_parser("memory", help="remote-memory loads or stores")
-    k.add_argument("--npus", type=int, required=True)
+    k.add_argument("--npus", type=int, required=True, help="ranks (one trace file each)")
     k.add_argument("--tensor-size", required=True, help="bytes per access, e.g. 1MiB")
-    k.add_argument("--access", choices=("load", "store"), default="load")
+    k.add_argument("--access", choices=("load", "store"), default="load", help="memory node type (default load)")
     k.add_argument("--count", type=int, default=1, help="accesses per rank, one after another")
     _output_args(k, "memory")
     k = kinds.add_parser("llm", help="one training iteration of a dense or MoE transformer under a parallelism "
@@ -95,14 +95,28 @@ def build_parser(prog: str = "astrasim-py trace") -> argparse.ArgumentParser:
     _hook("pytorch").configure(formats.add_parser("pytorch", help="PyTorch execution traces (host JSON, "
                                                                   "optionally linked with a Kineto trace)"))
     _hook("rescale").configure(sub.add_parser("rescale", help="an N-rank data-parallel trace as an M-rank one"))
+    _hook("upgrade").configure(sub.add_parser("upgrade", help="traces of an earlier Chakra schema (0.0.1 .eg, "
+                                                              "0.0.4) as Chakra 1.0 files"))
     _hook("synthesize").configure(sub.add_parser(
         "synthesize", help="learn a statistical profile of traces and generate obfuscated look-alikes of any size"))
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Give every tool without a description of its own its one-line help as one, so its --help says what it does."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                if not child.description and helps.get(name):
+                    child.description = helps[name][:1].upper() + helps[name][1:] + "."
+                _describe(child)
 
 
 # Tools in their own modules: each has configure(parser) and main(args, warn).
 HOOKS = {"llm": "workload.llm.cli", "text": "workload.convert.text", "pytorch": "workload.convert.pytorch",
-         "rescale": "workload.rescale", "synthesize": "workload.synthesis.cli"}
+         "rescale": "workload.rescale", "upgrade": "workload.upgrade", "synthesize": "workload.synthesis.cli"}
 
 
 def _hook(name: str) -> Any:
@@ -135,7 +149,9 @@ def _load(args: argparse.Namespace, warn: Warn, ranks: list[int] | None = None
         if not 0 <= r < count:
             raise InputError(f"rank {r} is out of range: {traces.describe()}")
     check_rank_count(len(wanted), 0, f"workload {shown_path(traces.source)}")
-    return [(r, traces.file_for(r), loader.load(traces.file_for(r), r)) for r in wanted], traces.shared
+    loaded = [(r, traces.file_for(r), loader.load(traces.file_for(r), r)) for r in wanted]
+    loader.report_repeats()
+    return loaded, traces.shared
 
 
 def _inspect(args: argparse.Namespace, warn: Warn) -> None:
@@ -267,6 +283,7 @@ COMMANDS = {"inspect": _inspect, "analyze": _analyze, "jsonize": _jsonize, "visu
             "generate": _generate,
             "convert": lambda args, warn: _hook(args.format).main(args, warn),
             "rescale": lambda args, warn: _hook("rescale").main(args, warn),
+            "upgrade": lambda args, warn: _hook("upgrade").main(args, warn),
             "synthesize": lambda args, warn: _hook("synthesize").main(args, warn)}
 
 

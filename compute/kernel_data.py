@@ -1,0 +1,154 @@
+"""Published kernel measurements (``benchmarks/data/kernels/*.tsv``) as the kernel model sees them, and its error on
+them: what the fit (compute/kernel_fit.py) minimises and benchmarks/kernel_model.py prints.
+
+Three table layouts, told apart by their header:
+
+- GEMM: ``device, dtype, m, n, k, batch, time_us, tflops, source_id, note``;
+- attention: ``device, kernel, dtype, pass, batch, heads, head_dim, seq, causal, tflops, source_id, note`` (``pass``
+  fwd, bwd or fwd_bwd; TFLOP/s as FlashAttention's benchmarks count them, the time derived from it);
+- memory-bound: ``device, op_class, dtype, bytes, flops, time_us, source_id, note``.
+
+A row's device is the name its source uses; aliases in the device files map it (H800 -> H100, GH200 -> H200).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from compute.kernels import KernelModel
+from compute.shapes import AttentionShape, GemmShape, OpShape
+from workload.errors import ConfigError
+
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "data", "kernels")
+GEMM_COLUMNS = ("device", "dtype", "m", "n", "k", "batch", "time_us")
+ATTENTION_COLUMNS = ("device", "kernel", "dtype", "pass", "batch", "heads", "head_dim", "seq", "causal", "tflops")
+MEMORY_COLUMNS = ("device", "op_class", "dtype", "bytes", "flops", "time_us")
+# Where each table's rows come from (the ``source_id`` column): pinned address and licence.
+SOURCES = {
+    "vidur": ("microsoft/vidur profiling data (FP16 kernels of one transformer block, CUDA times by token count)",
+              "https://github.com/microsoft/vidur/tree/7d47513363ec447a741ac5e47241580b47724fbf/data/profiling/compute",
+              "MIT"),
+    "fa2_readme_a100": ("FlashAttention-2 forward+backward benchmark, A100 80GB SXM4 (README figure)",
+                        "https://github.com/Dao-AILab/flash-attention/blob/4f285b354796fb17df8636485b9a04df3ebbb7dc/"
+                        "assets/flash2_a100_fwd_bwd_benchmark.png", "BSD-3-Clause"),
+    "fa2_readme_h100": ("FlashAttention-2 forward+backward benchmark, H100 80GB SXM5 (README figure)",
+                        "https://github.com/Dao-AILab/flash-attention/blob/4f285b354796fb17df8636485b9a04df3ebbb7dc/"
+                        "assets/flash2_h100_fwd_bwd_benchmark.png", "BSD-3-Clause"),
+    "fa3_readme_h100": ("FlashAttention-3 forward benchmark vs FlashAttention-2 and cuDNN, H100 80GB SXM5 (README "
+                        "figure)", "https://github.com/Dao-AILab/flash-attention/blob/"
+                        "7ef24848cf2f855077cef88fe122775b727dcd74/assets/flash3_fp16_fwd.png", "BSD-3-Clause"),
+    "deepgemm_readme": ("DeepGEMM FP8 GEMM throughput on H800 (README tables, first release)",
+                        "https://github.com/deepseek-ai/DeepGEMM/blob/a6d97a1c1b48a7a9d7994d0e155ee6f11d0a3f07/README.md",
+                        "MIT"),
+    "mamf": ("Maximum achievable matmul FLOPS per accelerator (ml-engineering, mamf-finder.py)",
+             "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/"
+             "accelerator/README.md#maximum-achievable-matmul-flops-comparison-table", "CC-BY-SA-4.0"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One published kernel time: the operator passes it times (summed: fwd_bwd is two), as the model sees them."""
+
+    table: str
+    device: str
+    family: str  # gemm | attention | memory
+    kernel: str  # the library or kernel where the source names it (fa2, cudnn, fa3), else ""
+    shapes: tuple[OpShape, ...]
+    num_ops: int  # memory-bound rows: FLOPs; else 0 (the shapes carry the work)
+    size_bytes: int  # memory-bound rows: bytes moved
+    time_us: float
+    source_id: str
+    note: str
+
+    def predicted_us(self, model: KernelModel) -> float:
+        return sum(model.seconds(s, self.num_ops, self.size_bytes) for s in self.shapes) * 1e6
+
+    @property
+    def flops(self) -> int:
+        return sum(s.gemm.flops if s.gemm else s.attention.flops if s.attention else 0 for s in self.shapes)
+
+
+def read_table(path: str) -> list[Measurement]:
+    name = os.path.basename(path)
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    if not rows:
+        return []
+    columns = set(rows[0])
+    try:
+        if set(ATTENTION_COLUMNS) <= columns:
+            return [_attention(name, r) for r in rows]
+        if set(GEMM_COLUMNS) <= columns:
+            return [_gemm(name, r) for r in rows]
+        if set(MEMORY_COLUMNS) <= columns:
+            return [_memory(name, r) for r in rows]
+    except (KeyError, ValueError) as e:
+        raise ConfigError(f"{name}: a row has a missing or bad value ({e})") from None
+    raise ConfigError(f"{name}: the header matches no kernel table layout (GEMM, attention, memory-bound)")
+
+
+def read_tables(paths: Iterable[str] | None = None) -> list[Measurement]:
+    """Every table in ``paths`` (default: every .tsv of the shipped data folder), in a fixed order."""
+    if paths is None:
+        paths = sorted(os.path.join(DATA_DIR, f) for f in os.listdir(DATA_DIR) if f.endswith(".tsv"))
+    return [m for p in paths for m in read_table(p)]
+
+
+def _gemm(table: str, r: dict[str, str]) -> Measurement:
+    shape = OpShape("gemm", r["dtype"], gemm=GemmShape(int(r["m"]), int(r["n"]), int(r["k"]), int(r["batch"])))
+    return Measurement(table, r["device"], "gemm", "", (shape,), 0, 0, float(r["time_us"]), r.get("source_id", ""),
+                       r.get("note", ""))
+
+
+def _attention(table: str, r: dict[str, str]) -> Measurement:
+    b, h, d, s = int(r["batch"]), int(r["heads"]), int(r["head_dim"]), int(r["seq"])
+    causal = r["causal"].lower() == "true"
+    passes = {"fwd": (False,), "bwd": (True,), "fwd_bwd": (False, True)}[r["pass"]]
+    shapes = tuple(OpShape("attention", r["dtype"], attention=AttentionShape(b, h, h, d, s, s, causal, backward))
+                   for backward in passes)
+    forward_flops = 4 * b * s * s * h * d / (2 if causal else 1)  # FlashAttention's benchmark count
+    flops = forward_flops * sum(2.5 if backward else 1.0 for backward in passes)
+    return Measurement(table, r["device"], "attention", r["kernel"], shapes, 0, 0,
+                       flops / (float(r["tflops"]) * 1e12) * 1e6, r.get("source_id", ""), r.get("note", ""))
+
+
+def _memory(table: str, r: dict[str, str]) -> Measurement:
+    shape = OpShape(r["op_class"], r["dtype"])
+    return Measurement(table, r["device"], "memory", "", (shape,), int(r["flops"]), int(r["bytes"]),
+                       float(r["time_us"]), r.get("source_id", ""), r.get("note", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSummary:
+    """|predicted / measured - 1| over a group of rows."""
+
+    rows: int
+    mean: float
+    median: float
+    p90: float
+    max: float
+    bias: float  # mean signed error
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"rows": self.rows, "mean_abs_error": _round(self.mean), "median_abs_error": _round(self.median),
+                "p90_abs_error": _round(self.p90), "max_abs_error": _round(self.max), "mean_error": _round(self.bias)}
+
+
+def errors(model: KernelModel, rows: Sequence[Measurement]) -> np.ndarray:
+    return np.array([m.predicted_us(model) / m.time_us - 1 for m in rows])
+
+
+def summarize(errs: np.ndarray) -> ErrorSummary:
+    a = np.abs(errs)
+    return ErrorSummary(len(errs), float(a.mean()), float(np.median(a)), float(np.percentile(a, 90)), float(a.max()),
+                        float(errs.mean()))
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")

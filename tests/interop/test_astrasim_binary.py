@@ -1,0 +1,52 @@
+"""Against a real ASTRA-sim 2.x binary, when one is at hand (ASTRA_SIM_BIN: the folder of its analytical
+binaries, or them on PATH): our generated LLM traces with their groups file run unchanged there and give every
+rank's numbers exactly as here, and traces that `trace upgrade` wrote from an older schema give ASTRA-sim the
+numbers we simulate from the original files."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.workload.test_legacy import EG_ALL_REDUCE, EG_COLL, EG_COMP, eg_node
+from workload.wire import frame_payloads
+
+_spec = importlib.util.spec_from_file_location("astrasim_interop", REPO / "benchmarks" / "astrasim_interop.py")
+assert _spec is not None and _spec.loader is not None
+interop = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(interop)
+BINARIES = interop.find_binaries(None)
+pytestmark = pytest.mark.skipif(not BINARIES, reason="no ASTRA-sim binary (set ASTRA_SIM_BIN to its bin folder)")
+_FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles, exposed communication (\d+) cycles")
+
+
+def test_a_generated_llm_trace_set_runs_unchanged_in_astra_sim() -> None:
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "astrasim_interop.py"), "--only",
+                           "GPT-3 1.3B, 2 layers"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "all identical" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.count("identical on every rank") == len(BINARIES) + 1
+
+
+def test_upgraded_old_schema_traces_give_astra_sim_our_numbers(tmp_path: Path) -> None:
+    eg = frame_payloads([eg_node(1, "fwd", EG_COMP, simulated_run_time=7000),
+                         eg_node(2, "sync", EG_COLL, (1,), (True,), comm_type=EG_ALL_REDUCE, comm_size=1 << 20),
+                         eg_node(3, "bwd", EG_COMP, (1,), simulated_run_time=4000)])
+    for rank in range(8):
+        (tmp_path / f"old.{rank}.eg").write_bytes(eg)
+    net, system, memory = interop.write_inputs(str(tmp_path), [("Ring", 8, 50, 500)])
+    assert run_cli("trace", "upgrade", str(tmp_path / "old"), "-o", str(tmp_path / "new")).returncode == 0
+    for backend, binary in BINARIES.items():
+        ours = run_cli("--workload", str(tmp_path / "old"), "--network", net, "--system", system, "--memory", memory,
+                       "--backend", backend, "--format", "astra-sim")
+        theirs = subprocess.run([binary, f"--workload-configuration={tmp_path / 'new'}",
+                                 f"--system-configuration={system}", f"--network-configuration={net}",
+                                 f"--remote-memory-configuration={memory}"], capture_output=True, text=True,
+                                timeout=600, cwd=tmp_path)  # ASTRA-sim writes log/ in its working folder
+        assert _FINISHED.findall(theirs.stdout + theirs.stderr) and sorted(
+            _FINISHED.findall(theirs.stdout + theirs.stderr)) == sorted(_FINISHED.findall(ours.stdout)), backend

@@ -1,0 +1,155 @@
+"""``--compute-model kernels`` in runs: generated LLM traces are timed by operator and shape, end to end through the
+command line, the Python API and sweeps; nodes without shapes are estimated and said so once; bad names list the
+valid ones; the default stays ASTRA-sim's roofline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from compute.devices import device
+from compute.kernels import KernelModel
+from simulator.api import simulate as api_simulate
+from tests.conftest import run_cli, simulate
+from workload.llm.build import build_programs
+from workload.llm.model import ModelConfig
+from workload.llm.plan import ParallelPlan
+from workload.schema import NodeType
+from workload.writer import make_node
+
+MODEL = ModelConfig(name="tiny", num_layers=2, hidden_size=1024, num_heads=8, num_kv_heads=2, ffn_hidden_size=3584,
+                    vocab_size=32000, seq_len=2048, gated_ffn=True)
+RING2 = {"topology": ["Ring"], "npus_count": [2], "bandwidth": [50.0], "latency": [500.0]}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A 2-rank tensor-parallel Llama-style trace, written by the command line; and its network file."""
+    out = tmp_path_factory.mktemp("llm")
+    done = run_cli("trace", "generate", "llm", "--layers", "2", "--hidden", "1024", "--heads", "8", "--kv-heads", "2",
+                   "--ffn-hidden", "3584", "--vocab", "32000", "--seq-len", "2048", "--gated-ffn", "--tp", "2",
+                   "--dp", "1", "--pp", "1", "--npus", "2", "--global-batch", "2", "--micro-batch-size", "1",
+                   "--name", "tiny", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    net = out / "net.yml"
+    net.write_text("topology: [Switch]\nnpus_count: [2]\nbandwidth: [450]\nlatency: [500]\n")
+    return str(out / "tiny"), str(net)
+
+
+def test_cli_times_a_generated_llm_trace_by_its_kernels(traces: tuple[str, str], tmp_path: Path) -> None:
+    prefix, net = traces
+    runs = {}
+    for model in ("roofline", "kernels"):
+        out = tmp_path / f"{model}.json"
+        done = run_cli("--workload", prefix, "--network", net, "--device", "H100", "--compute-model", model,
+                       "--json", str(out), "--quiet")
+        assert done.returncode == 0, done.stderr
+        assert "warning" not in done.stderr  # every compute node of a generated trace carries its shape
+        runs[model] = json.loads(out.read_text())
+    kernels, roofline = runs["kernels"], runs["roofline"]
+    assert kernels["config"]["compute"]["model"] == "kernels" and kernels["config"]["compute"]["device"] == "H100"
+    assert kernels["config"]["compute"]["calibration"] == "fitted"
+    ratio = kernels["ranks"][0]["compute_ns"] / roofline["ranks"][0]["compute_ns"]
+    assert 1.15 < ratio < 2.5  # real kernels reach 40-85% of the roofline on these shapes
+    text = run_cli("--workload", prefix, "--network", net, "--device", "H100", "--compute-model", "kernels",
+                   "--quiet").stdout
+    assert "compute: kernel model (H100, 989.4 TFLOP/s BF16, 3350 GB/s memory; efficiencies fitted)" in text
+
+
+def test_rank_compute_time_is_the_sum_of_its_kernels() -> None:
+    """A rank's GPU compute time equals the kernel model over the generator's own kernels (the shapes the trace
+    carries are the ones the generator built)."""
+    plan = ParallelPlan(dp=2, tp=1, pp=1, micro_batch_size=1, num_micro_batches=2)
+    from workload.llm.emit import TraceEmitter
+    from workload.llm.plan import RankMap
+
+    programs = build_programs(MODEL, plan)
+    model = KernelModel(device("A100"))
+    expected = sum(model.time_ns(op.kernel.shape, op.kernel.flops, op.kernel.size_bytes)
+                   for op in programs[0].ops if op.node_type == NodeType.COMP_NODE)
+    emitter = TraceEmitter(programs, RankMap(plan, MODEL))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        emitter.write(f"{folder}/t")
+        net = Path(folder) / "n.yml"
+        net.write_text("topology: [Ring]\nnpus_count: [2]\nbandwidth: [50]\nlatency: [500]\n")
+        result = api_simulate(f"{folder}/t", str(net), device="A100", compute_model="kernels")
+    assert result.ranks[0].compute_ns == expected and result.finish_ns > expected
+
+
+def test_python_api_and_device_files(traces: tuple[str, str], tmp_path: Path) -> None:
+    prefix, net = traces
+    by_name = api_simulate(prefix, net, device="H200", compute_model="kernels")
+    custom = tmp_path / "my_gpu.yml"
+    text = Path(device("H200").path).read_text().replace("name: H200", "name: MyGPU")
+    custom.write_text(text.replace("memory_bw_gbps: 4800.0", "memory_bw_gbps: 9600.0"))
+    by_file = api_simulate(prefix, net, device=str(custom), compute_model="kernels")
+    assert by_file.config["compute"]["device"] == "MyGPU"
+    assert by_file.ranks[0].compute_ns < by_name.ranks[0].compute_ns  # twice the bandwidth: memory-bound work shrinks
+    h100 = api_simulate(prefix, net, device="H100", compute_model="kernels")
+    assert by_name.ranks[0].compute_ns < h100.ranks[0].compute_ns  # H200: H100's compute, faster memory
+
+
+def test_nodes_without_shapes_are_estimated_and_said_once(tmp_path: Path) -> None:
+    def node(i: int, **attrs: object) -> object:
+        return make_node(i, f"k{i}", NodeType.COMP_NODE, attrs=attrs)
+
+    nodes = [node(0, num_ops=10**12, tensor_size=10**8), node(1, num_ops=10**12, tensor_size=10**8),
+             node(2, op_class="gemm", gemm_m=4096, gemm_n=4096, num_ops=10**12, tensor_size=10**8),
+             node(3, op_class="gemm", gemm_m=4096, gemm_n=4096, gemm_k=4096, dtype="bf16"),
+             make_node(4, "recorded", NodeType.COMP_NODE, duration_micros=7)]
+    warnings: list[str] = []
+    result = simulate(tmp_path, [nodes, nodes], RING2, warn=warnings.append, device="H100", compute_model="kernels")
+    (message,) = [w for w in warnings if "--compute-model kernels" in w]
+    assert "3 of 5 GPU compute nodes have no usable operator shape (no op_class attribute: 2; gemm without " \
+           "positive gemm_k: 1)" in message
+    assert "1 carry neither and replay their recorded durations" in message and "trace generate llm" in message
+    model = KernelModel(device("H100"))
+    from compute.shapes import GemmShape, OpShape
+
+    expected = (3 * model.time_ns(None, 10**12, 10**8) + model.time_ns(OpShape("gemm", gemm=GemmShape(4096, 4096,
+                                                                                                   4096)), 0, 0)
+                + 7000)
+    assert result.ranks[0].compute_ns == expected
+    with pytest.raises(Exception, match="refused under --strict"):
+        simulate(tmp_path, [nodes, nodes], RING2, device="H100", compute_model="kernels", strict=True)
+
+
+def test_bad_names_list_the_valid_ones(traces: tuple[str, str]) -> None:
+    prefix, net = traces
+    done = run_cli("--workload", prefix, "--network", net, "--device", "H100", "--compute-model", "kernel")
+    assert done.returncode == 1 and "unknown compute model 'kernel'; valid: roofline, kernels" in done.stderr
+    done = run_cli("--workload", prefix, "--network", net, "--device", "X1", "--compute-model", "kernels")
+    assert done.returncode == 1 and "unknown device 'X1'; valid: A100, H100, H200, B200, MI300X" in done.stderr
+    done = run_cli("--workload", prefix, "--network", net, "--compute-model", "kernels")
+    assert done.returncode == 1 and "the kernels compute model needs a device: --device NAME" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_sweep_axis_over_compute_models(tmp_path: Path) -> None:
+    spec = {"name": "cm", "base": {"workload": {"generate": "llm", "preset": "llama3-8b", "num_layers": 1,
+                                                "global_batch": 2, "tp": 2, "pp": 1, "dp": 1},
+                                   "network": {"topology": ["Switch"], "npus_count": [2], "bandwidth": [450],
+                                               "latency": [500]},
+                                   "options": {"device": "H100"}},
+            "axes": {"options.compute_model": ["roofline", "kernels"]}}
+    path = tmp_path / "cm.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    done = run_cli("sweep", str(path), "--out", str(tmp_path / "out"), "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    csv_path = tmp_path / "cm.csv"
+    assert run_cli("sweep", "export", str(tmp_path / "out"), "--csv", str(csv_path)).returncode == 0
+    text = csv_path.read_text()
+    assert "kernels" in text and "roofline" in text
+
+
+def test_uncalibrated_devices_say_so(traces: tuple[str, str]) -> None:
+    prefix, net = traces
+    warnings: list[str] = []
+    api_simulate(prefix, net, device="TPUv4", compute_model="kernels", warn=warnings.append)
+    assert any("device TPUv4: no kernel measurements calibrate its kernel parameters (they are H100's)" in w
+               for w in warnings)
