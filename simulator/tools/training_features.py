@@ -27,15 +27,16 @@ class Feature:
     label: str
     options: tuple[tuple[str, Any], ...]  # (generator key, value or VALUE); empty: no generator can express it
     minor: bool = False  # a small effect: without the option the row still runs, the report lists it as left out
+    structural: bool = False  # changes the number of ranks: --approximate cannot leave it out
 
 
 FEATURES: dict[str, Feature] = {
-    "tp": Feature("tensor parallelism", (("tp", VALUE),)),
-    "pp": Feature("pipeline parallelism", (("pp", VALUE),)),
-    "dp": Feature("data parallelism", (("dp", VALUE),)),
-    "ep": Feature("expert parallelism", (("ep", VALUE),)),
+    "tp": Feature("tensor parallelism", (("tp", VALUE),), structural=True),
+    "pp": Feature("pipeline parallelism", (("pp", VALUE),), structural=True),
+    "dp": Feature("data parallelism", (("dp", VALUE),), structural=True),
+    "ep": Feature("expert parallelism", (("ep", VALUE),), structural=True),
     "vp": Feature("interleaved pipeline schedule", (("vp", VALUE), ("virtual_pipeline", VALUE))),
-    "cp": Feature("context parallelism", (("cp", VALUE),)),
+    "cp": Feature("context parallelism", (("cp", VALUE),), structural=True),
     "sequence_parallel": Feature("sequence parallelism", (("sequence_parallel", True),)),
     "full_recompute": Feature("full activation recompute", (("recompute", "full"), ("activation_recompute", True))),
     "selective_recompute": Feature("selective activation recompute (attention core)", (("recompute", "selective"),)),

@@ -210,6 +210,7 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     if batch is None:
         return plan
     missing = list(chosen.needs)
+    structural = False  # a missing feature that changes the rank count: no approximation
     spec: dict[str, Any] = {"generate": "llm", "model_name": row.row_id[:64], **chosen.fields}
     for name, value in reqs:
         got = resolve(name, value)
@@ -219,6 +220,7 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
             plan.left_out.append(missing_label(name))
         else:
             missing.append(missing_label(name))
+            structural = structural or FEATURES[name].structural
     spec["global_batch"], spec["micro_batch_size"] = batch
     plan.spec = spec
     stated = stated_machine(row.text("gpu"), row.text("intra_node"), row.text("inter_node"),
@@ -245,6 +247,6 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
         except InputError as e:
             return plan.refuse(UNSUPPORTED, str(e))
     if missing:
-        plan.approximable = True
+        plan.approximable = not structural
         plan.refuse(NEEDS, "; ".join(missing))
     return plan

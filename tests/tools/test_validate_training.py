@@ -238,3 +238,12 @@ def test_rows_over_the_limits_say_so(tmp_path: Path) -> None:
     out = run_cli("validate-training", "--tables", str(table), "--memory-limit", "0.05", "--quiet")
     assert out.returncode == 0 and ("not finished: over the memory limit of 0.05 GiB" in out.stdout
                                     or "ended without a result" in out.stdout)
+
+
+def test_approximation_never_drops_a_dimension_of_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    stated = {**ROWS[0], "TP": "2", "CP": "2", "DP": "2"}
+    options = dict(training_features.generator_options())
+    options.pop("cp", None)
+    monkeypatch.setattr(training_features, "generator_options", lambda: options)
+    plan = plan_row(row(stated))
+    assert plan.status == NEEDS and "context parallelism" in plan.reason and not plan.approximable
