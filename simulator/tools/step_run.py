@@ -71,9 +71,9 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
                      slowest_rank_breakdown(sim, result, NodeKinds.of_programs(programs)), flops, collectives)
 
 
-def iteration_nodes(spec: dict[str, Any]) -> int:
+def iteration_nodes(spec: dict[str, Any], label: str = "generate: llm") -> int:
     """Trace nodes of one iteration over all ranks (what a run that simulates every rank has to hold)."""
-    _, plan, programs = llm_programs(spec, "generate: llm")
+    _, plan, programs = llm_programs(spec, label)
     return sum(len(p.ops) for p in programs) * (plan.world_size // plan.pp)
 
 
@@ -98,8 +98,11 @@ def _child(conn: Any, memory_bytes: int, cpu_s: float, args: tuple[Any, ...]) ->
             resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 10))
         spec, network, profile, device, label = args
         conn.send(simulate_iteration(spec, network, profile, device, label=label))
-    except MemoryError:
-        conn.send(f"over the memory limit of {memory_bytes / 2**30:.3g} GiB")
+    except (MemoryError, SystemError) as e:  # an allocation refused inside C code surfaces as a SystemError
+        if not memory_bytes and isinstance(e, SystemError):
+            conn.send(f"failed: SystemError: {e}")
+        else:
+            conn.send(f"over the memory limit of {memory_bytes / 2**30:.3g} GiB")
     except CpuTimeExceeded:
         conn.send(f"over the CPU-time limit of {cpu_s:g} s")
     except InputError as e:

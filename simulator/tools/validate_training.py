@@ -22,7 +22,7 @@ from typing import Any
 
 from simulator.tools.step_breakdown import PP
 from simulator.tools.step_run import Iteration, iteration_nodes, run_limited
-from simulator.tools.training_layout import NEEDS, READY, RowPlan, plan_row
+from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, RowPlan, plan_row
 from simulator.tools.training_metrics import METRICS
 from simulator.tools.training_table import read_tables
 from workload.errors import InputError
@@ -222,8 +222,11 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         runnable = plan.status == READY or (args.approximate and plan.status == NEEDS and plan.approximable)
         status, reason, iteration, nodes = plan.status, plan.reason, None, None
         if runnable:
-            nodes = iteration_nodes(plan.spec)
-            status = "planned" if plan.status == READY else "planned (approximate)"
+            try:
+                nodes = iteration_nodes(plan.spec, row.row_id)
+                status = "planned" if plan.status == READY else "planned (approximate)"
+            except InputError as e:  # the generator refuses the layout (e.g. layers that do not split evenly)
+                runnable, status, reason = False, UNSUPPORTED, str(e)
         if runnable and not args.plan_only:
             if not args.quiet:
                 print(f"[{i + 1}/{len(rows)}] {row.row_id}: simulating {plan.n_gpus} ranks ({nodes:,} nodes) ...",

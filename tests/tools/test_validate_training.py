@@ -248,3 +248,13 @@ def test_approximation_never_drops_a_dimension_of_ranks(monkeypatch: pytest.Monk
     monkeypatch.setattr(training_features, "generator_options", lambda: options)
     plan = plan_row(row(stated))
     assert plan.status == NEEDS and "context parallelism" in plan.reason and not plan.approximable
+
+
+def test_a_layout_the_generator_refuses_is_reported_not_fatal(tmp_path: Path) -> None:
+    refused = {**ROWS[0], "row_id": "heads", "hidden": "384", "heads": "6", "TP": "4", "DP": "2"}  # 6 heads, tp=4
+    table = write_table(tmp_path / "t.tsv", [refused, ROWS[0]])
+    out = run_cli("validate-training", "--tables", str(table), "--plan-only", "--json", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    first, second = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert first["status"] == UNSUPPORTED and "not divisible by tp=4" in first["reason"]
+    assert second["status"] == "planned"
