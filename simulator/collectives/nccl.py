@@ -72,6 +72,7 @@ from simulator.collectives.network import (
     inflight_factor,
     network_channels,
 )
+from simulator.collectives.tuner import tuner_choice
 from workload.errors import InputError
 
 
@@ -422,6 +423,10 @@ class CollectiveModel(HardwareBounds):
                                            PROTOCOL_INDEX[c.protocol]))
         if program is not None and candidates[0].algorithm == MSCCL:
             candidates[0] = replace(candidates[0], channels=program.channels)
+        elif algorithm is None and self.profile.tuner is not None:  # a tuner plugin overrides the library's choice
+            pick = tuner_choice(self.profile.tuner, kind, size_bytes, comm.ranks, comm.nodes, set(pairs))
+            if pick is not None:
+                candidates.sort(key=lambda c: (c.algorithm, c.protocol) != pick)
         plan = Plan(kind, size_bytes, comm, candidates[0], tuple(candidates))
         if len(self._cache) < 100_000:
             self._cache[cache_key] = plan

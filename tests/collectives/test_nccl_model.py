@@ -166,7 +166,7 @@ def test_rings_and_trees_never_beat_their_links(s, size: int) -> None:
 
 # --- profiles and commands ---------------------------------------------------------------------------------------
 def test_profile_errors_are_one_line() -> None:
-    with pytest.raises(InputError, match="valid: aws-p5-h100, aws-p6-b200"):
+    with pytest.raises(InputError, match="valid: aws-p4d-a100, aws-p5-h100, aws-p6-b200"):
         load_profile("no-such-box")
     good = {"name": "x", "gpu": "g", "gpus_per_node": 8, "library": "nccl", "library_version": "2", "arch": "hopper",
             "scale_up": {"fabric": "nvswitch", "links_per_gpu": 18, "link_bandwidth_GBps": 25, "latency_us": 1}}
