@@ -6,8 +6,8 @@ published tables in benchmarks/data/unseen/, each with the shipped profile of it
 benchmarks/data/unseen/README.md says where every table comes from and which tables are the final hold-out (split
 before the model was run on them). ``all`` is the first round's development and hold-out tables; ``final`` the second
 round's hold-out, run once after the last model change. Prints per table the rows, the geomean |error| of busbw per
-size band and the largest error from 1 MiB up (error = predicted / published - 1), then the same pooled over the set; ``--rows`` adds
-every row (published and predicted busbw, the chosen algorithm and protocol).
+size band and the largest error from 1 MiB up (error = predicted / published - 1), then the same pooled over the set;
+``--rows`` adds every row (published and predicted busbw, the chosen algorithm and protocol).
 """
 
 from __future__ import annotations
