@@ -70,6 +70,7 @@ from simulator.collectives.network import (
     SIMPLE_NET_HOP_US,
     chunk_bytes,
     inflight_factor,
+    latencies_per_step,
     network_channels,
 )
 from simulator.collectives.tuner import tuner_choice
@@ -173,7 +174,10 @@ class CollectiveModel(HardwareBounds):
             pairs.append((P2P, SIMPLE))
         else:
             raise InputError(f"the collective model cannot time {kind!r}; valid: {', '.join(KINDS)}")
-        return pairs
+        allowed = [(a, p) for a, p in pairs  # the platform's NCCL_ALGO / NCCL_PROTO
+                   if (prof.algorithms is None or a in (DIRECT, P2P) or a in prof.algorithms)
+                   and (prof.protocols is None or p in prof.protocols)]
+        return allowed or pairs
 
     def _steps(self, algorithm: str, kind: str, comm: Communicator) -> tuple[int, int]:
         """(intra-node, inter-node) latency steps of one call."""
@@ -319,7 +323,7 @@ class CollectiveModel(HardwareBounds):
             staged = comm.nodes > 1 and protocol == SIMPLE and out is not None
             if comm.nodes > 1 and out is not None:  # the transport's latency on every network step in sequence
                 sequential = 1 if algorithm in (DIRECT, P2P) else self._steps(algorithm, kind, comm)[1]
-                net_us = sequential * out.latency_us * (2 if protocol == SIMPLE else 1)
+                net_us = sequential * out.latency_us * latencies_per_step(out.transport, protocol)
             net_channels = network_channels(algorithm, comm.per_node)
             fixed = _Fixed(self.library_latency_us(algorithm, protocol, kind, comm) + net_us, lib_algbw, channels,
                            self.raw_busbw(algorithm, kind, comm), params, bool(fitted),
