@@ -65,6 +65,7 @@ from simulator.collectives.library import (
     Communicator,
     algorithm_name,
     bus_factor,
+    tree_correction,
 )
 from simulator.collectives.network import (
     SIMPLE_NET_HOP_US,
@@ -374,8 +375,10 @@ class CollectiveModel(HardwareBounds):
             params = fixed.params
         else:
             calibrated = True
-        library_us = fixed.library_us + size_bytes / (1e3 * fixed.library_algbw) if fixed.library_algbw > 0 else (
-            math.inf)
+        algbw = fixed.library_algbw
+        if algorithm == TREE and kind == ALL_REDUCE:  # the library's medium-size correction of its tree estimate
+            algbw *= tree_correction(protocol, size_bytes)
+        library_us = fixed.library_us + size_bytes / (1e3 * algbw) if algbw > 0 else math.inf
         if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
                 size_bytes >= comm.ranks / 16 * 65536):
             library_us += fixed.library_us * 0.4  # the ring's plateau

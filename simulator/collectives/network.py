@@ -7,9 +7,9 @@ speed), the transport, and how NCCL/RCCL drive the network. Three pieces, all st
 
 - **Bus-bandwidth bounds** (nccl-tests busbw, GB/s) from the NICs one node puts behind the communicator
   (``node_nic_GBps``). A ring crosses every node boundary once per channel, so its busbw is bounded by the node's
-  NICs (ring, tree, PAT). NVLS-tree reduces inside the node first and sends each node's buffer once up and once down
-  a tree of nodes: its algorithm bandwidth is bounded by the node's NICs on two nodes (each node sends and receives
-  the buffer once) and by half of them on more (a tree node sends up and to two children). SHARP (CollNet) reduces in
+  NICs (ring, PAT). Trees of nodes (tree, NVLS-tree) send each node's buffer once up and once down the tree: their
+  algorithm bandwidth is bounded by the node's NICs on two nodes (each node sends and receives the buffer once) and
+  by half of them on more (a tree node sends up and to two children). SHARP (CollNet) reduces in
   the switch: the buffer crosses each node's NICs once each way. All-to-all sends the share of every GPU's buffer
   bound off the node through the node's NICs: busbw <= NICs x (n - 1) / (ppn x (n - ppn)).
 - **Transport latency**: each network step waits one one-way latency, or two where the receiver must also wait
@@ -73,7 +73,7 @@ def node_nic_GBps(nics_per_node: int, nic_GBps: float, per_node: int, gpus_per_n
 def net_busbw_bound(algorithm: str, kind: str, ranks: int, nodes: int, per_node: int, node_GBps: float) -> float:
     """The busbw (nccl-tests convention) the node's NICs allow ``algorithm`` on ``nodes`` nodes (> 1)."""
     n, ppn = ranks, per_node
-    if algorithm == "nvls_tree":  # algorithm bandwidth: the node's NICs (2 nodes) or half of them (more)
+    if algorithm in ("nvls_tree", "tree"):  # algorithm bandwidth: the node's NICs (2 nodes) or half of them (more)
         algbw = node_GBps if nodes <= 2 else node_GBps / 2
         return algbw * 2 * (n - 1) / n
     if algorithm == "collnet":
@@ -81,7 +81,7 @@ def net_busbw_bound(algorithm: str, kind: str, ranks: int, nodes: int, per_node:
     if algorithm == "direct":  # every GPU's off-node share through the node's NICs
         remote = n - ppn
         return node_GBps * (n - 1) / (ppn * remote) if remote > 0 else float("inf")
-    return node_GBps  # ring, tree, PAT, p2p: the ring crosses each node's NICs once per channel
+    return node_GBps  # ring, PAT, p2p: the ring crosses each node's NICs once per channel
 
 
 def network_channels(algorithm: str, per_node: int) -> int:

@@ -233,7 +233,7 @@ def test_a_fit_carries_to_node_counts_it_did_not_see() -> None:
     a100 = ["azure_ndv4_a100_1node_all_reduce.tsv", "azure_ndv4_a100_16_32gpu_all_reduce.tsv"]
     for held in (lambda r: r.gpus == 32, lambda r: r.gpus == 16):
         summary = _fit_and_predict("dgx-a100", a100, held)
-        assert summary["geomean_abs_error_ge_64KiB"] <= 0.10 and summary["max_abs_error_ge_1MiB"] <= 0.26, summary
+        assert summary["geomean_abs_error_ge_64KiB"] <= 0.06 and summary["max_abs_error_ge_1MiB"] <= 0.12, summary
     summary = _fit_and_predict("mi325x", ["mi325x_roce_1to8node_ring_all_reduce_rccl.tsv"], lambda r: r.nodes >= 4)
     assert summary["max_abs_error_ge_1MiB"] <= 0.05, summary
     # 2 and 4 GPUs from 8: the latency per ring step and Simple's start-up carry; LL's mid sizes less (README)
