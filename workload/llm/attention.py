@@ -19,6 +19,7 @@ causal s(s + 1)/2 (a2a: the whole causal square for heads / cp heads), so FLOP t
 
 from __future__ import annotations
 
+from compute.shapes import AttentionShape, OpShape, dtype_for_bytes
 from workload.llm import costs
 from workload.llm.costs import Kernel
 from workload.llm.model import ModelConfig
@@ -31,13 +32,12 @@ AG, RS, A2A = CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER, Collecti
 CORRECTION_FLOPS = 4  # per output element and step: rescale by the running max, add (estimate)
 
 
-def _attention_kernel(name: str, pairs: int, batch: int, heads: int, head_dim: int, size_bytes: int,
-                      backward: bool) -> Kernel:
-    """A fused attention kernel computing ``pairs`` (query, key) pairs per head and sequence."""
-    flops = 2 * 2 * head_dim * heads * batch * pairs
-    if backward:
+def _attention_kernel(name: str, shape: AttentionShape, size_bytes: int, dtype: str) -> Kernel:
+    """A fused attention kernel of ``shape`` (its (query, key) pairs give the FLOPs, as costs.attention counts)."""
+    flops = 2 * 2 * shape.head_dim * shape.heads * shape.batch * shape.pairs
+    if shape.backward:
         flops *= costs.BACKWARD_FACTOR
-    return Kernel(name, "attention", flops, size_bytes)
+    return Kernel(name, "attention", flops, size_bytes, OpShape("attention", dtype, attention=shape))
 
 
 class Attention:
@@ -50,26 +50,35 @@ class Attention:
         b, t = z.batch, z.tokens  # t = b x s / cp query tokens per rank
         self.q_bytes = t * z.heads * z.head_dim * d
         self.kv_bytes = 2 * t * z.kv_heads * z.head_dim * d  # this rank's K and V
+        dtype = dtype_for_bytes(d)
+
+        def shape(seq_q: int, seq_kv: int, causal: bool, backward: bool) -> AttentionShape:
+            return AttentionShape(b, z.heads, z.kv_heads, z.head_dim, seq_q, seq_kv, causal, backward)
+
         if self.kind == "p2p":
             n = model.seq_len // (2 * plan.cp)
             fwd_bytes = 2 * self.q_bytes + self.kv_bytes
             bwd_bytes = 4 * self.q_bytes + 2 * self.kv_bytes
-            self.steps = [(n * (2 * n + 1), "diagonal")] + [(2 * n * n, "block")] * (plan.cp - 1)
+            # step 0: the two local chunks, causal (n(2n + 1) pairs); later steps: a whole block against half of
+            # the other (the queries of both chunks against an earlier rank's first chunk, or the second chunk
+            # against both of a later rank's): 2n^2 pairs, no mask
+            steps = [(2 * n, True)] + [(n, False)] * (plan.cp - 1)
             self.step_kernels = [
-                (_attention_kernel("attention", pairs, b, z.heads, z.head_dim, fwd_bytes, False),
-                 _attention_kernel("attention_bwd", pairs, b, z.heads, z.head_dim, bwd_bytes, True))
-                for pairs, _ in self.steps]
+                (_attention_kernel("attention", shape(2 * n, kv, causal, False), fwd_bytes, dtype),
+                 _attention_kernel("attention_bwd", shape(2 * n, kv, causal, True), bwd_bytes, dtype))
+                for kv, causal in steps]
             elements = t * z.heads * z.head_dim * (plan.cp - 1)
             self.correction = Kernel("attention_correction", "elementwise", elements * CORRECTION_FLOPS,
-                                     3 * elements * d)
+                                     3 * elements * d, OpShape("elementwise", dtype))
         elif self.kind == "all_gather":
             n = model.seq_len // (2 * plan.cp)
             gathered = plan.cp * self.kv_bytes
+            # 2n queries that see n(s + 1) keys in all: as the last 2n of (cp + 1)n causal positions
             self.gathered_kernels = (
-                _attention_kernel("attention", n * (model.seq_len + 1), b, z.heads, z.head_dim,
-                                  2 * self.q_bytes + gathered, False),
-                _attention_kernel("attention_bwd", n * (model.seq_len + 1), b, z.heads, z.head_dim,
-                                  4 * self.q_bytes + 2 * gathered, True))
+                _attention_kernel("attention", shape(2 * n, (plan.cp + 1) * n, True, False),
+                                  2 * self.q_bytes + gathered, dtype),
+                _attention_kernel("attention_bwd", shape(2 * n, (plan.cp + 1) * n, True, True),
+                                  4 * self.q_bytes + 2 * gathered, dtype))
         elif self.kind == "a2a":
             self.a2a_kernels = costs.attention(b, model.seq_len, z.heads // plan.cp, z.kv_heads // plan.cp,
                                                z.head_dim, d)

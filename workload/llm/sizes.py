@@ -9,8 +9,6 @@ GEMMs are FP8 (the output layer and the router stay in the model's dtype, as Meg
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 from workload.llm import costs
 from workload.llm.costs import Matmul
 from workload.llm.model import ModelConfig
@@ -18,16 +16,12 @@ from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 
 FP8_BYTES = 1
-# Matmul grows a math-precision field with the kernel compute model; set it where it exists
-_MATMUL_HAS_DTYPE = "dtype" in {f.name for f in fields(Matmul)}
 
 
 def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, fp8: bool = False
            ) -> Matmul:
-    """A Matmul, marked FP8 when ``fp8`` (where the kernel model reads the precision)."""
-    if fp8 and _MATMUL_HAS_DTYPE:
-        return Matmul(name, tokens, k, n, dtype_bytes, weights, "fp8")  # type: ignore[call-arg]
-    return Matmul(name, tokens, k, n, dtype_bytes, weights)
+    """A Matmul, in FP8 when ``fp8`` (the kernel model reads the precision; the bytes stay the model's)."""
+    return Matmul(name, tokens, k, n, dtype_bytes, weights, "fp8" if fp8 else "")
 
 
 class StageSizes:

@@ -14,6 +14,7 @@ Kernels are sized by what they touch, so the compute models time them as memory-
 
 from __future__ import annotations
 
+from compute.shapes import OpShape
 from workload.llm.costs import Kernel
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
@@ -27,6 +28,7 @@ LAST_STAGE_BATCH_BYTES = 8 + 4  # per token: label (int64) and loss mask (fp32)
 NORM_FLOPS_PER_GRAD = 2
 NORM_REDUCE_BYTES = 4
 LOSS_REDUCE_BYTES = 8
+SHAPE = OpShape("elementwise", "fp32")  # memory-bound: timed from the bytes it touches
 
 
 class IterationTail:
@@ -48,7 +50,7 @@ class IterationTail:
         if self.wait_us:
             deps = self.prog.host(pre + "dataloader_wait", self.wait_us, deps, "tail")
         data = self.tokens * (FIRST_STAGE_BATCH_BYTES if first_stage else LAST_STAGE_BATCH_BYTES)
-        return self.prog.compute(pre + "get_batch", Kernel("get_batch", "elementwise", self.tokens, data), deps,
+        return self.prog.compute(pre + "get_batch", Kernel("get_batch", "elementwise", self.tokens, data, SHAPE), deps,
                                  "tail")
 
     def clip(self, local_grads: int, deps: list[int]) -> list[int]:
@@ -57,14 +59,15 @@ class IterationTail:
             return deps
         size = local_grads * self.grad_bytes
         norm = self.prog.compute("grad_norm", Kernel("grad_norm", "elementwise", NORM_FLOPS_PER_GRAD * local_grads,
-                                                     size), deps, "tail")
+                                                     size, SHAPE), deps, "tail")
         norm = self.prog.coll("grad_norm_allreduce", self.norm_group, AR, NORM_REDUCE_BYTES, norm, "tail")
-        return self.prog.compute("clip_grad", Kernel("clip_grad", "elementwise", local_grads, 2 * size), norm, "tail")
+        clip = Kernel("clip_grad", "elementwise", local_grads, 2 * size, SHAPE)
+        return self.prog.compute("clip_grad", clip, norm, "tail")
 
     def log(self, deps: list[int]) -> None:
         """The loss reduced for logging (last stage), after the step."""
         if not self.on:
             return
-        loss = self.prog.compute("loss_reduce", Kernel("loss_reduce", "elementwise", self.m, 4 * self.m), deps,
+        loss = self.prog.compute("loss_reduce", Kernel("loss_reduce", "elementwise", self.m, 4 * self.m, SHAPE), deps,
                                  "tail")
         self.prog.coll("loss_allreduce", self.loss_group, AR, LOSS_REDUCE_BYTES, loss, "tail")
