@@ -94,7 +94,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "the whole backward); default: by ZeRO stage")
     t.add_argument("--overlap-param-gather", action="store_true",
                    help="distributed optimizer: parameter all-gathers overlap the next forward")
-    t.add_argument("--ddp-bucket-size", dest="bucket_size", type=bucket_size, metavar="PARAMS|megatron",
+    t.add_argument("--ddp-bucket-size", type=bucket_size, metavar="PARAMS|megatron",
                    help="gradient bucket size in parameters, or 'megatron' for max(40M, 1M x dp x cp); default: "
                         "one bucket per layer")
     t.add_argument("--tp-comm-overlap", action="store_true",
@@ -192,7 +192,7 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
     """The training-step settings the flags describe, checked against ``plan``."""
     options = TrainingOptions(precision=args.precision, grad_reduce_in_fp32=args.grad_reduce_in_fp32,
                               fp8_param_gather=args.fp8_param_gather, overlap_grad_reduce=args.overlap_grad_reduce,
-                              overlap_param_gather=args.overlap_param_gather, bucket_size=args.bucket_size,
+                              overlap_param_gather=args.overlap_param_gather, bucket_size=args.ddp_bucket_size,
                               tp_comm_overlap=args.tp_comm_overlap, reshard_after_forward=args.reshard_after_forward,
                               fsdp_grad_sync=args.fsdp_grad_sync, iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us)

@@ -70,4 +70,4 @@ class IterationTail:
             return
         loss = self.prog.compute("loss_reduce", Kernel("loss_reduce", "elementwise", self.m, 4 * self.m, SHAPE), deps,
                                  "tail")
-        self.prog.coll("loss_allreduce", self.loss_group, AR, LOSS_REDUCE_BYTES, loss, "tail")
+        self.prog.coll("logged_loss_allreduce", self.loss_group, AR, LOSS_REDUCE_BYTES, loss, "tail")
