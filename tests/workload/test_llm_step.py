@@ -270,3 +270,17 @@ def test_generator_keys_take_the_new_settings() -> None:
         generated_traces({**spec, "ddp_bucket_size": [1]}, 8, "w.yaml")
     with pytest.raises(InputError, match=r"w\.yaml: .*dp 1 x tp 2 x pp 2 x cp 2"):
         generated_traces(spec, 16, "w.yaml")
+
+
+@pytest.mark.parametrize(("plan", "options"), [
+    (dict(tp=2, pp=4, vp=2, dp=2, num_micro_batches=8), {}),
+    (dict(tp=2, pp=2, cp=2, num_micro_batches=4, sequence_parallel=True), dict(tp_comm_overlap=True,
+                                                                             iteration_tail=True)),
+])
+def test_output_estimate_is_close_to_what_is_written(tmp_path: Path, plan: dict, options: dict) -> None:
+    """--max-bytes checks the estimate before writing: within 2% of the written traces."""
+    model = replace(SMALL, num_layers=8, seq_len=256)
+    p, o = ParallelPlan(**plan), TrainingOptions(**options)
+    generate_traces(model, p, str(tmp_path / "t"), options=o)
+    written = sum(f.stat().st_size for f in tmp_path.glob("t.*.et"))
+    assert cli.estimated_bytes(model, p, o) == pytest.approx(written, rel=0.02)

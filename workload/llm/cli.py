@@ -268,25 +268,23 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
             print(f"generated {plan.world_size} trace files in {elapsed:.2f} s")
 
 
-_ATTRIBUTE_BYTES = 48  # the attributes of a generated node (is_cpu_op, sizes, type, group, peers) at most
-
-
 def estimated_bytes(model: ModelConfig, plan: ParallelPlan, options: TrainingOptions | None = None) -> int:
-    """The bytes the traces of ``plan`` take, from the programs of one and two micro-batches (a program grows
-    by the same ops with every micro-batch; of one and two groups of the interleaved schedule), without building
-    the whole iteration."""
+    """The bytes the traces of ``plan`` take, from the traces of one and two micro-batches (a program grows by the
+    same ops with every micro-batch; of one and two groups of the interleaved schedule), one rank per stage, without
+    building the whole iteration."""
     from workload.llm.build import build_programs
-    from workload.writer import make_node, serialize
+    from workload.llm.emit import TraceEmitter
 
-    def program_bytes(program: Any) -> int:
-        return sum(len(serialize(make_node(i + 1, op.name, op.node_type, data_deps=op.deps, ctrl_deps=op.ctrl)))
-                   + _ATTRIBUTE_BYTES for i, op in enumerate(program.ops))
-
+    options = options or TrainingOptions()
     step = plan.group_size if plan.vp > 1 else 1
-    one, two = (build_programs(model, replace(plan, num_micro_batches=m * step, microbatch_group_size=step
-                                              if plan.vp > 1 else None), options) for m in (1, 2))
+
+    def stage_bytes(groups: int) -> list[int]:
+        small = replace(plan, num_micro_batches=groups * step, microbatch_group_size=step if plan.vp > 1 else None)
+        ranks = RankMap(small, model, tail=options.iteration_tail)
+        emitter = TraceEmitter(build_programs(model, small, options), ranks)
+        return [len(emitter.rank_bytes(ranks.rank(dp=0, tp=0, pp=s))) for s in range(plan.pp)]
+
     total = 0
-    for p1, p2 in zip(one, two, strict=True):
-        b1, b2 = program_bytes(p1), program_bytes(p2)
+    for b1, b2 in zip(stage_bytes(1), stage_bytes(2), strict=True):
         total += (b1 + (plan.num_micro_batches - step) * max(b2 - b1, 0) // step) * plan.dp * plan.tp * plan.cp
     return total
