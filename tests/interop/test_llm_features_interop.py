@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 
 pytestmark = pytest.mark.interop
 et_def = pytest.importorskip("chakra.schema.protobuf.et_def_pb2", reason="mlc-chakra is not installed")
-protolib = pytest.importorskip("chakra.src.third_party.utils.protolib", reason="mlc-chakra is not installed")
+from tests.interop.test_chakra_interop import _read_with_chakra  # noqa: E402 (after the skip)
 
 FLAGS = ["trace", "generate", "llm", "--layers", "8", "--hidden", "256", "--heads", "8", "--kv-heads", "4",
          "--ffn-hidden", "512", "--vocab", "1000", "--seq-len", "256", "--tp", "2", "--pp", "2", "--cp", "2",
@@ -25,19 +25,6 @@ REQUIRED = {4: {"num_ops", "tensor_size"}, 5: {"comm_src", "comm_dst", "comm_siz
             6: {"comm_src", "comm_dst", "comm_size", "comm_tag"}, 7: {"comm_type", "comm_size"}}
 
 
-def _read_with_chakra(path: Path) -> list:
-    f = protolib.openFileRd(str(path))
-    protolib.decodeMessage(f, et_def.GlobalMetadata())
-    out = []
-    while True:
-        node = et_def.Node()
-        if not protolib.decodeMessage(f, node):
-            break
-        out.append(node)
-    f.close()
-    return out
-
-
 def test_featured_llm_traces_decode_with_chakra_and_run_without_metadata(tmp_path: Path) -> None:
     from simulator.api import simulate
 
@@ -46,7 +33,7 @@ def test_featured_llm_traces_decode_with_chakra_and_run_without_metadata(tmp_pat
     assert done.returncode == 0, done.stderr
     sends = {}
     for rank in range(8):
-        nodes = _read_with_chakra(tmp_path / "file" / f"llm.{rank}.et")
+        _, nodes = _read_with_chakra(tmp_path / "file" / f"llm.{rank}.et")
         ids = {n.id for n in nodes}
         assert nodes and all(n.type != et_def.METADATA_NODE for n in nodes)
         for n in nodes:
