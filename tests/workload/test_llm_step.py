@@ -206,7 +206,7 @@ def test_iteration_tail_nodes(tmp_path: Path) -> None:
     assert not first.collectives(AR, "logged_loss_allreduce")
     zero0 = traces(tmp_path / "z0", SMALL, replace(plan, zero_stage=0), iteration_tail=True)[0]
     (norm,) = zero0.collectives(AR, "grad_norm_allreduce")
-    assert zero0.members(norm) == (0, 1, 4, 5)  # tp x pp of data-parallel rank 0
+    assert zero0.members(norm) == (0, 4, 1, 5)  # tp x pp of data-parallel rank 0, tp outermost
     plain = traces(tmp_path / "off", SMALL, plan)[0]
     assert not [n for n in plain.nodes if "get_batch" in n.name or "grad_norm" in n.name]
 

@@ -100,8 +100,9 @@ class _StageBuilder:
             else:
                 self._backward(mb, chunk)
         self._step()
-        layers = self.chunk_layers[0] if self.vp == 1 else tuple(x for r in self.chunk_layers for x in r)
-        return StageProgram(self.stage, layers, self.prog.ops)  # type: ignore[arg-type]
+        layers: range | tuple[int, ...] = self.chunk_layers[0] if self.vp == 1 else tuple(
+            x for r in self.chunk_layers for x in r)
+        return StageProgram(self.stage, layers, self.prog.ops)
 
     def _forward(self, mb: int, chunk: int) -> None:
         pre, prog, z = f"mb{mb}.fwd.", self.prog, self.z

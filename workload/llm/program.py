@@ -40,8 +40,10 @@ class Op:
 
 @dataclass(slots=True)
 class StageProgram:
+    """A stage's ops; ``layers`` its layers in order (a range, or with virtual stages those of its chunks)."""
+
     stage: int
-    layers: range
+    layers: range | tuple[int, ...]
     ops: list[Op]
 
 

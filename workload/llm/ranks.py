@@ -142,8 +142,9 @@ class RankMap:
             members["world"].append(tuple(range(p.world_size)))
             for c in range(p.cp):
                 for d in range(p.dp):
-                    members["mp"].append(tuple(self.rank(dp=d, tp=t, pp=s, cp=c) for s in range(p.pp)
-                                               for t in range(p.tp)))
+                    # tensor index outermost: a shift along tp rotates the list (the symmetric engines fold it)
+                    members["mp"].append(tuple(self.rank(dp=d, tp=t, pp=s, cp=c) for t in range(p.tp)
+                                               for s in range(p.pp)))
         groups: dict[str, dict[int, Group]] = {}
         numbered: dict[tuple[int, ...], Group] = {}
         gid = 1
