@@ -15,6 +15,7 @@ from workload.llm.plan import GROUP_DESCRIPTIONS, ParallelPlan, RankMap
 from workload.schema import NodeType
 
 CATEGORIES = ("matmul", "attention", "elementwise", "optimizer")
+RING = "-ring"  # comm_bytes key suffix of point-to-point sends along a tensor- or context-parallel ring
 
 
 def stage_flops(program: StageProgram) -> Counter[tuple[str, str]]:
@@ -44,8 +45,10 @@ def summarize(model: ModelConfig, plan: ParallelPlan, programs: list[StageProgra
         for op in program.ops:
             node_types[NodeType(op.node_type).name] += per_stage
             if op.node_type in (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE):
-                comm_bytes[op.group] += op.size_bytes * per_stage
-                comm_count[op.group] += per_stage
+                ring = op.node_type == NodeType.COMM_SEND_NODE and op.group != "pp"
+                kind = op.group + RING if ring else op.group  # sends along a tp/cp ring, apart from collectives
+                comm_bytes[kind] += op.size_bytes * per_stage
+                comm_count[kind] += per_stage
             if roofline is not None and op.kernel is not None:
                 busy_ns += roofline.time_ns(op.kernel.flops, op.kernel.size_bytes)
         compute_us.append(busy_ns / 1000)
@@ -137,8 +140,10 @@ def format_summary(s: dict[str, Any]) -> str:
     if s["comm_bytes"]:
         lines.append("bytes communicated (comm_size summed over ranks; ALL_GATHER: per-rank input):")
         for kind in sorted(s["comm_bytes"], key=lambda k: -s["comm_bytes"][k]):
-            lines.append(f"  {kind:4s} {GROUP_DESCRIPTIONS[kind]}: {_bytes(s['comm_bytes'][kind])} in "
-                         f"{s['comm_count'][kind]} {'sends' if kind == 'pp' else 'collectives'}")
+            sends = kind == "pp" or kind.endswith(RING)
+            what = GROUP_DESCRIPTIONS[kind.removesuffix(RING)] + (" ring" if kind.endswith(RING) else "")
+            lines.append(f"  {kind:4s} {what}: {_bytes(s['comm_bytes'][kind])} in "
+                         f"{s['comm_count'][kind]} {'sends' if sends else 'collectives'}")
     n = s["nodes"]
     lines.append(f"nodes: {n['total']} in all, per rank by stage " + ", ".join(map(str, n["per_rank_by_stage"]))
                  + " (" + ", ".join(f"{k} {v}" for k, v in sorted(n["by_type"].items())) + ")")
