@@ -223,7 +223,8 @@ def test_cli_generates_and_simulates_every_feature(tmp_path: Path) -> None:
     out = run_cli(*args)
     assert out.returncode == 0, out.stderr
     assert "x cp 2 (p2p)" in out.stdout and "interleaved over 2 virtual stages" in out.stdout
-    assert "selective recompute" in out.stdout and "FP8 GEMMs" in out.stdout and "cp   context parallel" in out.stdout
+    assert "selective recompute" in out.stdout and "FP8 GEMMs" in out.stdout
+    assert "cp-ring context parallel ring" in out.stdout
     prefix = out.stdout.splitlines()[0]
     network = tmp_path / "n.yml"
     network.write_text('{"topology": ["Switch", "Switch"], "npus_count": [4, 4], "bandwidth": [400, 50], '
