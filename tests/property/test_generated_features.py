@@ -25,7 +25,7 @@ def featured_layouts(draw: st.DrawFn) -> dict:
     m = pp * draw(st.integers(1, 2)) if vp > 1 else draw(st.integers(1, 2))
     sp = tp > 1 and draw(st.booleans())
     zero = draw(st.sampled_from([0, 1, 3]))
-    moe = draw(st.booleans()) and dp * cp * tp >= 2
+    moe = draw(st.booleans())
     spec = {"generate": "llm", "num_layers": 2 * pp * vp, "hidden_size": 256, "num_heads": 8, "num_kv_heads": 4,
             "ffn_hidden_size": 512, "vocab_size": 1000, "seq_len": 64, "tp": tp, "cp": cp, "pp": pp, "dp": dp,
             "vp": vp, "global_batch": dp * m, "zero": zero, "sequence_parallel": sp,
@@ -43,8 +43,9 @@ def featured_layouts(draw: st.DrawFn) -> dict:
     else:
         spec["reshard_after_forward"] = draw(st.booleans())
         spec["fsdp_grad_sync"] = draw(st.sampled_from(["every", "last"]))
-    if moe:
-        spec.update(num_experts=4, top_k=2, ep=2, etp=1 if sp or tp == 1 else tp)
+    etp = 1 if sp or tp == 1 else tp  # without sequence parallelism the experts split as the tensor-parallel ranks
+    if moe and (tp * cp * dp) % (2 * etp) == 0:
+        spec.update(num_experts=4, top_k=2, ep=2, etp=etp)
     world = tp * cp * pp * dp
     counts = draw(st.sampled_from([c for c in ([world], [2, world // 2]) if math.prod(c) == world and min(c) >= 2]))
     return {"spec": {k: v for k, v in spec.items() if v is not None},
