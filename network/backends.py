@@ -107,7 +107,12 @@ class CongestionUnaware:
     def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
         self.messages += 1
         self.bytes += size_bytes
-        delay = self.delay_ns(src, dst, size_bytes) if self._flows is None else self.path_delay_ns(src, dst, size_bytes)
+        if self._flows is None:
+            delay = self._delays.get((src, dst, size_bytes))
+            if delay is None:
+                delay = self.delay_ns(src, dst, size_bytes)
+        else:
+            delay = self.path_delay_ns(src, dst, size_bytes)
         self.engine.call_later(delay, on_delivered, arg)
 
 

@@ -480,8 +480,11 @@ class QuotientMessaging(Messaging):
         rep = q.rep_list[dst]
         source = q.relative(src, dst)
         wire = self._tag(tag, src, dst, rep)
-        entry, _ = self._match(wire, source, rep, size_bytes, True)
-        self._post_send(entry, on_sent, arg)
+        entry = self._match((wire, source, rep, size_bytes), True)
+        entry.on_sent = on_sent
+        entry.send_arg = arg
+        entry.sent = True
+        self.messages += 1
         clock = self.clock
         own = clock.insert_offset  # type: ignore[attr-defined]
         # the delivery touches the receiving representative on behalf of dst, and the sender when it completes
@@ -492,7 +495,7 @@ class QuotientMessaging(Messaging):
         clock.insert_offset = own  # type: ignore[attr-defined]
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
-        entry, _ = self._match(tag, src, dst, size_bytes, False)
+        entry = self._match((tag, src, dst, size_bytes), False)
         if entry.arrived:
             self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
             return
