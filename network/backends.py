@@ -184,6 +184,8 @@ class CongestionAware:
         self._switch_base = config.num_npus
         self._switch_ids: dict[tuple[int, int], int] = {}  # (dim, line) -> device id
         self._flows = Flows(EcmpRouter(config.fabric)) if config.fabric is not None else None
+        self._checked = hasattr(engine, "insert_offset")  # a representative-rank or quotient run's engine
+        self._call_later = engine.call_later
 
     # --- topology ---------------------------------------------------------------------------------
     def _class(self, a: int, b: int, dim: int) -> tuple[Any, Any, Any]:
@@ -265,17 +267,31 @@ class CongestionAware:
 
     # --- transmission -----------------------------------------------------------------------------
     def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
-        msg = _Message(size_bytes, self.route(src, dst), on_delivered, arg, getattr(self.engine, "insert_offset", None),
-                       self._touches.get((src, dst)))
-        self._enter(msg.route[0], msg)
+        route = self._routes.get((src, dst)) if self._flows is None else None
+        if route is None:
+            route = self.route(src, dst)
+        if self._checked:  # a folded run: on whose behalf the message's events are scheduled
+            msg = _Message(size_bytes, route, on_delivered, arg, self.engine.insert_offset,  # type: ignore[attr-defined]
+                           self._touches.get((src, dst)))
+        else:
+            msg = _Message(size_bytes, route, on_delivered, arg, None, None)
+        link = route[0]
+        if link.busy:
+            self._wait(link, msg)
+        else:
+            self._start(link, msg)
 
     def _enter(self, link: Link, msg: _Message) -> None:
         if link.busy:
-            link.pending.append(msg)
-            if len(link.pending) > link.max_queue:
-                link.max_queue = len(link.pending)
+            self._wait(link, msg)
         else:
             self._start(link, msg)
+
+    @staticmethod
+    def _wait(link: Link, msg: _Message) -> None:
+        link.pending.append(msg)
+        if len(link.pending) > link.max_queue:
+            link.max_queue = len(link.pending)
 
     def _start(self, link: Link, msg: _Message) -> None:
         link.busy = True
@@ -288,7 +304,11 @@ class CongestionAware:
         engine = self.engine
         if link.history is not None:
             link.history.append((engine.now, engine.now + busy))
-        if msg.touches is not None:  # a quotient run: each event says which class (link or rank) it touches
+        if not self._checked:  # the message engine: the common case
+            call_later = self._call_later
+            call_later(int(link.latency_ns + serialization), self._arrived, msg)
+            call_later(busy, self._free, link)
+        elif msg.touches is not None:  # a quotient run: each event says which class (link or rank) it touches
             hop = msg.hop
             last = hop + 1 == len(msg.route)
             engine.call_later(int(link.latency_ns + serialization), self._arrived, msg,  # type: ignore[call-arg]
