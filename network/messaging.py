@@ -37,7 +37,7 @@ class Messaging:
     Matching is the hot path of every message: one dict look-up finds the oldest unmatched half of the key,
     and a key's entry disappears once nothing waits on it (memory stays proportional to what is in flight)."""
 
-    __slots__ = ("_own", "_waiting", "backend", "clock", "messages")
+    __slots__ = ("_on_arrival", "_own", "_waiting", "backend", "clock", "messages")
 
     def __init__(self, clock: Clock, backend: NetworkBackend) -> None:
         self.clock = clock
@@ -45,6 +45,7 @@ class Messaging:
         self.backend = backend
         self._waiting: dict[tuple[int, int, int, int], _Match] = {}
         self.messages = 0
+        self._on_arrival = self._arrived  # bound once, not per message
 
     def _match(self, key: tuple[int, int, int, int], send: bool) -> _Match:
         """The match of the next send (``send``) or receive with this key: the oldest waiting other half, or a
@@ -70,19 +71,29 @@ class Messaging:
 
     def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
         """Send; ``on_sent(arg)`` runs when the data arrives at ``dst`` (None: nothing to call)."""
-        entry = self._match((tag, src, dst, size_bytes), True)
+        key = (tag, src, dst, size_bytes)
+        head = self._waiting.get(key)
+        if head is None:  # nothing waits: the common case, matched here without a call
+            self._waiting[key] = entry = _Match()
+        else:
+            entry = self._match(key, True)
         entry.on_sent = on_sent
         entry.send_arg = arg
         entry.sent = True
         self.messages += 1
-        self.backend.transmit(src, dst, size_bytes, self._arrived, entry)
+        self.backend.transmit(src, dst, size_bytes, self._on_arrival, entry)
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
         """Post a receive at ``dst``; ``on_received(arg)`` runs when the matching data has arrived."""
-        entry = self._match((tag, src, dst, size_bytes), False)
-        if entry.arrived:
-            self.clock.call_later(0, on_received, arg, **self._own)
-            return
+        key = (tag, src, dst, size_bytes)
+        head = self._waiting.get(key)
+        if head is None:
+            self._waiting[key] = entry = _Match()
+        else:
+            entry = self._match(key, False)
+            if entry.arrived:
+                self.clock.call_later(0, on_received, arg, **self._own)
+                return
         entry.on_received = on_received
         entry.recv_arg = arg
 

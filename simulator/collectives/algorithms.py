@@ -76,8 +76,7 @@ class Ring(Algorithm):
         self.data_size = data_size
         self.clockwise = clockwise
         self.nodes = n
-        self.receiver = ring.receiver(rank, clockwise)
-        self.sender = ring.sender(rank, clockwise)
+        self.receiver, self.sender = ring.neighbours(rank, clockwise)
         self.parallel = 1
         if kind == ALL_REDUCE:
             self.stream_count = 2 * (n - 1)
