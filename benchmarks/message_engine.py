@@ -9,7 +9,8 @@ GPT (d_model 8192, dp8 tp8 pp4, 256 NPUs on one H100-like Switch: the network an
 8-layer case, ../shared/reference/astra-sim-2x/cases/stg-gpt-dp2tp2pp2-L8-*) with ``--engine message`` on this
 checkout and on ``--base DIR`` (a checkout of the earlier commit, e.g. ``git worktree add --detach DIR
 fdf1792``), each in a fresh subprocess, and prints CPU time (user + sys), events, messages and the CPU time per
-message, checks that every rank's numbers are identical and prints the speed-up.
+message, checks that every rank's numbers are identical and prints the speed-up (exit status 1 when a rank
+differs or the speed-up is under 2x).
 
 The workload, in order of preference:
 
@@ -137,7 +138,9 @@ def main() -> int:
                 if label == "this" and "error" not in runs["base"]:
                     base = runs["base"]
                     per_base = base["cpu_s"] / base["result"]["run"]["messages"]
-                    speedup = f"{per_base / (r['cpu_s'] / messages):.2f}x"
+                    ratio = per_base / (r["cpu_s"] / messages)
+                    speedup = f"{ratio:.2f}x"
+                    failures += ratio < 2  # issue 13's target
                     identical = base["result"]["ranks"] == r["result"]["ranks"]
                     failures += not identical
                     same = "identical" if identical else "DIFFERENT"
