@@ -23,13 +23,14 @@ class Engine:
     priority, insertion), each entry ``(time, priority, id, callback, argument)``, run by ``run_batch`` (no simpy
     event objects or processes: the hot path is one flat tuple, one heap push and one pop per event)."""
 
-    __slots__ = ("_eid", "_queue", "env", "events_processed")
+    __slots__ = ("_eid", "_queue", "current_id", "env", "events_processed")
 
     def __init__(self) -> None:
         self.env = simpy.Environment()
         self._queue = self.env._queue
         self._eid = self.env._eid
         self.events_processed = 0
+        self.current_id = -1  # the id of the event running (-1: before the first)
 
     @property
     def now(self) -> int:
@@ -39,6 +40,12 @@ class Engine:
         """Run ``fn(arg)`` ``delay`` ns from now (after every event already due at that time)."""
         # 1: simpy's NORMAL priority, as a Timeout's; the unique id decides ties, so callbacks are never compared
         heappush(self._queue, (self.env._now + delay, 1, next(self._eid), fn, arg))
+
+    def scheduler(self) -> tuple[list[Any], Any]:
+        """The heap and the id counter, for a hot path that pushes ``(now + delay, 1, next(ids), fn, arg)`` itself
+        (what ``call_later`` does, without the call); an id drawn early and pushed later keeps the event's place
+        among same-time events as if it had been pushed when drawn (``current_id`` tells whether it has passed)."""
+        return self._queue, self._eid
 
     def run(self, until: int | None = None) -> None:
         """Run events until none is left (or the next is due at ``until`` or later)."""
@@ -54,7 +61,7 @@ class Engine:
         done = 0
         pop = heappop
         while queue and done < limit:
-            env._now, _, _, fn, arg = pop(queue)
+            env._now, _, self.current_id, fn, arg = pop(queue)
             fn(arg)
             done += 1
         return done
