@@ -50,6 +50,19 @@ CASES = [
      ["--preset", "mixtral-8x7b", "--layers", "2", "--tp", "2", "--pp", "2", "--dp", "4", "--ep", "4",
       "--micro-batches", "2", "--seq-len", "512"],
      [[("Ring", 4, 200, 100), ("Switch", 4, 50, 1000)], [("Switch", 16, 100, 500)]]),
+    ("Llama-3 8B, 8 layers, tp2 pp2 vp2 cp2 dp2, sequence parallel, TP overlap, distributed optimizer with "
+     "Megatron buckets and overlap, FP8, selective recompute, iteration tail (16 ranks: ring attention, "
+     "tensor-parallel ring exchange, host nodes)",
+     ["--preset", "llama3-8b", "--layers", "8", "--tp", "2", "--pp", "2", "--vp", "2", "--cp", "2", "--dp", "2",
+      "--micro-batches", "4", "--seq-len", "2048", "--sequence-parallel", "--tp-comm-overlap",
+      "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size",
+      "megatron", "--precision", "fp8", "--recompute", "selective", "--iteration-tail", "--dataloader-wait-us", "5"],
+     [[("Ring", 4, 200, 100), ("Switch", 4, 50, 1000)], [("Switch", 16, 100, 500)]]),
+    ("GPT-3 1.3B, 4 layers, tp2 cp2 dp4, all-gather context parallelism, FSDP as Llama 3 (16 ranks)",
+     ["--preset", "gpt3-1.3b", "--layers", "4", "--tp", "2", "--cp", "2", "--dp", "4", "--micro-batches", "2",
+      "--seq-len", "1024", "--cp-comm-type", "all_gather", "--zero", "3", "--no-reshard-after-forward",
+      "--fsdp-grad-sync", "last", "--grad-reduce-in-fp32"],
+     [[("FullyConnected", 4, 150, 200), ("Switch", 4, 50, 1000)], [("Ring", 16, 100, 500)]]),
 ]
 
 

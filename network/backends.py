@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Callable
+from heapq import heappush
 from typing import Any, Protocol
 
 from network.config import NetworkConfig
@@ -67,6 +68,9 @@ class CongestionUnaware:
         self.bytes = 0
         self._flows = Flows(EcmpRouter(config.fabric)) if config.fabric is not None else None
         self._paths: dict[tuple[int, ...], tuple[float, float]] = {}
+        # where the engine lets the hot path push its events itself (simulator/engine.py: Engine.scheduler)
+        self._heap, self._ids = (None, None) if hasattr(engine, "insert_offset") or not hasattr(
+            engine, "scheduler") else engine.scheduler()
 
     def hops(self, src: int, dst: int) -> tuple[int, int]:
         """(dimension, hops) of the lowest dimension where the two NPUs differ."""
@@ -107,15 +111,23 @@ class CongestionUnaware:
     def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
         self.messages += 1
         self.bytes += size_bytes
-        delay = self.delay_ns(src, dst, size_bytes) if self._flows is None else self.path_delay_ns(src, dst, size_bytes)
-        self.engine.call_later(delay, on_delivered, arg)
+        if self._flows is None:
+            delay = self._delays.get((src, dst, size_bytes))
+            if delay is None:
+                delay = self.delay_ns(src, dst, size_bytes)
+        else:
+            delay = self.path_delay_ns(src, dst, size_bytes)
+        if self._heap is not None:  # Engine.call_later, inlined: once per message
+            heappush(self._heap, (self.engine.now + delay, 1, next(self._ids), on_delivered, arg))
+        else:
+            self.engine.call_later(delay, on_delivered, arg)
 
 
 class Link:
     """A directed link: a FIFO server with a bandwidth and a latency, and its usage counters."""
 
-    __slots__ = ("busy", "busy_ns", "bytes", "dst", "history", "latency_ns", "max_queue", "messages", "name",
-                 "pending", "per_ns", "src")
+    __slots__ = ("busy", "busy_ns", "bytes", "dst", "free_at", "free_id", "free_queued", "history", "latency_ns",
+                 "max_queue", "messages", "name", "pending", "per_ns", "src")
 
     def __init__(self, src: int, dst: int, bytes_per_ns: float, latency_ns: float, name: str | None = None) -> None:
         self.name = name or f"{src}->{dst}"
@@ -124,6 +136,11 @@ class Link:
         self.per_ns = bytes_per_ns
         self.latency_ns = latency_ns
         self.busy = False
+        # the message engine frees links lazily: the time and event id the link frees at, and whether that
+        # event is on the heap (only once a message waits for it)
+        self.free_at = -1
+        self.free_id = -1
+        self.free_queued = False
         self.pending: deque[_Message] = deque()
         self.bytes = 0
         self.busy_ns = 0
@@ -179,6 +196,12 @@ class CongestionAware:
         self._switch_base = config.num_npus
         self._switch_ids: dict[tuple[int, int], int] = {}  # (dim, line) -> device id
         self._flows = Flows(EcmpRouter(config.fabric)) if config.fabric is not None else None
+        self._checked = hasattr(engine, "insert_offset")  # a representative-rank or quotient run's engine
+        # where the engine lets the hot path push its events itself (simulator/engine.py: Engine.scheduler)
+        self._heap, self._ids = (None, None) if self._checked or not hasattr(engine, "scheduler") else \
+            engine.scheduler()
+        self._on_arrived = self._arrived  # bound once, not per hop
+        self._on_free = self._free
 
     # --- topology ---------------------------------------------------------------------------------
     def _class(self, a: int, b: int, dim: int) -> tuple[Any, Any, Any]:
@@ -260,20 +283,45 @@ class CongestionAware:
 
     # --- transmission -----------------------------------------------------------------------------
     def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
-        msg = _Message(size_bytes, self.route(src, dst), on_delivered, arg, getattr(self.engine, "insert_offset", None),
-                       self._touches.get((src, dst)))
-        self._enter(msg.route[0], msg)
+        route = self._routes.get((src, dst)) if self._flows is None else None
+        if route is None:
+            route = self.route(src, dst)
+        if self._checked:  # a folded run: on whose behalf the message's events are scheduled
+            msg = _Message(size_bytes, route, on_delivered, arg, self.engine.insert_offset,  # type: ignore[attr-defined]
+                           self._touches.get((src, dst)))
+        else:
+            msg = _Message(size_bytes, route, on_delivered, arg, None, None)
+        self._enter(route[0], msg)
 
     def _enter(self, link: Link, msg: _Message) -> None:
-        if link.busy:
-            link.pending.append(msg)
-            if len(link.pending) > link.max_queue:
-                link.max_queue = len(link.pending)
+        if self._heap is None:
+            if link.busy:
+                self._wait(link, msg)
+            else:
+                self._start(link, msg)
+            return
+        # The message engine: a link's free event goes on the heap only when a message has to wait for it, with
+        # the id drawn when the link started sending, so it runs where it always would among same-time events
+        # (a link nobody waits for costs no event). The link is busy until its free event has run.
+        if link.free_queued:
+            self._wait(link, msg)
+            return
+        now = self.engine.now
+        if now < link.free_at or (now == link.free_at and self.engine.current_id < link.free_id):  # type: ignore
+            heappush(self._heap, (link.free_at, 1, link.free_id, self._on_free, link))
+            link.free_queued = True
+            self._wait(link, msg)
         else:
             self._start(link, msg)
 
+    @staticmethod
+    def _wait(link: Link, msg: _Message) -> None:
+        link.pending.append(msg)
+        if len(link.pending) > link.max_queue:
+            link.max_queue = len(link.pending)
+
     def _start(self, link: Link, msg: _Message) -> None:
-        link.busy = True
+        link.busy = True  # (the message engine reads free_at and free_id instead)
         size = msg.size
         serialization = size / link.per_ns
         link.bytes += size
@@ -283,7 +331,13 @@ class CongestionAware:
         engine = self.engine
         if link.history is not None:
             link.history.append((engine.now, engine.now + busy))
-        if msg.touches is not None:  # a quotient run: each event says which class (link or rank) it touches
+        if self._heap is not None:  # the message engine: the arrival's event; the free event's time and id
+            now = engine.now
+            heappush(self._heap, (now + int(link.latency_ns + serialization), 1, next(self._ids), self._on_arrived,
+                                  msg))
+            link.free_at = now + busy
+            link.free_id = next(self._ids)  # type: ignore[arg-type]
+        elif msg.touches is not None:  # a quotient run: each event says which class (link or rank) it touches
             hop = msg.hop
             last = hop + 1 == len(msg.route)
             engine.call_later(int(link.latency_ns + serialization), self._arrived, msg,  # type: ignore[call-arg]
@@ -300,9 +354,12 @@ class CongestionAware:
             engine.call_later(busy, self._free, link)
 
     def _free(self, link: Link) -> None:
-        link.busy = False
+        link.busy = link.free_queued = False
         if link.pending:
             self._start(link, link.pending.popleft())
+            if link.pending and self._heap is not None:  # others still wait: the next free event goes on the heap
+                heappush(self._heap, (link.free_at, 1, link.free_id, self._on_free, link))
+                link.free_queued = True
 
     def _arrived(self, msg: _Message) -> None:
         msg.hop += 1

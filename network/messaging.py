@@ -7,85 +7,93 @@ a receive posted after the arrival completes at once (in a zero-delay event).
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any
 
 from network.backends import Callback, Clock, NetworkBackend
 
 
 class _Match:
-    """One send and the receive it matches (either may come first), and whether its data has arrived."""
+    """One send and the receive it matches (either may come first), and whether its data has arrived. Matches
+    still waiting for their other half form one FIFO per (tag, source, destination, size) key: the oldest is
+    in ``Messaging._waiting``, each points to the next (``later``), and the oldest knows the newest (``last``;
+    None: itself, so that no match refers to itself and garbage stays free of cycles)."""
 
-    __slots__ = ("arrived", "on_received", "on_sent", "recv_arg", "send_arg", "sent", "seq")
+    __slots__ = ("arrived", "last", "later", "on_received", "on_sent", "recv_arg", "send_arg", "sent")
 
-    def __init__(self, seq: int) -> None:
-        self.seq = seq  # the n-th send and the n-th receive of its key match
-        self.sent = False
+    def __init__(self) -> None:
+        self.sent = False  # a send has been posted (while waiting: the queue holds sends, not receives)
         self.on_sent: Callback | None = None
         self.send_arg: Any = None
         self.on_received: Callback | None = None
         self.recv_arg: Any = None
         self.arrived = False
-
-
-class _Channel:
-    """The matches of one (tag, source, destination, size) key still waiting for their other half: only
-    sends or only receives, oldest first (the n-th send meets the n-th receive)."""
-
-    __slots__ = ("count", "sends", "waiting")
-
-    def __init__(self) -> None:
-        self.count = 0  # matches begun so far
-        self.waiting: deque[_Match] = deque()
-        self.sends = False  # what waits: sends (True) or receives
+        self.later: _Match | None = None
+        self.last: _Match | None = None
 
 
 class Messaging:
-    """Sends and receives between NPUs; counts what crosses the network."""
+    """Sends and receives between NPUs; counts what crosses the network.
 
-    __slots__ = ("_channels", "_own", "backend", "clock", "messages")
+    Matching is the hot path of every message: one dict look-up finds the oldest unmatched half of the key,
+    and a key's entry disappears once nothing waits on it (memory stays proportional to what is in flight)."""
+
+    __slots__ = ("_on_arrival", "_own", "_waiting", "backend", "clock", "messages")
 
     def __init__(self, clock: Clock, backend: NetworkBackend) -> None:
         self.clock = clock
         self._own: dict[str, int] = {"offset": 0} if hasattr(clock, "insert_offset") else {}
         self.backend = backend
-        self._channels: dict[tuple[int, int, int, int], _Channel] = {}
+        self._waiting: dict[tuple[int, int, int, int], _Match] = {}
         self.messages = 0
+        self._on_arrival = self._arrived  # bound once, not per message
 
-    def _match(self, tag: int, src: int, dst: int, size: int, send: bool) -> tuple[_Match, bool]:
-        """The match of the next send (``send``) or receive with this key, and whether its other half came
-        first."""
-        key = (tag, src, dst, size)
-        channel = self._channels.get(key)
-        if channel is None:
-            channel = self._channels[key] = _Channel()
-        waiting = channel.waiting
-        if waiting and channel.sends != send:
-            return waiting.popleft(), True
-        channel.count += 1
-        entry = _Match(channel.count)
-        waiting.append(entry)
-        channel.sends = send
-        return entry, False
+    def _match(self, key: tuple[int, int, int, int], send: bool) -> _Match:
+        """The match of the next send (``send``) or receive with this key: the oldest waiting other half, or a
+        new match queued behind the key's others."""
+        waiting = self._waiting
+        head = waiting.get(key)
+        if head is None:
+            waiting[key] = entry = _Match()
+            return entry
+        if head.sent != send:  # the oldest waiting other half: take it off the queue
+            later = head.later
+            if later is None:
+                del waiting[key]
+            else:
+                if head.last is not later:
+                    later.last = head.last
+                waiting[key] = later
+            return head
+        entry = _Match()
+        (head.last or head).later = entry
+        head.last = entry
+        return entry
 
-    def _post_send(self, entry: _Match, on_sent: Callback | None, arg: Any) -> None:
+    def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
+        """Send; ``on_sent(arg)`` runs when the data arrives at ``dst`` (None: nothing to call)."""
+        key = (tag, src, dst, size_bytes)
+        head = self._waiting.get(key)
+        if head is None:  # nothing waits: the common case, matched here without a call
+            self._waiting[key] = entry = _Match()
+        else:
+            entry = self._match(key, True)
         entry.on_sent = on_sent
         entry.send_arg = arg
         entry.sent = True
         self.messages += 1
-
-    def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
-        """Send; ``on_sent(arg)`` runs when the data arrives at ``dst`` (None: nothing to call)."""
-        entry, _ = self._match(tag, src, dst, size_bytes, True)
-        self._post_send(entry, on_sent, arg)
-        self.backend.transmit(src, dst, size_bytes, self._arrived, entry)
+        self.backend.transmit(src, dst, size_bytes, self._on_arrival, entry)
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
         """Post a receive at ``dst``; ``on_received(arg)`` runs when the matching data has arrived."""
-        entry, _ = self._match(tag, src, dst, size_bytes, False)
-        if entry.arrived:
-            self.clock.call_later(0, on_received, arg, **self._own)
-            return
+        key = (tag, src, dst, size_bytes)
+        head = self._waiting.get(key)
+        if head is None:
+            self._waiting[key] = entry = _Match()
+        else:
+            entry = self._match(key, False)
+            if entry.arrived:
+                self.clock.call_later(0, on_received, arg, **self._own)
+                return
         entry.on_received = on_received
         entry.recv_arg = arg
 
@@ -98,13 +106,18 @@ class Messaging:
             entry.arrived = True
 
     def unmatched(self) -> list[tuple[int, int, int, int, int, str]]:
-        """Messages still waiting: (tag, src, dst, size, n, "receive posted, no send" / "arrived, no receive")."""
+        """Messages still waiting: (tag, src, dst, size, place in its key's queue (1: oldest), "receive posted,
+        nothing sent" / "in flight" / "arrived, never received")."""
         out = []
-        for (tag, src, dst, size), channel in self._channels.items():
-            for e in channel.waiting:
-                state = "arrived, never received" if e.arrived else (
-                    "in flight" if e.sent else "receive posted, nothing sent")
-                out.append((tag, src, dst, size, e.seq, state))
+        for (tag, src, dst, size), entry in self._waiting.items():
+            place: _Match | None = entry
+            n = 0
+            while place is not None:
+                n += 1
+                state = "arrived, never received" if place.arrived else (
+                    "in flight" if place.sent else "receive posted, nothing sent")
+                out.append((tag, src, dst, size, n, state))
+                place = place.later
         return out
 
 
@@ -137,8 +150,11 @@ class MirroredMessaging(Messaging):
         return src
 
     def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
-        entry, _ = self._match(tag, self.mirror(src, dst), src, size_bytes, True)
-        self._post_send(entry, on_sent, arg)  # my own send's completion happens at the same time
+        entry = self._match((tag, self.mirror(src, dst), src, size_bytes), True)
+        entry.on_sent = on_sent  # my own send's completion happens at the same time
+        entry.send_arg = arg
+        entry.sent = True
+        self.messages += 1
         clock = self.clock
         own = clock.insert_offset  # type: ignore[attr-defined]
         # What is scheduled now stands for other ranks' events. Without links, messages with the same tag (one

@@ -20,16 +20,17 @@ Callback = Callable[[Any], None]
 
 class Engine:
     """Global clock and event heap: a simpy Environment's clock and heap, ordered as simpy orders events (time,
-    priority, insertion), each entry a plain (callback, argument) pair run by ``run_batch`` (no simpy event
-    objects or processes: the hot path is one heap push and one pop per event)."""
+    priority, insertion), each entry ``(time, priority, id, callback, argument)``, run by ``run_batch`` (no simpy
+    event objects or processes: the hot path is one flat tuple, one heap push and one pop per event)."""
 
-    __slots__ = ("_eid", "_queue", "env", "events_processed")
+    __slots__ = ("_eid", "_queue", "current_id", "env", "events_processed")
 
     def __init__(self) -> None:
         self.env = simpy.Environment()
         self._queue = self.env._queue
         self._eid = self.env._eid
         self.events_processed = 0
+        self.current_id = -1  # the id of the event running (-1: before the first)
 
     @property
     def now(self) -> int:
@@ -37,8 +38,14 @@ class Engine:
 
     def call_later(self, delay: int, fn: Callback, arg: Any = None) -> None:
         """Run ``fn(arg)`` ``delay`` ns from now (after every event already due at that time)."""
-        # 1: simpy's NORMAL priority, as a Timeout's
-        heappush(self._queue, (self.env._now + delay, 1, next(self._eid), (fn, arg)))
+        # 1: simpy's NORMAL priority, as a Timeout's; the unique id decides ties, so callbacks are never compared
+        heappush(self._queue, (self.env._now + delay, 1, next(self._eid), fn, arg))
+
+    def scheduler(self) -> tuple[list[Any], Any]:
+        """The heap and the id counter, for a hot path that pushes ``(now + delay, 1, next(ids), fn, arg)`` itself
+        (what ``call_later`` does, without the call); an id drawn early and pushed later keeps the event's place
+        among same-time events as if it had been pushed when drawn (``current_id`` tells whether it has passed)."""
+        return self._queue, self._eid
 
     def run(self, until: int | None = None) -> None:
         """Run events until none is left (or the next is due at ``until`` or later)."""
@@ -52,8 +59,9 @@ class Engine:
         """Run up to ``limit`` events in time order; returns how many ran (fewer than ``limit``: none is left)."""
         queue, env = self._queue, self.env
         done = 0
+        pop = heappop
         while queue and done < limit:
-            env._now, _, _, (fn, arg) = heappop(queue)
+            env._now, _, self.current_id, fn, arg = pop(queue)
             fn(arg)
             done += 1
         return done
@@ -65,11 +73,15 @@ class Engine:
 class RankEvents:
     """ASTRA-sim's per-system event lists: events a rank registers for the same tick run as one batch."""
 
-    __slots__ = ("_env", "_lists", "_own", "engine")
+    __slots__ = ("_eid", "_env", "_lists", "_own", "_push", "_queue", "_run", "engine")
 
     def __init__(self, engine: Engine, rank: int = 0) -> None:
         self.engine = engine
         self._env = engine.env
+        self._queue = engine._queue
+        self._eid = engine._eid
+        self._push = heappush
+        self._run = self._run_tick
         self._lists: dict[int, list[tuple[Callback, Any]]] = {}
         # the rank's own events
         self._own = {"offset": engine.own(rank)} if isinstance(engine, CheckedEngine) else {}
@@ -77,22 +89,19 @@ class RankEvents:
     def register(self, delay: int, fn: Callback, arg: Any = None) -> None:
         tick = self._env._now + delay
         batch = self._lists.get(tick)
-        if batch is None:
-            self._lists[tick] = [(fn, arg)]
-            if self._own:
-                self.engine.call_later(delay, self._run_tick, tick, **self._own)
-            else:
-                self.engine.call_later(delay, self._run_tick, tick)
-        else:
+        if batch is not None:
             batch.append((fn, arg))
+        elif self._own:
+            self._lists[tick] = [(fn, arg)]
+            self.engine.call_later(delay, self._run_tick, tick, **self._own)
+        else:  # Engine.call_later, inlined: this is once per event of most runs
+            self._lists[tick] = [(fn, arg)]
+            self._push(self._queue, (tick, 1, next(self._eid), self._run, tick))
 
     def _run_tick(self, tick: int) -> None:
         batch = self._lists[tick]
-        i = 0
-        while i < len(batch):  # events registered for this tick while it runs join the batch
-            fn, arg = batch[i]
+        for fn, arg in batch:  # events registered for this tick while it runs join the batch (and run in it)
             fn(arg)
-            i += 1
         del self._lists[tick]
 
 
@@ -126,7 +135,7 @@ class CheckedEngine(Engine):
         off = self.insert_offset if offset is None else offset
         now = self.env._now
         payload = (fn, arg, now, self._current, off, self._next_id)
-        heappush(self._queue, (now + delay, 1, next(self._eid), (self._checked_dispatch, payload)))
+        heappush(self._queue, (now + delay, 1, next(self._eid), self._checked_dispatch, payload))
 
     def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
         fn, arg, inserted, parent, offset, eid = payload

@@ -45,15 +45,13 @@ from network.messaging import Messaging
 from simulator.canonical import behaviour_key
 from simulator.config import SystemConfig
 from simulator.engine import CheckedEngine
-from simulator.node_table import COLLECTIVE_KINDS, NO_VALUE, node_table
-from simulator.symmetry import SYMMETRIC_ALGORITHMS
+from simulator.node_table import NO_VALUE, node_table
+from simulator.symmetries import WORLD, XOR, Invariance, Network, Value, cycle_length, families, power, relations
 from simulator.system import COLLECTIVE, HANDSHAKE, CommGroup
 from workload.graph import TraceGraph
 from workload.groups import metadata_groups
 from workload.schema import NodeType
 
-ROTATION_SAFE = ("ring", "direct")  # algorithms that do not tell a group's members apart by position
-WORLD: tuple[int, ...] = ()
 GROUP_STREAMS = 1_000_000  # a communicator group's stream ids start at gid x this (simulator/system.py)
 
 
@@ -62,7 +60,6 @@ GROUP_STREAMS = 1_000_000  # a communicator group's stream ids start at gid x th
 # listed; WORLD for all NPUs) for collectives. Which node uses which value (the template) goes into the rank's
 # key, so two ranks with equal keys differ only in their values, and a shift maps one onto the other when it
 # maps the values. Generated workloads give the same form without building traces (TraceSet.structure).
-Value = tuple[Any, ...]
 
 
 def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[int, ...]], npus: int
@@ -103,16 +100,6 @@ def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[i
     values = tuple(("group", tuple(sorted(kinds[v])), v[1]) if v[0] == "group" else v for v in slots)
     key = hashlib.blake2b(behaviour_key(graph, references=False) + repr(template).encode(), digest_size=20).digest()
     return key, values
-
-
-def _is_rotation(listed: tuple[int, ...], mapped: tuple[int, ...]) -> bool:
-    if len(listed) != len(mapped) or not listed:
-        return len(listed) == len(mapped)
-    try:
-        k = mapped.index(listed[0])
-    except ValueError:
-        return False
-    return mapped[k:] + mapped[:k] == listed
 
 
 @dataclass(slots=True)
@@ -208,138 +195,6 @@ def _orbit_coordinates(gens: list[np.ndarray], orders: list[int], npus: int) -> 
     return Quotient(reps, rep_arr[orbit_of], orbit_of, coords, tuple(orders), table, "")
 
 
-def _cycle_length(sigma: np.ndarray) -> int | None:
-    """The length of every cycle of the permutation, or None when they differ (or it has fixed points)."""
-    seen = np.zeros(len(sigma), dtype=bool)
-    length = None
-    for start in range(len(sigma)):
-        if seen[start]:
-            continue
-        n, x = 0, start
-        while not seen[x]:
-            seen[x] = True
-            x = int(sigma[x])
-            n += 1
-        if length is None:
-            length = n
-        elif n != length:
-            return None
-    return length if length and length > 1 else None
-
-
-def _power(sigma: np.ndarray, k: int) -> np.ndarray:
-    out = np.arange(len(sigma))
-    for _ in range(k):
-        out = sigma[out]
-    return out
-
-
-class _Network:
-    """The rank <-> coordinate arithmetic of the network's dimensions."""
-
-    def __init__(self, npus_per_dim: Sequence[int], topology: Sequence[str]) -> None:
-        self.counts = list(npus_per_dim)
-        self.topology = list(topology)
-        ranks = np.arange(math.prod(self.counts))
-        self.coord: list[np.ndarray] = []
-        stride = 1
-        self.strides = []
-        for n in self.counts:
-            self.coord.append((ranks // stride) % n)
-            self.strides.append(stride)
-            stride *= n
-
-    def translation(self, dim: int) -> np.ndarray:
-        n, stride = self.counts[dim], self.strides[dim]
-        c = self.coord[dim]
-        return np.arange(len(c)) + (((c + 1) % n) - c) * stride
-
-    def preserves(self, sigma: np.ndarray, rotations_only: bool) -> bool:
-        """Whether ``sigma`` maps coordinates dimension by dimension (each new coordinate a function of the old
-        one alone), by rotations on Ring dimensions (everywhere with ``rotations_only``)."""
-        for d, n in enumerate(self.counts):
-            old, new = self.coord[d], self.coord[d][sigma]
-            image = np.full(n, -1, dtype=np.int64)
-            image[old] = new
-            if not np.array_equal(image[old], new) or len(np.unique(image)) != n:
-                return False
-            if (rotations_only or self.topology[d] == "Ring") and len(np.unique((image - np.arange(n)) % n)) != 1:
-                return False
-        # a dimension's coordinate must not depend on the others: checked by the function test above per dim
-        return True
-
-
-def _families(values: list[tuple[Value, ...]], npus: int) -> list[np.ndarray]:
-    """The shift along each family of groups: equal-length groups with equal member spacing, disjoint, covering
-    every rank; a rank moves to the next member of its group."""
-    lists = sorted({v[2] for rank_values in values for v in rank_values if v[0] == "group" and v[2]})
-    by_shape: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
-    for members in lists:
-        by_shape.setdefault(tuple(m - members[0] for m in members), []).append(members)
-    out = []
-    for shape, family in sorted(by_shape.items(), key=lambda kv: (len(kv[0]), kv[0])):
-        if len(shape) < 2 or len(shape) * len(family) != npus:
-            continue
-        sigma = np.full(npus, -1, dtype=np.int64)
-        for members in family:
-            for k, m in enumerate(members):
-                sigma[m] = members[(k + 1) % len(members)]
-        if (sigma >= 0).all():
-            out.append(sigma)
-    return out
-
-
-class _Invariance:
-    """Whether a permutation maps every rank's trace onto its image's."""
-
-    def __init__(self, keys: list[bytes], values: list[tuple[Value, ...]], rotate: bool) -> None:
-        self.keys = keys
-        self.values = values
-        self.rotate = rotate
-
-    def holds(self, sigma: np.ndarray) -> bool:
-        mapped: dict[tuple[tuple[int, ...], tuple[int, ...]], bool] = {}
-        for r in range(len(sigma)):
-            s = int(sigma[r])
-            if self.keys[s] != self.keys[r]:
-                return False
-            for mine, theirs in zip(self.values[r], self.values[s], strict=True):
-                if mine[0] != theirs[0] or mine[1] != theirs[1]:
-                    return False
-                if mine[0] == "peer":
-                    if int(sigma[mine[2]]) != theirs[2]:
-                        return False
-                    continue
-                key = (mine[2], theirs[2])
-                ok = mapped.get(key)
-                if ok is None:
-                    image = tuple(int(sigma[m]) for m in mine[2])
-                    ok = mapped[key] = image == theirs[2] or (self.rotate and _is_rotation(theirs[2], image))
-                if not ok:
-                    return False
-        return True
-
-
-def _algorithms(values: list[tuple[Value, ...]], system: SystemConfig, dims: int) -> tuple[bool, bool]:
-    """(whether the collectives on all NPUs run translation-symmetric algorithms, whether those on groups run
-    algorithms that do not tell members apart by position)."""
-    world_kinds, group_kinds = set(), set()
-    for rank_values in values:
-        for v in rank_values:
-            if v[0] == "group":
-                for ctype in v[1]:
-                    kind = COLLECTIVE_KINDS.get(ctype)  # type: ignore[call-overload]
-                    if kind is not None:  # broadcasts replay their duration; unsupported types stop the run anyway
-                        (world_kinds if v[2] == WORLD else group_kinds).add(kind)
-    if any(system.custom(kind) is not None for kind in world_kinds | group_kinds):
-        return False, False  # a custom algorithm's ET names its peers: not folded
-    world_ok = all(name.startswith(SYMMETRIC_ALGORITHMS) and not (name.startswith("one") and dims > 1)
-                   for kind in world_kinds for name in system.implementation(kind))
-    group_ok = all((system.implementation(kind)[0] if len(system.implementation(kind)) == 1 else "ring")
-                   in ROTATION_SAFE for kind in group_kinds if system.implementation(kind))
-    return world_ok, group_ok
-
-
 def find_quotient(graphs: list[TraceGraph], comm_groups: dict[int, tuple[int, ...]], npus_per_dim: Sequence[int],
                   topology: Sequence[str], system: SystemConfig) -> Quotient | None:
     """The largest free action of commuting shifts this workload and network allow (None: nothing folds)."""
@@ -357,29 +212,33 @@ def quotient_of(keys: list[bytes], values: list[tuple[Value, ...]], npus_per_dim
                 topology: Sequence[str], system: SystemConfig) -> Quotient | None:
     """``find_quotient`` from each rank's (key, values) (see rank_references), without the traces."""
     npus = len(keys)
-    world_ok, rotate = _algorithms(values, system, len(npus_per_dim))
-    if not world_ok:
+    allowed = relations(values, system, len(npus_per_dim))
+    if allowed is None:
         return None
-    world = any(v[0] == "group" and v[2] == WORLD for rank_values in values for v in rank_values)
-    invariance = _Invariance(keys, values, rotate)
-    network = _Network(npus_per_dim, topology)
-    candidates = [("group shift", s) for s in _families(values, npus)]
-    candidates += [(f"translation along dimension {d + 1}", network.translation(d))
-                   for d, n in enumerate(network.counts) if n > 1]
+    world, group = allowed
+    invariance = Invariance(keys, values, group)
+    network = Network(npus_per_dim, topology)
+    candidates = families(values, npus, xor=group == XOR)
+    for d, n in enumerate(network.counts):
+        if n > 1:
+            candidates.append((f"translation along dimension {d + 1}", network.translation(d)))
+        if world is not None and world[d] == XOR:  # halving-doubling there: its XOR maps (n is a power of two)
+            candidates += [(f"exchange of positions {1 << b} apart along dimension {d + 1}", network.xor(d, 1 << b))
+                           for b in range(max(n.bit_length() - 2, 0))]  # the last bit is the half rotation
     gens: list[np.ndarray] = []
     orders: list[int] = []
     names: list[str] = []
     best: Quotient | None = None
     for name, base in candidates:
-        full = _cycle_length(base)
+        full = cycle_length(base)
         if full is None:
             continue
         # the shift itself, else its smallest power that fits the network (a 2-step shift along a data-parallel
         # group whose members alternate between two positions of a node)
         for step in (d for d in range(1, full) if full % d == 0):
-            sigma = _power(base, step)
+            sigma = power(base, step)
             order = full // step
-            if not network.preserves(sigma, rotations_only=world):
+            if not network.preserves(sigma, world):
                 continue
             if any(not np.array_equal(sigma[g], g[sigma]) for g in gens) or not invariance.holds(sigma):
                 continue
@@ -480,8 +339,11 @@ class QuotientMessaging(Messaging):
         rep = q.rep_list[dst]
         source = q.relative(src, dst)
         wire = self._tag(tag, src, dst, rep)
-        entry, _ = self._match(wire, source, rep, size_bytes, True)
-        self._post_send(entry, on_sent, arg)
+        entry = self._match((wire, source, rep, size_bytes), True)
+        entry.on_sent = on_sent
+        entry.send_arg = arg
+        entry.sent = True
+        self.messages += 1
         clock = self.clock
         own = clock.insert_offset  # type: ignore[attr-defined]
         # the delivery touches the receiving representative on behalf of dst, and the sender when it completes
@@ -492,7 +354,7 @@ class QuotientMessaging(Messaging):
         clock.insert_offset = own  # type: ignore[attr-defined]
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
-        entry, _ = self._match(tag, src, dst, size_bytes, False)
+        entry = self._match((tag, src, dst, size_bytes), False)
         if entry.arrived:
             self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
             return

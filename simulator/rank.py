@@ -336,11 +336,13 @@ class RankWorkload:
     def _check_finished(self) -> None:
         self.stalled = False
         f = self.feeder
-        if f.issuable_count == 0 and f.taken == f.finished and not any(self.slot_busy):
+        if f.taken != f.finished:
+            return  # a node is running: it wakes the rank again when it finishes
+        if f.issuable_count == 0 and not any(self.slot_busy):
             if f.finished < f.num_nodes:
                 return  # nodes still wait for parents that can never finish (reported as a deadlock)
             self.finish_ns = self.engine.now
-        elif f.issuable_count and f.taken == f.finished:
+        elif f.issuable_count:
             self.stalled = True  # only zero-time nodes ran: nothing will wake this rank again
 
     # --- errors and reports --------------------------------------------------------------------------

@@ -92,15 +92,20 @@ class Phase:
 
 
 class Stream:
-    """One chunk of a collective, moving through its phases; the algorithms' port to the system."""
+    """One chunk of a collective, moving through its phases; the algorithms' port to the system.
 
-    __slots__ = ("communicator", "dataset", "id", "initialized", "members", "phase", "phases", "priority", "queue",
-                 "rank", "started_ns", "step", "system", "tag")
+    The port is every message's path, so it goes straight to the messaging layer (unless the rendezvous
+    protocol adds its handshake) and hands the event lists the current phase's algorithm with its unbound
+    handler, so a completion calls the algorithm without a wrapper in between."""
+
+    __slots__ = ("algorithm", "communicator", "dataset", "general", "id", "initialized", "members", "messaging",
+                 "phase", "phases", "priority", "queue", "rank", "received", "started_ns", "step", "system", "tag")
 
     def __init__(self, system: RankSystem, stream_id: int, dataset: DataSet, phases: list[Phase], priority: int,
                  communicator: int = -1, members: int = 0) -> None:
         self.system = system
         self.rank = system.rank
+        self.messaging = None if system.rendezvous else system.messaging
         self.id = stream_id
         self.tag = wire_tag(stream_id, COLLECTIVE)  # its messages' tag
         self.communicator = communicator  # the communicator group's id, -1 for all NPUs
@@ -108,6 +113,9 @@ class Stream:
         self.dataset = dataset
         self.phases = deque(phases)
         self.phase: Phase | None = None
+        self.algorithm: Algorithm | None = None  # the current phase's, with its handlers (unbound)
+        self.general: Callable[[Any], None] = _no_phase
+        self.received: Callable[[Any], None] = _no_phase
         self.queue = -1
         self.priority = priority
         self.initialized = False
@@ -118,20 +126,34 @@ class Stream:
 
     # the algorithm's port
     def send(self, dst: int, size: int) -> None:
-        self.system.send(dst, size, self.tag, None, None)
+        messaging = self.messaging
+        if messaging is None:
+            self.system.send(dst, size, self.tag, None, None)
+        else:
+            messaging.send(self.rank, dst, size, self.tag, None, None)
 
     def recv(self, src: int, size: int) -> None:
-        self.system.recv(src, size, self.tag, _stream_received, self)
+        messaging = self.messaging
+        if messaging is None:
+            self.system.recv(src, size, self.tag, self.received, self.algorithm)
+        else:
+            messaging.recv(self.rank, src, size, self.tag, self.received, self.algorithm)
 
     def bundle(self, processed: bool, size: int, local: bool) -> None:
-        self.system.bundle(self, processed, size, local)
+        """A packet through the endpoint (and a reduction when ``processed``), then back to the algorithm."""
+        system = self.system
+        delay = LOCAL_INJECTION_NS if local else system.endpoint_delay
+        if processed:
+            system.events.register(delay, system.bundle_injected, (self, size))
+        else:
+            system.events.register(delay, self.general, self.algorithm)
 
     def exit(self) -> None:
         self.system.proceed(self)
 
 
-def _stream_received(stream: Stream) -> None:
-    stream.phase.algorithm.on_received()  # type: ignore[union-attr]
+def _no_phase(_: Any) -> None:  # pragma: no cover - a stream's handlers are set when its first phase begins
+    raise RuntimeError("a chunk-stream got an event before its first phase")
 
 
 class _QueueLevel:
@@ -238,13 +260,10 @@ class RankSystem:
             raise InputError(f"{self.setup.config.path}: 'local-mem-bw' is needed to charge collective reductions")
         return 3 * int(size / self.local_mem_Bps * 1e9)
 
-    def bundle(self, stream: Stream, processed: bool, size: int, local: bool) -> None:
-        """A packet through the endpoint (and a reduction when ``processed``), then back to the algorithm."""
-        delay = LOCAL_INJECTION_NS if local else self.endpoint_delay
-        self.events.register(delay, self._bundle_injected if processed else _bundle_done, (stream, size))
-
-    def _bundle_injected(self, arg: tuple[Stream, int]) -> None:
-        self.events.register(self.reduction_ns(arg[1]), _bundle_done, arg)
+    def bundle_injected(self, arg: tuple[Stream, int]) -> None:
+        """A reducing packet is through the endpoint: the reduction, then back to the algorithm."""
+        stream, size = arg
+        self.events.register(self.reduction_ns(size), stream.general, stream.algorithm)
 
     # --- collectives ---------------------------------------------------------------------------------
     def topology(self, kind: str) -> tuple[CollectiveTopology, tuple[str, ...]]:
@@ -396,6 +415,7 @@ class RankSystem:
             self.phase_log.append((stream.dataset.label, stream.id, stream.step, phase.algorithm.kind, phase.name,
                                    phase.dim, phase.queue, stream.started_ns, self.engine.now))
         if not stream.phases:
+            stream.phase = stream.algorithm = None  # its algorithms refer to it: no cycle left for the collector
             stream.dataset.stream_finished(self.engine.now)  # may issue new collectives right now
             if previous >= 0:
                 self.active[previous].remove(stream)
@@ -405,6 +425,10 @@ class RankSystem:
             self.active[previous].remove(stream)
         phase = stream.phases.popleft()
         stream.phase = phase
+        algorithm = stream.algorithm = phase.algorithm
+        kind = type(algorithm)
+        stream.general = kind.on_general  # type: ignore[assignment]
+        stream.received = kind.on_received  # type: ignore[assignment]
         stream.queue = phase.queue
         stream.step += 1
         stream.initialized = False
@@ -445,6 +469,3 @@ class RankSystem:
             stream.started_ns = self.engine.now
             stream.phase.algorithm.start()  # type: ignore[union-attr]
 
-
-def _bundle_done(arg: tuple[Stream, int]) -> None:
-    arg[0].phase.algorithm.on_general()  # type: ignore[union-attr]

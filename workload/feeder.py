@@ -124,7 +124,7 @@ class Feeder:
 
     @property
     def issuable_count(self) -> int:
-        return sum(len(h) for h in self._heaps) + len(self._deferred)
+        return sum(map(len, self._heaps)) + len(self._deferred)
 
     @property
     def done(self) -> bool:

@@ -2,9 +2,10 @@
 
 A ``--workload`` YAML file (or a sweep's ``workload`` mapping) that holds ``generate: KIND`` describes the traces
 instead of naming them: ``generate: llm`` takes the keys of ``astrasim-py trace generate llm`` (``preset``, the
-model fields, ``tp``, ``pp``, ``dp``, ``ep``, ``zero``, ``global_batch``, ``micro_batch_size``, ...; ``_`` for
-``-``), the microbenchmarks (``collective``, ``compute``, ``sendrecv``, ``memory``) those of ``trace generate
-KIND``. Each rank's trace is serialized when the loader asks for it and never written to disk.
+model fields, ``tp``, ``pp``, ``dp``, ``cp``, ``vp``, ``ep``, ``zero``, ``global_batch``, ``recompute``,
+``precision``, ``overlap_grad_reduce``, ...: the flags' destinations, ``_`` for ``-``), the microbenchmarks
+(``collective``, ``compute``, ``sendrecv``, ``memory``) those of ``trace generate KIND``. Each rank's trace is
+serialized when the loader asks for it and never written to disk.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def _llm_args(spec: dict[str, Any], where: str) -> argparse.Namespace:
             ok = isinstance(value, bool) or value is None
         elif action.type is int:
             ok = isinstance(value, int) and not isinstance(value, bool)
+        elif callable(action.type):  # a parsed value (e.g. ddp_bucket_size: a number or a name)
+            try:
+                ok = not isinstance(value, bool) and isinstance(value, (int, str))
+                value = action.type(str(value)) if ok else value
+            except (argparse.ArgumentTypeError, ValueError):
+                ok = False
         else:
             ok = isinstance(value, str) or (key == "layout" and isinstance(value, list))
             if key == "layout" and isinstance(value, list):
@@ -60,34 +67,45 @@ def _llm_args(spec: dict[str, Any], where: str) -> argparse.Namespace:
             ok = False
         if not ok:
             expected = "true or false" if action.type is None and action.nargs == 0 else (
-                "a whole number" if action.type is int else "a name")
+                "a whole number" if action.type is int else
+                "a number or a name" if callable(action.type) else "a name")
             choices = f" (one of {', '.join(map(str, action.choices))})" if action.choices else ""
             raise InputError(f"{where}: '{key}' must be {expected}{choices}, not {shown(value)}")
         setattr(args, key, value)
     return args
 
 
-def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
-    from compute.devices import device as device_preset
-    from workload.llm.build import build_programs
-    from workload.llm.cli import _model, plan_from_args
-    from workload.llm.emit import TraceEmitter
-    from workload.llm.plan import RankMap
+def _llm_parts(spec: dict[str, Any], where: str) -> tuple[argparse.Namespace, Any, Any, Any]:
+    """(arguments, model, validated plan, training options) of a ``generate: llm`` mapping."""
+    from workload.llm.cli import _model, options_from_args, plan_from_args
 
     args = _llm_args(spec, where)
     try:
         model = _model(args)
         plan = plan_from_args(args)
         plan.validate(model)
+        options = options_from_args(args, plan)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
+    return args, model, plan, options
+
+
+def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
+    from compute.devices import device as device_preset
+    from workload.llm.build import build_programs
+    from workload.llm.cli import plan_text
+    from workload.llm.emit import TraceEmitter
+    from workload.llm.plan import RankMap
+
+    args, model, plan, options = _llm_parts(spec, where)
     if plan.world_size != npus:
+        cp = f" x cp {plan.cp}" if plan.cp > 1 else ""
         raise InputError(f"{where}: the plan has {plan.world_size:,} ranks (dp {plan.dp} x tp {plan.tp} x pp "
-                         f"{plan.pp}) but the network has {npus:,} NPUs: they must match")
+                         f"{plan.pp}{cp}) but the network has {npus:,} NPUs: they must match")
     device = device_preset(args.device) if args.device else None
-    metadata = {"generator": "astrasim-py generate: llm", "model": model.name,
-                "plan": f"dp={plan.dp} tp={plan.tp} pp={plan.pp} ep={plan.ep} zero={plan.zero_stage}"}
-    emitter = TraceEmitter(build_programs(model, plan), RankMap(plan, model), device, metadata)
+    metadata = {"generator": "astrasim-py generate: llm", "model": model.name, "plan": plan_text(plan)}
+    emitter = TraceEmitter(build_programs(model, plan, options), RankMap(plan, model, tail=options.iteration_tail),
+                           device, metadata)
     label = f"{where} ({model.name}, dp {plan.dp} tp {plan.tp} pp {plan.pp}, generated)"
     traces = _in_memory(label, npus, emitter.rank_bytes, shared=False)
     return replace(traces, structure=emitter.structure)
@@ -150,13 +168,6 @@ def llm_programs(spec: dict[str, Any], where: str) -> tuple[Any, Any, list[Any]]
     """(model, validated plan, stage programs) of a ``generate: llm`` mapping: what its traces are built from, for
     tools that need to know what each generated node is."""
     from workload.llm.build import build_programs
-    from workload.llm.cli import _model, plan_from_args
 
-    args = _llm_args(spec, where)
-    try:
-        model = _model(args)
-        plan = plan_from_args(args)
-        plan.validate(model)
-    except InputError as e:
-        raise InputError(f"{where}: {e}") from None
-    return model, plan, build_programs(model, plan)
+    _, model, plan, options = _llm_parts(spec, where)
+    return model, plan, build_programs(model, plan, options)

@@ -41,6 +41,8 @@ ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL = "all_reduce", "all_gather",
 class Algorithm:
     """Common fields: the collective, the input and output size of this phase."""
 
+    __slots__ = ()  # subclasses on the hot path declare theirs
+
     kind: str
     data_size: int
     final_data_size: int
@@ -57,7 +59,14 @@ class Algorithm:
 
 
 class Ring(Algorithm):
-    """ASTRA-sim's ring: every message goes to the next NPU and comes from the previous one."""
+    """ASTRA-sim's ring: every message goes to the next NPU and comes from the previous one.
+
+    Its packets all go the same way, so the queue of packets waiting for a free slot is a count. This is the
+    path of most simulated messages: ``on_general`` sends inline."""
+
+    __slots__ = ("clockwise", "data_size", "final_data_size", "free", "kind", "msg_size", "nodes", "non_zero_latency",
+                 "parallel", "port", "queued", "rank", "received", "receiver", "reducing", "ring", "sender",
+                 "stream_count", "toggle", "zero_latency")
 
     def __init__(self, kind: str, rank: int, ring: LogicalRing, data_size: int, clockwise: bool) -> None:
         n = ring.size
@@ -67,8 +76,7 @@ class Ring(Algorithm):
         self.data_size = data_size
         self.clockwise = clockwise
         self.nodes = n
-        self.receiver = ring.receiver(rank, clockwise)
-        self.sender = ring.sender(rank, clockwise)
+        self.receiver, self.sender = ring.neighbours(rank, clockwise)
         self.parallel = 1
         if kind == ALL_REDUCE:
             self.stream_count = 2 * (n - 1)
@@ -82,12 +90,13 @@ class Ring(Algorithm):
             self.final_data_size, self.msg_size = data_size // n, data_size // n
         else:
             self.final_data_size, self.msg_size = data_size, data_size // n
+        self.reducing = 2 if kind == REDUCE_SCATTER else 1 if kind == ALL_REDUCE else 0  # 1: every other round
         self.free = 0
         self.received = 0
         self.zero_latency = 0
         self.non_zero_latency = 0
         self.toggle = False
-        self.packets: deque[tuple[int, int]] = deque()  # (sender, receiver) of each queued packet
+        self.queued = 0  # packets waiting for a free slot
 
     def non_zero_latency_packets(self) -> int:
         return (self.nodes - 1) * self.parallel
@@ -97,48 +106,56 @@ class Ring(Algorithm):
             self.insert_packet()
 
     def on_general(self) -> None:
-        self.free += 1
-        self.ready()
-        self.iterate()
+        free = self.free + 1
+        if self.queued and self.stream_count:  # ready(), inlined
+            self.queued -= 1
+            port, size = self.port, self.msg_size
+            port.send(self.receiver, size)
+            port.recv(self.sender, size)
+            self.stream_count -= 1
+            free -= 1
+        self.free = free
+        if self.stream_count == 0 and free == self.parallel:
+            self.port.exit()
 
     def on_received(self) -> None:
         self.received += 1
         self.insert_packet()
 
     def insert_packet(self) -> None:
+        """A packet joins the queue and goes through the endpoint (reduced on reducing steps)."""
         if self.zero_latency == 0 and self.non_zero_latency == 0:
             self.zero_latency = self.parallel
             self.non_zero_latency = self.non_zero_latency_packets()
             self.toggle = not self.toggle
-        self.packets.append((self.sender, self.receiver))
+        self.queued += 1
         if self.zero_latency > 0:
-            self.released(False)
             self.zero_latency -= 1
+            self.port.bundle(False, self.msg_size, self.ring.local)
         else:
-            processed = self.kind == REDUCE_SCATTER or (self.kind == ALL_REDUCE and self.toggle)
-            self.released(processed)
             self.non_zero_latency -= 1
-
-    def released(self, processed: bool) -> None:
-        self.port.bundle(processed, self.msg_size, self.ring.local)
+            self.port.bundle(self.reducing == 2 or (self.reducing == 1 and self.toggle), self.msg_size,
+                             self.ring.local)
 
     def ready(self) -> bool:
-        if not self.packets or self.stream_count == 0 or self.free == 0:
+        """Send the oldest queued packet if a slot is free (and messages are left)."""
+        if not self.queued or self.stream_count == 0 or self.free == 0:
             return False
-        src, dst = self.packets.popleft()
-        self.port.send(dst, self.msg_size)
-        self.port.recv(src, self.msg_size)
+        self.queued -= 1
+        self.port.send(self.receiver, self.msg_size)
+        self.port.recv(self.sender, self.msg_size)
         self.stream_count -= 1
         self.free -= 1
         return True
 
-    def iterate(self) -> None:
-        if self.stream_count == 0 and self.free == self.parallel:
-            self.port.exit()
-
 
 class Direct(Ring):
-    """ASTRA-sim's direct algorithm: messages to every other NPU in turn, up to ``window`` at once."""
+    """ASTRA-sim's direct algorithm: messages to every other NPU in turn, up to ``window`` at once.
+
+    Packets go to successive NPUs (skipping this one) in the order they were queued, so the one sent next is
+    the next in that sequence: ``receiver`` and ``sender`` walk it as packets are sent."""
+
+    __slots__ = ("middle_point",)
 
     def __init__(self, kind: str, rank: int, ring: LogicalRing, data_size: int, clockwise: bool,
                  window: int) -> None:
@@ -160,10 +177,12 @@ class Direct(Ring):
                 self.ready()
         else:
             self.ready()
-        self.iterate()
+        if self.stream_count == 0 and self.free == self.parallel:
+            self.port.exit()
 
-    def released(self, processed: bool) -> None:
-        super().released(processed)
+    def ready(self) -> bool:
+        if not super().ready():
+            return False
         ring, me = self.ring, self.rank
         self.receiver = ring.receiver(self.receiver, self.clockwise)
         if self.receiver == me:
@@ -171,6 +190,7 @@ class Direct(Ring):
         self.sender = ring.sender(self.sender, self.clockwise)
         if self.sender == me:
             self.sender = ring.sender(self.sender, self.clockwise)
+        return True
 
 
 class HalvingDoubling(Algorithm):

@@ -14,6 +14,9 @@ Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per di
     scale_out: {nics_per_node: 8, nic_bandwidth_Gbps: 400, transport: ib, latency_us: 2.5, sharp: false,
                 efficiency: 0.94,       # optional: fraction of line rate NCCL streams reach (else the transport's)
                 buffsize_bytes: 4194304, nvls_chunk_bytes: 131072}  # optional: NCCL_BUFFSIZE, NCCL_NVLS_CHUNKSIZE
+    tuner: aws-ofi-nccl/p6-b200  # a tuner plugin the library loads, which overrides its choice (optional)
+    algorithms: [ring, tree]    # NCCL_ALGO / NCCL_PROTO as the platform's recommended environment sets them
+    protocols: [Simple, LL128]  # (optional; all-to-all and send/recv are not restricted by NCCL_ALGO)
     msccl:                      # RCCL: MSCCL programs it loads, chosen before its tuning model (optional)
     - {collective: all_reduce, gpus: 8, protocol: LL, min_bytes: 0, max_bytes: 65536, chunks_per_loop: 256,
        channels: 4}
@@ -31,6 +34,7 @@ from typing import Any
 
 from network.values import choice, flag, key_names, number, texts, whole
 from simulator.collectives.network import DEFAULT_BUFFSIZE_BYTES, DEFAULT_NVLS_CHUNK_BYTES, TRANSPORT_DEFAULTS
+from simulator.collectives.tuner import TUNERS
 from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
 
@@ -108,6 +112,9 @@ class HardwareProfile:
     scale_up: ScaleUp
     scale_out: ScaleOut | None
     msccl: tuple[MscclProgram, ...] = ()
+    tuner: str | None = None  # a tuner plugin the library loads (simulator/collectives/tuner.py)
+    algorithms: tuple[str, ...] | None = None  # NCCL_ALGO as the platform's environment sets it (None: all)
+    protocols: tuple[str, ...] | None = None  # NCCL_PROTO likewise
     assumptions: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)
@@ -119,15 +126,17 @@ class HardwareProfile:
 
 
 _TOP = {"name", "description", "gpu", "gpus_per_node", "library", "library_version", "arch", "scale_up", "scale_out",
-        "msccl", "assumptions", "sources", "calibration"}
+        "msccl", "tuner", "algorithms", "protocols", "assumptions", "sources", "calibration"}
 _UP = {"fabric", "links_per_gpu", "link_bandwidth_GBps", "latency_us", "nvls"}
 _OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp", "efficiency", "buffsize_bytes",
         "nvls_chunk_bytes"}
 _MSCCL = {"collective", "gpus", "protocol", "min_bytes", "max_bytes", "chunks_per_loop", "channels"}
-_OPTIONAL = {"description", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls", "msccl",
+_OPTIONAL = {"description", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls", "msccl", "tuner",
+             "algorithms", "protocols",
              "efficiency", "buffsize_bytes", "nvls_chunk_bytes"}
 MSCCL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all")
 MSCCL_PROTOCOLS = ("LL", "LL128", "Simple")
+ENV_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat")  # what NCCL_ALGO selects among
 _KEY = re.compile(r"[a-z_]+/(LL|LL128|Simple)/(intra|inter)(@[1-9][0-9]{0,6})?")
 PARAMETER_KEYS = ("latency_us", "hop_latency_us", "efficiency", "fill_us", "fill_MB")
 
@@ -163,6 +172,15 @@ def _text(value: Any, key: str, where: str) -> str:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool) or len(str(value)) > 200:
         raise ConfigError(f"{where}: '{key}' must be a short text (got {shown(value)})")
     return str(value)
+
+
+def _names(value: Any, key: str, where: str, valid: tuple[str, ...]) -> tuple[str, ...] | None:
+    """A non-empty list of names from ``valid`` (a profile's NCCL_ALGO / NCCL_PROTO), None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or any(v not in valid for v in value):
+        raise ConfigError(f"{where}: '{key}' must be a non-empty list of {', '.join(valid)} (got {shown(value)})")
+    return tuple(value)
 
 
 def check_parameters(params: Any, where: str) -> dict[str, dict[str, float]]:
@@ -247,6 +265,9 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
             nvls=flag(up.get("nvls", False), "scale_up.nvls", where)),
         scale_out=scale_out,
         msccl=_msccl(top.get("msccl"), where),
+        tuner=None if top.get("tuner") is None else choice(top["tuner"], "tuner", where, tuple(sorted(TUNERS))),
+        algorithms=_names(top.get("algorithms"), "algorithms", where, ENV_ALGORITHMS),
+        protocols=_names(top.get("protocols"), "protocols", where, MSCCL_PROTOCOLS),
         assumptions=texts(top.get("assumptions"), "assumptions", where),
         sources=texts(top.get("sources"), "sources", where),
         calibration=calibration,

@@ -70,6 +70,20 @@ CONSTANTS: dict[str, LibraryConstants] = {
                               True),
 }
 PROTOCOL_INDEX = {LL: 0, LL128: 1, SIMPLE: 2}
+# NCCL's static correction of the tree all-reduce's bandwidth at medium sizes (tuning.cc, 2.2x): per protocol, the
+# factor at buffer sizes 64 B x 2^i for i = 0..22; none outside that range.
+TREE_CORRECTION = {
+    LL: (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    LL128: (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    SIMPLE: (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+
+
+def tree_correction(protocol: str, size_bytes: int) -> float:
+    """The factor NCCL applies to a tree all-reduce's bandwidth estimate at this buffer size."""
+    log_size = (size_bytes >> 6).bit_length() - 1
+    table = TREE_CORRECTION[protocol]
+    return table[log_size] if 0 <= log_size < len(table) else 1.0
 
 
 def algorithm_name(text: str) -> str | None:

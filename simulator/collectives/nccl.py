@@ -65,13 +65,16 @@ from simulator.collectives.library import (
     Communicator,
     algorithm_name,
     bus_factor,
+    tree_correction,
 )
 from simulator.collectives.network import (
     SIMPLE_NET_HOP_US,
     chunk_bytes,
     inflight_factor,
+    latencies_per_step,
     network_channels,
 )
+from simulator.collectives.tuner import tuner_choice
 from workload.errors import InputError
 
 
@@ -172,7 +175,10 @@ class CollectiveModel(HardwareBounds):
             pairs.append((P2P, SIMPLE))
         else:
             raise InputError(f"the collective model cannot time {kind!r}; valid: {', '.join(KINDS)}")
-        return pairs
+        allowed = [(a, p) for a, p in pairs  # the platform's NCCL_ALGO / NCCL_PROTO
+                   if (prof.algorithms is None or a in (DIRECT, P2P) or a in prof.algorithms)
+                   and (prof.protocols is None or p in prof.protocols)]
+        return allowed or pairs
 
     def _steps(self, algorithm: str, kind: str, comm: Communicator) -> tuple[int, int]:
         """(intra-node, inter-node) latency steps of one call."""
@@ -318,7 +324,7 @@ class CollectiveModel(HardwareBounds):
             staged = comm.nodes > 1 and protocol == SIMPLE and out is not None
             if comm.nodes > 1 and out is not None:  # the transport's latency on every network step in sequence
                 sequential = 1 if algorithm in (DIRECT, P2P) else self._steps(algorithm, kind, comm)[1]
-                net_us = sequential * out.latency_us * (2 if protocol == SIMPLE else 1)
+                net_us = sequential * out.latency_us * latencies_per_step(out.transport, protocol)
             net_channels = network_channels(algorithm, comm.per_node)
             fixed = _Fixed(self.library_latency_us(algorithm, protocol, kind, comm) + net_us, lib_algbw, channels,
                            self.raw_busbw(algorithm, kind, comm), params, bool(fitted),
@@ -369,8 +375,10 @@ class CollectiveModel(HardwareBounds):
             params = fixed.params
         else:
             calibrated = True
-        library_us = fixed.library_us + size_bytes / (1e3 * fixed.library_algbw) if fixed.library_algbw > 0 else (
-            math.inf)
+        algbw = fixed.library_algbw
+        if algorithm == TREE and kind == ALL_REDUCE:  # the library's medium-size correction of its tree estimate
+            algbw *= tree_correction(protocol, size_bytes)
+        library_us = fixed.library_us + size_bytes / (1e3 * algbw) if algbw > 0 else math.inf
         if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
                 size_bytes >= comm.ranks / 16 * 65536):
             library_us += fixed.library_us * 0.4  # the ring's plateau
@@ -422,6 +430,10 @@ class CollectiveModel(HardwareBounds):
                                            PROTOCOL_INDEX[c.protocol]))
         if program is not None and candidates[0].algorithm == MSCCL:
             candidates[0] = replace(candidates[0], channels=program.channels)
+        elif algorithm is None and self.profile.tuner is not None:  # a tuner plugin overrides the library's choice
+            pick = tuner_choice(self.profile.tuner, kind, size_bytes, comm.ranks, comm.nodes, set(pairs))
+            if pick is not None:
+                candidates.sort(key=lambda c: (c.algorithm, c.protocol) != pick)
         plan = Plan(kind, size_bytes, comm, candidates[0], tuple(candidates))
         if len(self._cache) < 100_000:
             self._cache[cache_key] = plan

@@ -7,11 +7,13 @@ speed), the transport, and how NCCL/RCCL drive the network. Three pieces, all st
 
 - **Bus-bandwidth bounds** (nccl-tests busbw, GB/s) from the NICs one node puts behind the communicator
   (``node_nic_GBps``). A ring crosses every node boundary once per channel, so its busbw is bounded by the node's
-  NICs (ring, tree, PAT). NVLS-tree reduces inside the node first and sends each node's buffer once up and once down
-  a tree of nodes: its algorithm bandwidth is bounded by the node's NICs on two nodes (each node sends and receives
-  the buffer once) and by half of them on more (a tree node sends up and to two children). SHARP (CollNet) reduces in
+  NICs (ring, PAT). Trees of nodes (tree, NVLS-tree) send each node's buffer once up and once down the tree: their
+  algorithm bandwidth is bounded by the node's NICs on two nodes (each node sends and receives the buffer once) and
+  by half of them on more (a tree node sends up and to two children). SHARP (CollNet) reduces in
   the switch: the buffer crosses each node's NICs once each way. All-to-all sends the share of every GPU's buffer
   bound off the node through the node's NICs: busbw <= NICs x (n - 1) / (ppn x (n - ppn)).
+- **Transport latency**: each network step waits one one-way latency, or two where the receiver must also wait
+  for a completion (``latencies_per_step``).
 - **Transport efficiency**: the fraction of NIC line rate a long NCCL stream achieves (``scale_out.efficiency`` or
   the transport's default below, each with its public basis).
 - **In-flight limit**: NCCL moves Simple-protocol data through the network in chunks, with ``NCCL_STEPS`` (8) slots
@@ -40,6 +42,7 @@ class TransportDefaults:
 
     efficiency: float  # achievable fraction of NIC line rate for long NCCL streams
     basis: str
+    unpack: bool = False  # received data lands in bounce buffers a GPU kernel unpacks once the plugin reports it
 
 
 TRANSPORT_DEFAULTS = {
@@ -48,8 +51,16 @@ TRANSPORT_DEFAULTS = {
                                     "400 GB/s"),
     "efa": TransportDefaults(0.91, "NCCL ring on 4 p5en nodes, 364.9 GB/s busbw at 16 GiB over 3,200 Gb/s EFA "
                                    "(stas00/ml-engineering todo.md, 2026-08-07)"),
-    "tcp": TransportDefaults(0.85, "assumption: no published TCP(X/XO) ring figure; below RDMA transports"),
+    "tcp": TransportDefaults(0.85, "assumption: no published TCP(X/XO) ring figure; below RDMA transports", True),
 }
+
+
+def latencies_per_step(transport: str, protocol: str) -> int:
+    """One-way transport latencies a network step waits for: Simple's receiver also waits for the flush of the data
+    (a second one); so does every protocol over GPUDirect-TCPX(O) ("tcp"), whose plugin hands received data to an
+    unpack kernel only after reporting the receive complete (google/nccl-plugin-gpudirecttcpx: DEV_UNPACK devices),
+    where LL and LL128 otherwise let the GPU poll flags in the data as it arrives."""
+    return 2 if protocol == "Simple" or TRANSPORT_DEFAULTS[transport].unpack else 1
 
 
 def node_nic_GBps(nics_per_node: int, nic_GBps: float, per_node: int, gpus_per_node: int) -> float:
@@ -62,7 +73,7 @@ def node_nic_GBps(nics_per_node: int, nic_GBps: float, per_node: int, gpus_per_n
 def net_busbw_bound(algorithm: str, kind: str, ranks: int, nodes: int, per_node: int, node_GBps: float) -> float:
     """The busbw (nccl-tests convention) the node's NICs allow ``algorithm`` on ``nodes`` nodes (> 1)."""
     n, ppn = ranks, per_node
-    if algorithm == "nvls_tree":  # algorithm bandwidth: the node's NICs (2 nodes) or half of them (more)
+    if algorithm in ("nvls_tree", "tree"):  # algorithm bandwidth: the node's NICs (2 nodes) or half of them (more)
         algbw = node_GBps if nodes <= 2 else node_GBps / 2
         return algbw * 2 * (n - 1) / n
     if algorithm == "collnet":
@@ -70,7 +81,7 @@ def net_busbw_bound(algorithm: str, kind: str, ranks: int, nodes: int, per_node:
     if algorithm == "direct":  # every GPU's off-node share through the node's NICs
         remote = n - ppn
         return node_GBps * (n - 1) / (ppn * remote) if remote > 0 else float("inf")
-    return node_GBps  # ring, tree, PAT, p2p: the ring crosses each node's NICs once per channel
+    return node_GBps  # ring, PAT, p2p: the ring crosses each node's NICs once per channel
 
 
 def network_channels(algorithm: str, per_node: int) -> int:

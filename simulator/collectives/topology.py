@@ -38,6 +38,14 @@ class LogicalRing:
         """The NPU ``steps`` places clockwise (negative: anticlockwise) from ``npu``."""
         return self.members[(self.index(npu) + steps) % len(self.members)]
 
+    def neighbours(self, npu: int, clockwise: bool) -> tuple[int, int]:
+        """(receiver, sender) of ``npu``: the NPUs after and before it in the direction of travel."""
+        members = self.members
+        i = self.index(npu)
+        n = len(members)
+        after, before = members[(i + 1) % n], members[(i - 1) % n]
+        return (after, before) if clockwise else (before, after)
+
     def receiver(self, npu: int, clockwise: bool) -> int:
         return self.step(npu, 1 if clockwise else -1)
 

@@ -152,21 +152,25 @@ def test_time_grows_with_size_for_a_fixed_algorithm_and_protocol(s, a: int, b: i
 @settings(max_examples=60, deadline=None)
 @given(situations(), st.integers(1, 1 << 36))
 def test_rings_and_trees_never_beat_their_links(s, size: int) -> None:
-    """Only NVLS and SHARP reduce in the switch and may show a bus bandwidth above the links'."""
+    """Only NVLS and SHARP reduce in the switch and may show a bus bandwidth above the links'; a tree of two nodes
+    may show up to twice the NICs' (each byte crosses them once each way, where a ring's crosses twice)."""
     model, kind, comm = s
     links = min(model.scale_up_GBps(comm.per_node), model.network_GBps(comm))
     for algorithm, protocol in model.enabled(kind, comm):
         c = model.candidate(algorithm, protocol, kind, size, comm)
         assert c.time_us > 0 and math.isfinite(c.time_us)
-        if algorithm in (RING, TREE):
+        if algorithm == RING or (algorithm == TREE and comm.nodes != 2):
             assert c.busbw_GBps <= links * (1 + 1e-9), (algorithm, protocol)
+        elif algorithm == TREE:  # two nodes: each node's buffer crosses its NICs once each way, not twice as a ring's
+            assert c.busbw_GBps <= min(model.scale_up_GBps(comm.per_node),
+                                       links * 2 * (comm.ranks - 1) / comm.ranks) * (1 + 1e-9)
         elif algorithm not in (NVLS, NVLS_TREE, COLLNET):
             assert c.busbw_GBps <= model.raw_busbw(algorithm, kind, comm) * (1 + 1e-9)
 
 
 # --- profiles and commands ---------------------------------------------------------------------------------------
 def test_profile_errors_are_one_line() -> None:
-    with pytest.raises(InputError, match="valid: aws-p5-h100, aws-p6-b200"):
+    with pytest.raises(InputError, match="valid: aws-p4d-a100, aws-p5-h100, aws-p6-b200"):
         load_profile("no-such-box")
     good = {"name": "x", "gpu": "g", "gpus_per_node": 8, "library": "nccl", "library_version": "2", "arch": "hopper",
             "scale_up": {"fabric": "nvswitch", "links_per_gpu": 18, "link_bandwidth_GBps": 25, "latency_us": 1}}
@@ -233,7 +237,7 @@ def test_a_fit_carries_to_node_counts_it_did_not_see() -> None:
     a100 = ["azure_ndv4_a100_1node_all_reduce.tsv", "azure_ndv4_a100_16_32gpu_all_reduce.tsv"]
     for held in (lambda r: r.gpus == 32, lambda r: r.gpus == 16):
         summary = _fit_and_predict("dgx-a100", a100, held)
-        assert summary["geomean_abs_error_ge_64KiB"] <= 0.10 and summary["max_abs_error_ge_1MiB"] <= 0.26, summary
+        assert summary["geomean_abs_error_ge_64KiB"] <= 0.06 and summary["max_abs_error_ge_1MiB"] <= 0.12, summary
     summary = _fit_and_predict("mi325x", ["mi325x_roce_1to8node_ring_all_reduce_rccl.tsv"], lambda r: r.nodes >= 4)
     assert summary["max_abs_error_ge_1MiB"] <= 0.05, summary
     # 2 and 4 GPUs from 8: the latency per ring step and Simple's start-up carry; LL's mid sizes less (README)

@@ -15,6 +15,7 @@ from simulator.collectives.network import (
     TRANSPORT_DEFAULTS,
     chunk_bytes,
     inflight_factor,
+    latencies_per_step,
     net_busbw_bound,
     node_nic_GBps,
 )
@@ -107,3 +108,39 @@ def test_scale_out_options_are_checked() -> None:
         with pytest.raises(ConfigError, match="scale_out"):
             parse_profile({**good, "scale_out": {**good["scale_out"], **bad}}, "p.yml")
     assert math.isinf(CollectiveModel(profile).network_GBps(Communicator.packed(8, 1)))
+
+
+def test_platform_environment_restricts_algorithms_and_protocols() -> None:
+    """GPUDirect-TCPX's NCCL environment (NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple) and TCPXO's (Simple,LL128): the
+    library never picks anything else, while all-to-all keeps its direct exchange."""
+    high, mega = CollectiveModel(load_profile("gcp-a3-high")), CollectiveModel(load_profile("gcp-a3-mega"))
+    two = Communicator.packed(16, 2)
+    for size in (8, 1 << 16, 1 << 24, 1 << 32):
+        for kind in (ALL_REDUCE, "all_gather"):
+            assert {(c.algorithm, c.protocol) for c in high.plan(kind, size, two).candidates} <= {
+                (RING, "Simple"), ("tree", "Simple")}
+            assert all(c.protocol != "LL" for c in mega.plan(kind, size, two).candidates)
+    assert high.plan("all_to_all", 1 << 20, two).chosen.algorithm == "direct"
+    one = Communicator.packed(8, 1)
+    assert high.plan(ALL_REDUCE, 1 << 30, one).chosen.algorithm == RING  # NVLS is not in its NCCL_ALGO
+
+
+def test_unpacking_transports_wait_for_a_completion_every_step() -> None:
+    assert latencies_per_step("ib", "LL128") == 1 and latencies_per_step("ib", "Simple") == 2
+    assert latencies_per_step("tcp", "LL128") == 2 and latencies_per_step("tcp", "LL") == 2
+    profile = load_profile("gcp-a3-mega")
+    rdma = CollectiveModel(replace(profile, scale_out=replace(profile.scale_out, transport="roce")))
+    tcpxo, two = CollectiveModel(profile), Communicator.packed(16, 2)
+    small = {m: m.plan(ALL_REDUCE, 8, two, "tree").chosen for m in (rdma, tcpxo)}
+    assert small[tcpxo].protocol == small[rdma].protocol == "LL128"
+    steps = 2  # a tree of two nodes: up and down
+    assert small[tcpxo].latency_us - small[rdma].latency_us == pytest.approx(steps * profile.scale_out.latency_us)
+
+
+def test_environment_keys_are_checked() -> None:
+    good = {"name": "x", "gpu": "g", "gpus_per_node": 8, "library": "nccl", "library_version": "2", "arch": "hopper",
+            "scale_up": {"fabric": "nvswitch", "links_per_gpu": 18, "link_bandwidth_GBps": 25, "latency_us": 1}}
+    assert parse_profile({**good, "algorithms": ["ring"], "protocols": ["Simple"]}, "p.yml").algorithms == ("ring",)
+    for bad in ({"algorithms": []}, {"algorithms": ["Ring"]}, {"protocols": ["simple"]}, {"protocols": "Simple"}):
+        with pytest.raises(ConfigError, match=r"algorithms|protocols"):
+            parse_profile({**good, **bad}, "p.yml")

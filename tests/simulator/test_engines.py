@@ -88,9 +88,18 @@ def test_symmetric_engine_refuses_asymmetric_runs(tmp_path: Path) -> None:
     from workload.errors import InputError
 
     nodes = [make_node(1, "ar", NodeType.COMM_COLL_NODE, attrs={"comm_type": 0, "comm_size": 4096})]
-    with pytest.raises(InputError, match="halvingDoubling"):
-        simulate(tmp_path, [nodes] * 4, system={"all-reduce-implementation": ["halvingDoubling"]},
+    # the double binary tree gives each position of its only dimension its own role: no shift keeps it
+    with pytest.raises(InputError, match="doubleBinaryTree"):
+        simulate(tmp_path, [nodes] * 4, system={"all-reduce-implementation": ["doubleBinaryTree"]},
                  engine="symmetric")
+    # halving-doubling is kept by exchanging positions (i -> i XOR c), on a Ring only by the half turn: folded
+    # exactly (it was refused before)
+    system = {"all-reduce-implementation": ["halvingDoubling"]}
+    for topology, classes in (("Switch", 1), ("Ring", 2)):
+        network = {"topology": [topology], "npus_count": [4], "bandwidth": [50.0], "latency": [500.0]}
+        folded = simulate(tmp_path, [nodes] * 4, network, system=system, engine="symmetric")
+        assert folded.simulated_ranks == classes
+        assert folded.ranks == simulate(tmp_path, [nodes] * 4, network, system=system, engine="message").ranks
 
 
 @pytest.mark.parametrize("backend", ["analytical-unaware", "analytical-aware"])

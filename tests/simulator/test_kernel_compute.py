@@ -56,7 +56,8 @@ def test_cli_times_a_generated_llm_trace_by_its_kernels(traces: tuple[str, str],
     assert 1.15 < ratio < 2.5  # real kernels reach 40-85% of the roofline on these shapes
     text = run_cli("--workload", prefix, "--network", net, "--device", "H100", "--compute-model", "kernels",
                    "--quiet").stdout
-    assert "compute: kernel model (H100, 989.4 TFLOP/s BF16, 3350 GB/s memory; efficiencies fitted)" in text
+    assert ("compute: kernel model (H100, 989.4 TFLOP/s BF16, 3350 GB/s memory, GB = 10^9 B; "
+            "efficiencies fitted)") in text
 
 
 def test_rank_compute_time_is_the_sum_of_its_kernels() -> None:

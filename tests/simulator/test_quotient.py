@@ -19,7 +19,8 @@ from workload.llm.model import ModelConfig
 from workload.llm.plan import Group, ParallelPlan, RankMap
 from workload.protoscan import PADDING
 from workload.reader import decode_trace
-from workload.writer import graph_messages
+from workload.schema import NodeType
+from workload.writer import graph_messages, make_node
 
 SMALL = ModelConfig(name="small", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=4, ffn_hidden_size=512,
                     vocab_size=1000, seq_len=64, gated_ffn=True)
@@ -179,3 +180,78 @@ def test_converted_pytorch_traces_fold(tmp_path: Path) -> None:
     fast = run(str(tmp_path / "pt"), str(network), device="H100")
     slow = run(str(tmp_path / "pt"), str(network), device="H100", engine="message")
     assert fast.simulated_ranks == 2 and fast.ranks == slow.ranks
+
+
+KINDS = {"all_reduce": 0, "all_gather": 2, "reduce_scatter": 7, "all_to_all": 6}
+
+
+@st.composite
+def collective_runs(draw: st.DrawFn) -> dict:
+    """Collectives on all NPUs and on a family of communicator groups, each collective type with its own
+    algorithm per dimension (ring, direct, halving-doubling, double binary tree), on power-of-two networks."""
+    counts = draw(st.sampled_from([[4], [8], [16], [2, 4], [4, 2], [4, 4], [2, 8]]))
+    dims, npus = len(counts), math.prod(counts)
+    size = draw(st.sampled_from([2, 4])) if npus > 4 else 2
+    if draw(st.booleans()):  # blocks of consecutive ranks, or every (npus / size)-th rank
+        groups = [tuple(range(g * size, (g + 1) * size)) for g in range(npus // size)]
+    else:
+        step = npus // size
+        groups = [tuple(range(g, npus, step)) for g in range(step)]
+    group_kind = draw(st.sampled_from(sorted(KINDS)))
+    system: dict = {"preferred-dataset-splits": draw(st.integers(1, 3)),
+                    "active-chunks-per-dimension": draw(st.integers(1, 2)),
+                    "scheduling-policy": draw(st.sampled_from(["LIFO", "FIFO"]))}
+    for kind in KINDS:
+        names = ["ring", "direct"] + (["halvingDoubling"] if kind != "all_to_all" else [])
+        if kind == "all_reduce" and not (group_kind == "all_reduce" and dims == 1):  # no tree on smaller groups
+            names.append("doubleBinaryTree")
+        system[f"{kind.replace('_', '-')}-implementation"] = draw(st.lists(st.sampled_from(names), min_size=dims,
+                                                                          max_size=dims))
+    world = draw(st.lists(st.sampled_from(sorted(KINDS)), min_size=0, max_size=2))
+    return {"network": {"topology": draw(st.lists(st.sampled_from(["Ring", "Switch", "FullyConnected"]),
+                                                  min_size=dims, max_size=dims)),
+                        "npus_count": counts, "bandwidth": [50.0] * dims, "latency": [500.0] * dims},
+            "system": system, "groups": groups, "group_kind": group_kind, "world": world,
+            "backend": draw(st.sampled_from(["analytical-unaware", "analytical-aware"])),
+            "rendezvous": draw(st.booleans())}
+
+
+@settings(max_examples=max(EXAMPLES, 10), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(collective_runs())
+def test_collective_algorithms_fold_exactly(tmp_path: Path, case: dict) -> None:
+    """Halving-doubling (kept by exchanging positions), the double binary tree (kept only by shifts along other
+    dimensions) and all-to-all on communicator groups fold exactly: every rank equals the message engine's."""
+    npus = math.prod(case["network"]["npus_count"])
+    gid = {m: k + 1 for k, members in enumerate(case["groups"]) for m in members}
+    traces = []
+    for rank in range(npus):
+        nodes = []
+        for k, kind in enumerate([*case["world"], case["group_kind"]]):
+            attrs = {"comm_type": KINDS[kind], "comm_size": 1 << 16}
+            if k == len(case["world"]):
+                attrs["pg_name"] = str(gid[rank])
+            nodes.append(make_node(10 * rank + k + 1, f"{kind}{k}", NodeType.COMM_COLL_NODE,
+                                   data_deps=[10 * rank + k] if k else [], attrs=attrs))
+        traces.append(nodes)
+    groups = {k + 1: members for k, members in enumerate(case["groups"])}
+    kw = {"backend": case["backend"], "rendezvous": case["rendezvous"]}
+    fast = simulate(tmp_path, traces, case["network"], case["system"], groups=groups, **kw)
+    event(f"simulated {'all' if fast.simulated_ranks == npus else 'fewer'} ranks")
+    slow = simulate(tmp_path, traces, case["network"], case["system"], groups=groups, engine="message", **kw)
+    assert fast.ranks == slow.ranks and fast.collectives == slow.collectives
+
+
+def test_halving_doubling_on_groups_folds(tmp_path: Path) -> None:
+    """Data-parallel all-reduces with halving-doubling on 4 groups of 4 (every 4th rank) on a switch: the XOR
+    shifts of member positions and the translations leave one class."""
+    groups = {g + 1: tuple(range(g, 16, 4)) for g in range(4)}
+    traces = [[make_node(rank + 1, "ar", NodeType.COMM_COLL_NODE,
+                         attrs={"comm_type": 0, "comm_size": 1 << 20, "pg_name": str(rank % 4 + 1)})]
+              for rank in range(16)]
+    network = {"topology": ["Switch"], "npus_count": [16], "bandwidth": [50.0], "latency": [500.0]}
+    system = {"all-reduce-implementation": ["halvingDoubling"]}
+    fast = simulate(tmp_path, traces, network, system, groups=groups)
+    slow = simulate(tmp_path, traces, network, system, groups=groups, engine="message")
+    assert fast.simulated_ranks == 1 and "exchange" in fast.engine_reason, fast.engine_reason
+    assert fast.ranks == slow.ranks

@@ -178,7 +178,8 @@ def test_hardware_matching() -> None:
         return choice.profile.name if choice.profile and not choice.problem else choice.problem
 
     assert match("A100-SXM4-80GB", A100["inter_node"], 8) == "dgx-a100"
-    assert match("A100-SXM4-40GB") == "azure-ndv4-a100"
+    assert match("A100-SXM4-40GB", "8x 200 Gb/s HDR InfiniBand") == "azure-ndv4-a100"
+    assert choose_hardware(stated_machine("A100-SXM4-40GB", "", "", None)).profile.gpu == "A100-SXM4-40GB"  # type: ignore[union-attr]
     assert match("NVIDIA H100-SXM5-80GB", "Storage: 2x ConnectX-7 IB NDR 400Gb/s, Compute: 8x ConnectX-7 IB NDR "
                                           "400Gb/s") == "hgx-h100"
     assert match("H100", "8x 200 Gb/s TCP") == "gcp-a3-mega"

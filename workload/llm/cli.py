@@ -12,7 +12,8 @@ from workload.errors import InputError, TraceError, printable
 from workload.files import contained_path, read_yaml
 from workload.limits import add_output_limits, check_output, output_limits
 from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
-from workload.llm.plan import DIMENSIONS, ParallelPlan, RankMap, batch_split
+from workload.llm.options import FSDP_GRAD_SYNC, MEGATRON_BUCKET, PRECISIONS, TrainingOptions
+from workload.llm.plan import DIMENSIONS, RECOMPUTE, ParallelPlan, RankMap, batch_split
 from workload.llm.presets import PRESETS, preset
 from workload.traceset import check_rank_count
 
@@ -27,8 +28,9 @@ MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("posit
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Per-rank Chakra traces of one training iteration of a decoder-only transformer (dense or "
-                          "mixture-of-experts) under data, tensor, pipeline (1F1B) and expert parallelism and ZeRO. "
-                          "Writes OUT/<name>.<rank>.et and prints the prefix.")
+                          "mixture-of-experts) under data, tensor, pipeline (1F1B or interleaved), context and "
+                          "expert parallelism and ZeRO/FSDP, as Megatron-LM runs it. Writes OUT/<name>.<rank>.et and "
+                          "prints the prefix.")
     m = parser.add_argument_group("model (a preset, a YAML file of ModelConfig fields, flags, or a mix: flags win)")
     m.add_argument("--preset", help=f"one of {', '.join(PRESETS)}")
     m.add_argument("--model-file", metavar="YAML", help="model fields (e.g. num_layers: 4, hidden_size: 256, ...); "
@@ -41,23 +43,70 @@ def configure(parser: argparse.ArgumentParser) -> None:
         m.add_argument(flag, dest=fieldname, action=argparse.BooleanOptionalAction, default=None)
     for flag, (fieldname, choices) in MODEL_CHOICE_FLAGS.items():
         m.add_argument(flag, dest=fieldname, choices=choices)
-    p = parser.add_argument_group("parallelism plan")
-    p.add_argument("--dp", type=int, help="data-parallel ranks (default: --npus / (tp x pp), else 1)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (Megatron-LM style)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages (1F1B schedule)")
-    p.add_argument("--ep", type=int, default=1, help="expert-parallel ranks; divides dp (experts are sharded over "
-                                                     "data-parallel ranks)")
-    p.add_argument("--npus", type=int, help="world size; must equal dp x tp x pp")
+    p = parser.add_argument_group("parallelism plan (Megatron-LM's names in brackets)")
+    p.add_argument("--dp", type=int, help="data-parallel ranks (default: --npus / (tp x pp x cp), else 1)")
+    p.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", type=int, default=1,
+                   help="tensor-parallel ranks (Megatron-LM style)")
+    p.add_argument("--pp", "--pipeline-model-parallel-size", dest="pp", type=int, default=1,
+                   help="pipeline stages (1F1B schedule)")
+    p.add_argument("--cp", "--context-parallel-size", dest="cp", type=int, default=1,
+                   help="context-parallel ranks: each sequence split over them, attention across them")
+    p.add_argument("--cp-comm-type", choices=("p2p", "all_gather", "allgather", "a2a"), default="p2p",
+                   help="context-parallel attention: p2p ring (default), all_gather of K/V, or a2a (Ulysses)")
+    p.add_argument("--vp", "--virtual-pipeline", "--num-virtual-stages-per-pipeline-rank", dest="vp", type=int,
+                   default=1, help="model chunks per pipeline stage: the interleaved 1F1B schedule when > 1")
+    p.add_argument("--microbatch-group-size", "--microbatch-group-size-per-vp-stage", dest="microbatch_group_size",
+                   type=int, help="micro-batches per group of the interleaved schedule (default pp)")
+    p.add_argument("--decoder-first-pipeline-num-layers", type=int, metavar="N",
+                   help="layers on the first pipeline stage (the others split the rest evenly)")
+    p.add_argument("--decoder-last-pipeline-num-layers", type=int, metavar="N",
+                   help="layers on the last pipeline stage")
+    p.add_argument("--ep", "--expert-model-parallel-size", dest="ep", type=int, default=1,
+                   help="expert-parallel ranks (experts sharded over data-parallel ranks)")
+    p.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", type=int,
+                   help="ranks each expert is split over (default tp)")
+    p.add_argument("--npus", type=int, help="world size; must equal dp x tp x pp x cp")
     p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3), help="ZeRO stage (3 = FSDP)")
+    p.add_argument("--use-distributed-optimizer", action="store_true",
+                   help="Megatron's distributed optimizer: ZeRO stage 1 (gradients reduce-scattered, optimizer "
+                        "state and update sharded, parameters all-gathered)")
     p.add_argument("--global-batch", type=int, help="sequences per iteration (= dp x micro-batch size x "
                                                     "micro-batches)")
     p.add_argument("--micro-batch-size", type=int, help="sequences per micro-batch (default 1)")
     p.add_argument("--micro-batches", type=int, help="micro-batches per iteration per data-parallel rank")
     p.add_argument("--sequence-parallel", action="store_true",
                    help="tensor-parallel all-gather/reduce-scatter pairs instead of all-reduces")
-    p.add_argument("--activation-recompute", action="store_true", help="recompute each layer's forward in backward")
+    p.add_argument("--recompute", "--recompute-granularity", dest="recompute", choices=RECOMPUTE, default="none",
+                   help="activation recompute: selective (the attention core) or full (each layer's forward)")
+    p.add_argument("--activation-recompute", action="store_true", help="= --recompute full")
     p.add_argument("--layout", default=",".join(DIMENSIONS),
-                   help="rank layout, innermost dimension first (default tp,dp,pp)")
+                   help="rank layout, innermost dimension first (default tp,dp,pp; cp goes after tp unless named)")
+    t = parser.add_argument_group("training step (workload/llm/options.py has the details)")
+    t.add_argument("--precision", choices=PRECISIONS,
+                   help="GEMM math: fp8 runs the layers' GEMMs in FP8 (Transformer Engine); default: the model's "
+                        "dtype")
+    t.add_argument("--grad-reduce-in-fp32", "--accumulate-allreduce-grads-in-fp32", dest="grad_reduce_in_fp32",
+                   action="store_true", help="data-parallel gradient collectives in fp32 (Megatron-LM with bf16)")
+    t.add_argument("--fp8-param-gather", action="store_true",
+                   help="the sharded optimizer's parameter all-gathers carry FP8 GEMM weights")
+    t.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=None,
+                   help="reduce gradients in buckets during the last micro-batch's backward (or, with --no-, after "
+                        "the whole backward); default: by ZeRO stage")
+    t.add_argument("--overlap-param-gather", action="store_true",
+                   help="distributed optimizer: parameter all-gathers overlap the next forward")
+    t.add_argument("--ddp-bucket-size", type=bucket_size, metavar="PARAMS|megatron",
+                   help="gradient bucket size in parameters, or 'megatron' for max(40M, 1M x dp x cp); default: "
+                        "one bucket per layer")
+    t.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Megatron-Core's TP communication overlap (ring-exchange and pipelined GEMM chunks)")
+    t.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True,
+                   help="FSDP: all-gather the parameters again for the backward (--no-: keep them, Llama 3)")
+    t.add_argument("--fsdp-grad-sync", choices=FSDP_GRAD_SYNC, default="every",
+                   help="FSDP: reduce-scatter gradients every micro-batch, or only in the last")
+    t.add_argument("--iteration-tail", action="store_true",
+                   help="add batch loading, gradient-norm clipping and loss logging nodes")
+    t.add_argument("--dataloader-wait-us", type=int, default=0, metavar="US",
+                   help="host wait before each batch is loaded (with --iteration-tail)")
     o = parser.add_argument_group("output")
     o.add_argument("--output", "-o", help="output folder (omit with --summary to only print the summary)")
     o.add_argument("--device", help="fill compute durations from a roofline estimate on this device preset "
@@ -99,27 +148,67 @@ def _model(args: argparse.Namespace) -> ModelConfig:
     return model_from_dict({**values, **given}, where)
 
 
+def bucket_size(text: str) -> int | str:
+    """--ddp-bucket-size: a parameter count or 'megatron'."""
+    if text.strip().lower() == MEGATRON_BUCKET:
+        return MEGATRON_BUCKET
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of parameters or '{MEGATRON_BUCKET}', not {text!r}") \
+            from None
+
+
 def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
     """The plan the flags describe (not yet validated against a model)."""
-    for name in ("tp", "pp", "ep", "dp", "npus"):
+    for name in ("tp", "pp", "cp", "vp", "ep", "etp", "dp", "npus"):
         value = getattr(args, name)
         if value is not None and value < 1:
             raise InputError(f"--{name} must be >= 1 (got {value})")
+    model_ranks = args.tp * args.pp * args.cp
+    cp_text = f" x cp={args.cp}" if args.cp > 1 else ""
     dp = args.dp
     if dp is None:
         dp = 1
         if args.npus is not None:
-            if args.npus % (args.tp * args.pp):
-                raise InputError(f"--npus {args.npus} is not divisible by tp={args.tp} x pp={args.pp}")
-            dp = args.npus // (args.tp * args.pp)
-    if args.npus is not None and dp * args.tp * args.pp != args.npus:
-        raise InputError(f"world size mismatch: dp={dp} x tp={args.tp} x pp={args.pp} = {dp * args.tp * args.pp}, "
-                         f"not --npus {args.npus}")
+            if args.npus % model_ranks:
+                raise InputError(f"--npus {args.npus} is not divisible by tp={args.tp} x pp={args.pp}{cp_text}")
+            dp = args.npus // model_ranks
+    if args.npus is not None and dp * model_ranks != args.npus:
+        raise InputError(f"world size mismatch: dp={dp} x tp={args.tp} x pp={args.pp}{cp_text} = "
+                         f"{dp * model_ranks}, not --npus {args.npus}")
     size, count = batch_split(dp, args.global_batch, args.micro_batch_size, args.micro_batches)
     layout = tuple(d.strip() for d in args.layout.split(","))
-    return ParallelPlan(dp=dp, tp=args.tp, pp=args.pp, ep=args.ep, zero_stage=args.zero, micro_batch_size=size,
-                        num_micro_batches=count, sequence_parallel=args.sequence_parallel,
-                        activation_recompute=args.activation_recompute, layout=layout)
+    zero = args.zero
+    if args.use_distributed_optimizer:
+        if zero not in (0, 1):
+            raise InputError(f"--use-distributed-optimizer is ZeRO stage 1, not --zero {zero}")
+        zero = 1
+    return ParallelPlan(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, etp=args.etp, vp=args.vp,
+                        zero_stage=zero, micro_batch_size=size, num_micro_batches=count,
+                        sequence_parallel=args.sequence_parallel, activation_recompute=args.activation_recompute,
+                        recompute=args.recompute, cp_comm_type="all_gather" if args.cp_comm_type == "allgather"
+                        else args.cp_comm_type, first_stage_layers=args.decoder_first_pipeline_num_layers,
+                        last_stage_layers=args.decoder_last_pipeline_num_layers,
+                        microbatch_group_size=args.microbatch_group_size, layout=layout)
+
+
+def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingOptions:
+    """The training-step settings the flags describe, checked against ``plan``."""
+    options = TrainingOptions(precision=args.precision, grad_reduce_in_fp32=args.grad_reduce_in_fp32,
+                              fp8_param_gather=args.fp8_param_gather, overlap_grad_reduce=args.overlap_grad_reduce,
+                              overlap_param_gather=args.overlap_param_gather, bucket_size=args.ddp_bucket_size,
+                              tp_comm_overlap=args.tp_comm_overlap, reshard_after_forward=args.reshard_after_forward,
+                              fsdp_grad_sync=args.fsdp_grad_sync, iteration_tail=args.iteration_tail,
+                              dataloader_wait_us=args.dataloader_wait_us)
+    options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
+    return options
+
+
+def plan_text(plan: ParallelPlan) -> str:
+    """The plan in one line, for the traces' METADATA."""
+    extra = "".join(f" {name}={value}" for name, value in (("cp", plan.cp), ("vp", plan.vp)) if value > 1)
+    return f"dp={plan.dp} tp={plan.tp} pp={plan.pp} ep={plan.ep} zero={plan.zero_stage}{extra}"
 
 
 def list_presets() -> str:
@@ -148,22 +237,22 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     model = _model(args)
     plan = plan_from_args(args)
     plan.validate(model)
+    options = options_from_args(args, plan)
     prefix = contained_path(args.output, args.model_name or model.name, "--name") if args.output else None
     what = f"trace generate llm ({model.name}, dp={plan.dp} tp={plan.tp} pp={plan.pp})"
     if prefix:
         check_output(what, plan.world_size, None, limits)  # the file count first: it costs nothing
-        check_output(what, plan.world_size, estimated_bytes(model, plan), limits)
+        check_output(what, plan.world_size, estimated_bytes(model, plan, options), limits)
     else:
         check_rank_count(plan.world_size, 0, what)
     if plan.zero_stage and plan.dp == 1:
         warn(f"ZeRO stage {plan.zero_stage} with dp=1 shards nothing: no gradient or parameter collectives")
     device = device_preset(args.device) if args.device else None
     started = time.perf_counter()
-    programs = build_programs(model, plan)
-    ranks = RankMap(plan, model)
+    programs = build_programs(model, plan, options)
+    ranks = RankMap(plan, model, tail=options.iteration_tail)
     if prefix:
-        metadata = {"generator": "astrasim-py trace generate llm", "model": model.name,
-                    "plan": f"dp={plan.dp} tp={plan.tp} pp={plan.pp} ep={plan.ep} zero={plan.zero_stage}"}
+        metadata = {"generator": "astrasim-py trace generate llm", "model": model.name, "plan": plan_text(plan)}
         try:
             TraceEmitter(programs, ranks, device, metadata, groups_file=args.groups_file).write(prefix)
         except TraceError as e:
@@ -178,7 +267,7 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     elapsed = time.perf_counter() - started
     if args.summary:
         roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
-        summary = summarize(model, plan, programs, ranks, roofline)
+        summary = summarize(model, plan, programs, ranks, roofline, options)
         text = format_summary(summary)
         if device is not None:
             text += "\n" + _prediction(args, summary, warn)
@@ -200,22 +289,23 @@ def _prediction(args: argparse.Namespace, summary: dict[str, Any], warn: Callabl
     return format_prediction(iteration, summary, args.device, profile, why)
 
 
-_ATTRIBUTE_BYTES = 48  # the attributes of a generated node (is_cpu_op, sizes, type, group, peers) at most
-
-
-def estimated_bytes(model: ModelConfig, plan: ParallelPlan) -> int:
-    """The bytes the traces of ``plan`` take, from the programs of one and two micro-batches (a program grows
-    by the same ops with every micro-batch), without building the whole iteration."""
+def estimated_bytes(model: ModelConfig, plan: ParallelPlan, options: TrainingOptions | None = None) -> int:
+    """The bytes the traces of ``plan`` take, from the traces of one and two micro-batches (a program grows by the
+    same ops with every micro-batch; of one and two groups of the interleaved schedule), one rank per stage, without
+    building the whole iteration."""
     from workload.llm.build import build_programs
-    from workload.writer import make_node, serialize
+    from workload.llm.emit import TraceEmitter
 
-    def program_bytes(program: Any) -> int:
-        return sum(len(serialize(make_node(i + 1, op.name, op.node_type, data_deps=op.deps, ctrl_deps=op.ctrl)))
-                   + _ATTRIBUTE_BYTES for i, op in enumerate(program.ops))
+    options = options or TrainingOptions()
+    step = plan.group_size if plan.vp > 1 else 1
 
-    one, two = (build_programs(model, replace(plan, num_micro_batches=m)) for m in (1, 2))
+    def stage_bytes(groups: int) -> list[int]:
+        small = replace(plan, num_micro_batches=groups * step, microbatch_group_size=step if plan.vp > 1 else None)
+        ranks = RankMap(small, model, tail=options.iteration_tail)
+        emitter = TraceEmitter(build_programs(model, small, options), ranks)
+        return [len(emitter.rank_bytes(ranks.rank(dp=0, tp=0, pp=s))) for s in range(plan.pp)]
+
     total = 0
-    for p1, p2 in zip(one, two, strict=True):
-        b1, b2 = program_bytes(p1), program_bytes(p2)
-        total += (b1 + (plan.num_micro_batches - 1) * max(b2 - b1, 0)) * plan.dp * plan.tp
+    for b1, b2 in zip(stage_bytes(1), stage_bytes(2), strict=True):
+        total += (b1 + (plan.num_micro_batches - step) * max(b2 - b1, 0) // step) * plan.dp * plan.tp * plan.cp
     return total

@@ -15,9 +15,11 @@ from typing import Any
 from compute.devices import Device
 from compute.roofline import Roofline
 from workload.groups import process_groups_node
-from workload.llm.build import Op, StageProgram, build_programs
+from workload.llm.build import build_programs
 from workload.llm.model import ModelConfig
+from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan, RankMap
+from workload.llm.program import Op, StageProgram
 from workload.schema import NodeType
 from workload.wire import frame_payloads
 from workload.writer import make_metadata, make_node, serialize
@@ -55,6 +57,9 @@ class TraceEmitter:
         return cached
 
     def _compute_node(self, node_id: int, op: Op) -> bytes:
+        if op.host_us is not None:  # a host-side wait: a CPU node timed by its duration
+            return serialize(make_node(node_id, op.name, NodeType.COMP_NODE, data_deps=op.deps, ctrl_deps=op.ctrl,
+                                       duration_micros=op.host_us, attrs=[("is_cpu_op", True)]))
         kernel = op.kernel
         assert kernel is not None
         duration = roofline_duration_us(self.roofline, kernel.flops, kernel.size_bytes) if self.roofline else 0
@@ -121,16 +126,21 @@ class TraceEmitter:
             template = self._templates[stage] = [(kind, which, tuple(sorted(types)))
                                                  for (kind, which), types in slots.items()]
         metadata = not self.groups_file and bool(self.ranks.rank_groups(rank))
-        key = hashlib.blake2b(repr((stage, metadata, template)).encode(), digest_size=20).digest()
-        values: list[tuple[Any, ...]] = []
+        # slots naming the same rank or group (a ring of two: next = previous) are one value, as in the trace
+        merged: dict[tuple[Any, ...], set[int]] = {}
+        pattern = []
         for kind, which, types in template:
             if kind == "peer":
-                values.append(("peer", True, self.ranks.peer(rank, which)))
+                value: tuple[Any, ...] = ("peer", True, self.ranks.peer(rank, which))
             else:
                 group = self.ranks.group(rank, which)
                 assert group is not None, f"rank {rank} has no {which} group"
-                values.append(("group", types, group.ranks if group.gid else ()))
-        return key, tuple(values)
+                value = ("group", group.ranks if group.gid else ())
+            pattern.append(list(merged).index(value) if value in merged else len(merged))
+            merged.setdefault(value, set()).update(types)
+        key = hashlib.blake2b(repr((stage, metadata, template, pattern)).encode(), digest_size=20).digest()
+        values = tuple(("group", tuple(sorted(types)), v[1]) if v[0] == "group" else v for v, types in merged.items())
+        return key, values
 
     def all_groups(self) -> dict[str, list[int]]:
         """Every numbered communicator group, as ASTRA-sim's comm-group JSON holds them ({"1": [ranks], ...})."""
@@ -156,8 +166,12 @@ class TraceEmitter:
         return paths
 
 
-def generate_traces(model: ModelConfig, plan: ParallelPlan, prefix: str, device: Device | None = None) -> list[str]:
+def generate_traces(model: ModelConfig, plan: ParallelPlan, prefix: str, device: Device | None = None,
+                    options: TrainingOptions | None = None) -> list[str]:
     """Validate, build and write the traces of one iteration of ``model`` under ``plan``; returns the paths."""
+    options = options or TrainingOptions()
     model.validate()
     plan.validate(model)
-    return TraceEmitter(build_programs(model, plan), RankMap(plan, model), device).write(prefix)
+    options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
+    ranks = RankMap(plan, model, tail=options.iteration_tail)
+    return TraceEmitter(build_programs(model, plan, options), ranks, device).write(prefix)

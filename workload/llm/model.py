@@ -67,8 +67,9 @@ class ModelConfig:
         return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
 
     # --- parameter counts -------------------------------------------------------------------------
-    def layer_params(self, tp: int = 1, ep: int = 1) -> LayerParams:
-        """One layer's parameters as held by one rank of a tp-way tensor- and ep-way expert-parallel plan."""
+    def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None) -> LayerParams:
+        """One layer's parameters as held by one rank of a tp-way tensor- and ep-way expert-parallel plan whose
+        experts are split etp ways (default tp)."""
         h, hd, f = self.hidden_size, self.head_size, self.ffn_hidden_size
         qkv_width = (self.num_heads + 2 * self.kv_heads) * hd
         attn_split = h * qkv_width + self.attention_width * h + (qkv_width if self.bias else 0)
@@ -80,10 +81,10 @@ class ModelConfig:
                                dense_matmul=(h * qkv_width + self.attention_width * h
                                              + self.ffn_matrices * h * f) // tp,
                                replicated=attn_replicated + ffn_replicated)
-        local_experts = self.num_experts // ep
+        local_experts, etp = self.num_experts // ep, tp if etp is None else etp
         router = h * self.num_experts
         return LayerParams(dense=attn_split // tp + attn_replicated + router,
-                           expert=local_experts * (ffn_split // tp + ffn_replicated),
+                           expert=local_experts * (ffn_split // etp + ffn_replicated),
                            dense_matmul=(h * qkv_width + self.attention_width * h) // tp + router,
                            replicated=attn_replicated + router + local_experts * ffn_replicated)
 

@@ -1,14 +1,12 @@
-"""The parallelism plan: data (dp), tensor (tp), pipeline (pp) and expert (ep) parallelism, ZeRO stage,
-batch split, and the mapping between ranks and their (dp, tp, pp) coordinates and communicator groups.
+"""The parallelism plan: data (dp), tensor (tp), pipeline (pp), context (cp), expert (ep, etp) parallelism, the
+pipeline schedule (virtual stages, uneven first and last stages), ZeRO stage, activation recompute and the
+batch split. Ranks and communicator groups are in workload/llm/ranks.py.
 
-Rank layout: ``layout`` lists the dimensions innermost first; the default ("tp", "dp", "pp") puts the ranks of
-one tensor-parallel group next to each other (rank = tp + TP * (dp + DP * pp)), as Megatron-LM does.
-
-Expert parallelism shards the experts over ``ep`` data-parallel ranks: ep divides dp, and the data-parallel
-index d splits into (expert-data index d // ep, expert index d % ep). The ranks sharing a stage, a tensor
-index and d // ep form an expert-parallel group (all-to-all); the ranks sharing a stage, a tensor index and
-d % ep hold the same experts and form an expert-data-parallel group (the experts' gradients are reduced over
-it, the other parameters' over the whole data-parallel group). Each expert is also split tp ways.
+Names follow Megatron-LM where it has one: ``vp`` is its virtual pipeline size (model chunks per stage, the
+interleaved 1F1B schedule), ``first_stage_layers`` / ``last_stage_layers`` its
+``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``, ``cp_comm_type`` its
+``--cp-comm-type``, ``etp`` its ``--expert-tensor-parallel-size``, ``recompute`` its ``--recompute-granularity``
+(none, selective: the attention core only, as Korthikanti et al.; full: the whole layer).
 """
 
 from __future__ import annotations
@@ -17,52 +15,115 @@ from dataclasses import dataclass
 
 from workload.errors import InputError
 from workload.llm.model import ModelConfig
+from workload.llm.ranks import GROUP_DESCRIPTIONS, GROUP_KINDS, Group, RankMap
+
+__all__ = ["DIMENSIONS", "GROUP_DESCRIPTIONS", "GROUP_KINDS", "Group", "ParallelPlan", "RankMap", "batch_split",
+           "stage_layers"]
 
 DIMENSIONS = ("tp", "dp", "pp")
-GROUP_KINDS = ("tp", "dp", "ep", "edp", "emb")
-GROUP_DESCRIPTIONS = {"tp": "tensor parallel", "dp": "data parallel", "ep": "expert parallel",
-                      "edp": "expert data parallel", "emb": "tied embeddings (first and last stage)",
-                      "pp": "pipeline send/recv"}
+RECOMPUTE = ("none", "selective", "full")
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ParallelPlan:
-    """How one training iteration is split over ``dp * tp * pp`` ranks."""
+    """How one training iteration is split over ``dp * tp * pp * cp`` ranks."""
 
     dp: int = 1
     tp: int = 1
     pp: int = 1
+    cp: int = 1
     ep: int = 1
+    etp: int | None = None  # expert tensor parallelism; None = tp
+    vp: int = 1
     zero_stage: int = 0
     micro_batch_size: int = 1
     num_micro_batches: int = 1
     sequence_parallel: bool = False
-    activation_recompute: bool = False
+    activation_recompute: bool = False  # = recompute "full" (kept for older callers)
+    recompute: str = "none"
+    cp_comm_type: str = "p2p"
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    microbatch_group_size: int | None = None  # Megatron's microbatch_group_size_per_vp_stage; None = pp
     layout: tuple[str, ...] = DIMENSIONS
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def global_batch(self) -> int:
         """Sequences per iteration."""
         return self.dp * self.micro_batch_size * self.num_micro_batches
 
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def recompute_mode(self) -> str:
+        return "full" if self.activation_recompute else self.recompute
+
+    @property
+    def full_layout(self) -> tuple[str, ...]:
+        """The layout with cp placed right after tp when the user's layout does not name it (Megatron's order)."""
+        if "cp" in self.layout:
+            return self.layout
+        at = self.layout.index("tp") + 1 if "tp" in self.layout else 0
+        return (*self.layout[:at], "cp", *self.layout[at:])
+
+    @property
+    def group_size(self) -> int:
+        """Micro-batches per group of the interleaved schedule (Megatron's microbatch_group_size_per_vp_stage)."""
+        return self.pp if self.microbatch_group_size is None else self.microbatch_group_size
+
     def padded_vocab(self, model: ModelConfig) -> int:
         """The vocabulary padded to a multiple of tp, as vocabulary-parallel embeddings need."""
         return -(-model.vocab_size // self.tp) * self.tp
 
+    def stage_layer_counts(self, num_layers: int) -> list[int]:
+        """Transformer layers per pipeline stage: the given first and last stage counts and the rest split evenly
+        (Megatron-LM), else stage_layers' split."""
+        first, last = self.first_stage_layers, self.last_stage_layers
+        if first is None and last is None:
+            return [len(stage_layers(num_layers, self.pp, s)) for s in range(self.pp)]
+        rest, middle = num_layers - (first or 0) - (last or 0), self.pp - (first is not None) - (last is not None)
+        per = rest // middle if middle else 0
+        counts = [per] * self.pp
+        if first is not None:
+            counts[0] = first
+        if last is not None:
+            counts[-1] = last
+        return counts
+
+    def chunk_layers(self, num_layers: int, stage: int, chunk: int) -> range:
+        """The layers of model chunk ``chunk`` of ``stage``: with virtual stages, every stage's layers are split
+        into ``vp`` chunks and the pipeline runs chunk 0 of every stage, then chunk 1, ... (Megatron-LM)."""
+        per_chunk = [n // self.vp for n in self.stage_layer_counts(num_layers)]
+        start = chunk * sum(per_chunk) + sum(per_chunk[:stage])
+        return range(start, start + per_chunk[stage])
+
     def validate(self, model: ModelConfig) -> None:
         """Raise InputError (one line) if the plan cannot run ``model``."""
-        for name in ("dp", "tp", "pp", "ep", "micro_batch_size", "num_micro_batches"):
+        for name in ("dp", "tp", "pp", "cp", "ep", "expert_tp", "vp", "micro_batch_size", "num_micro_batches",
+                     "group_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"plan: {name} must be a whole number >= 1 (got {value!r})")
+                flag = {"expert_tp": "etp", "group_size": "microbatch_group_size"}.get(name, name)
+                raise InputError(f"plan: {flag} must be a whole number >= 1 (got {value!r})")
         if self.zero_stage not in (0, 1, 2, 3):
             raise InputError(f"plan: the ZeRO stage must be 0, 1, 2 or 3 (got {self.zero_stage!r})")
-        if sorted(self.layout) != sorted(DIMENSIONS):
-            raise InputError(f"plan: the rank layout must order tp, dp and pp (got {','.join(self.layout)})")
+        if sorted(self.layout) not in (sorted(DIMENSIONS), sorted((*DIMENSIONS, "cp"))):
+            raise InputError(f"plan: the rank layout must order tp, dp and pp (and cp) (got {','.join(self.layout)})")
+        if self.recompute not in RECOMPUTE:
+            raise InputError(f"plan: recompute must be one of {', '.join(RECOMPUTE)} (got {self.recompute!r})")
+        if self.activation_recompute and self.recompute not in ("none", "full"):
+            raise InputError(f"plan: activation recompute (full) contradicts recompute {self.recompute}")
+        if self.cp_comm_type not in CP_COMM_TYPES:
+            raise InputError(f"plan: cp_comm_type must be one of {', '.join(CP_COMM_TYPES)} "
+                             f"(got {self.cp_comm_type!r})")
+        tokens_per_cp_rank = model.seq_len // self.cp
         checks = [
             (model.num_heads % self.tp == 0, f"{model.num_heads} attention heads are not divisible by tp={self.tp}"),
             (model.kv_heads % self.tp == 0,
@@ -70,18 +131,79 @@ class ParallelPlan:
             (model.ffn_hidden_size % self.tp == 0,
              f"FFN hidden size {model.ffn_hidden_size} is not divisible by tp={self.tp}"),
             (model.num_layers >= self.pp, f"{model.num_layers} layers cannot fill pp={self.pp} stages"),
-            (self.dp % self.ep == 0, f"ep={self.ep} does not divide dp={self.dp} (experts are sharded over "
-                                     "data-parallel ranks)"),
+            (self.etp is not None or self.cp > 1 or self.dp % self.ep == 0,
+             f"ep={self.ep} does not divide dp={self.dp} (experts are sharded over data-parallel ranks)"),
             (model.num_experts % self.ep == 0,
              f"{model.num_experts} experts are not divisible by ep={self.ep}"),
-            (not self.sequence_parallel or model.seq_len % self.tp == 0,
-             f"sequence length {model.seq_len} is not divisible by tp={self.tp} (sequence parallelism)"),
+            (not self.sequence_parallel or tokens_per_cp_rank % self.tp == 0,
+             f"sequence length {model.seq_len} is not divisible by tp={self.tp}"
+             + (f" x cp={self.cp}" if self.cp > 1 else "") + " (sequence parallelism)"),
         ]
         if self.ep > 1 and not model.is_moe:
             raise InputError(f"plan for {model.name}: ep={self.ep} needs a mixture-of-experts model (--experts)")
         for ok, problem in checks:
             if not ok:
                 raise InputError(f"plan for {model.name}: {problem}")
+        self._validate_experts(model)
+        self._validate_context(model)
+        self._validate_pipeline(model)
+
+    def _validate_experts(self, model: ModelConfig) -> None:
+        etp, where = self.expert_tp, f"plan for {model.name}"
+        if (self.tp * self.cp * self.dp) % (etp * self.ep):
+            raise InputError(f"{where}: etp={etp} x ep={self.ep} does not divide tp={self.tp} x cp={self.cp} x "
+                             f"dp={self.dp} (the expert layout shares the ranks of a stage)")
+        if model.is_moe and model.ffn_hidden_size % etp:
+            raise InputError(f"{where}: FFN hidden size {model.ffn_hidden_size} is not divisible by etp={etp}")
+        if model.is_moe and etp != self.tp and self.tp > 1 and not self.sequence_parallel:
+            raise InputError(f"{where}: etp={etp} differs from tp={self.tp}: the experts need the tokens split "
+                             "over tensor-parallel ranks (--sequence-parallel, as Megatron-Core requires for MoE)")
+
+    def _validate_context(self, model: ModelConfig) -> None:
+        if self.cp == 1:
+            return
+        where = f"plan for {model.name}: cp={self.cp}"
+        if self.cp_comm_type == "a2a":
+            heads, kv = model.num_heads // self.tp, model.kv_heads // self.tp
+            if model.seq_len % self.cp or heads % self.cp or kv % self.cp:
+                raise InputError(f"{where} with all-to-all (a2a) needs the sequence length {model.seq_len} and the "
+                                 f"{heads} query and {kv} key/value heads per tensor-parallel rank divisible by cp")
+        elif model.seq_len % (2 * self.cp):
+            raise InputError(f"{where}: sequence length {model.seq_len} is not divisible by 2 x cp = {2 * self.cp} "
+                             "(each rank holds two load-balanced chunks of every sequence)")
+
+    def _validate_pipeline(self, model: ModelConfig) -> None:
+        where = f"plan for {model.name}"
+        first, last = self.first_stage_layers, self.last_stage_layers
+        if first is not None or last is not None:
+            given = [v for v in (first, last) if v is not None]
+            if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in given):
+                raise InputError(f"{where}: first/last stage layers must be whole numbers >= 0 (got {given})")
+            if self.pp < 2:
+                raise InputError(f"{where}: first/last stage layer counts need pp >= 2 (got pp={self.pp})")
+            rest = model.num_layers - sum(given)
+            middle = self.pp - len(given)
+            if rest < 0 or (middle and rest % middle) or (not middle and rest):
+                raise InputError(f"{where}: {model.num_layers} layers minus {sum(given)} on the first/last stage "
+                                 f"do not split evenly over the other {middle} stages")
+            if any(n < 1 for n in self.stage_layer_counts(model.num_layers)):
+                raise InputError(f"{where}: every pipeline stage needs at least one layer "
+                                 f"(got {self.stage_layer_counts(model.num_layers)})")
+        if self.vp == 1:
+            return
+        if self.pp < 2:
+            raise InputError(f"{where}: virtual pipeline stages (vp={self.vp}) need pp >= 2")
+        counts = self.stage_layer_counts(model.num_layers)
+        if any(n % self.vp for n in counts):
+            raise InputError(f"{where}: the layers per stage {counts} are not divisible by vp={self.vp} (every "
+                             "model chunk holds the same number of layers)")
+        m, g = self.num_micro_batches, self.group_size
+        if not self.pp <= g <= m:
+            raise InputError(f"{where}: the interleaved schedule runs groups of {g} micro-batches, which must be "
+                             f"between pp={self.pp} and the {m} micro-batches (raise --micro-batches)")
+        if 0 < m % g < self.pp:
+            raise InputError(f"{where}: {m} micro-batches leave a last group of {m % g} < pp={self.pp} (Megatron-LM "
+                             "refuses it: it stalls the pipeline)")
 
 
 def batch_split(dp: int, global_batch: int | None, micro_batch_size: int | None,
@@ -107,97 +229,6 @@ def batch_split(dp: int, global_batch: int | None, micro_batch_size: int | None,
         raise InputError(f"global batch {global_batch} = dp={dp} x micro-batch size {size} x {count} micro-batches, "
                          f"not {micro_batches}")
     return size, count
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    """A communicator group: its number (0 = every rank, no pg_name) and its ranks in ring order."""
-
-    gid: int
-    ranks: tuple[int, ...]
-
-    @property
-    def pg_name(self) -> str:
-        return str(self.gid) if self.gid else ""
-
-
-class RankMap:
-    """Rank <-> (dp, tp, pp) coordinates, and the communicator groups of every rank."""
-
-    def __init__(self, plan: ParallelPlan, model: ModelConfig) -> None:
-        self.plan = plan
-        sizes = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp}
-        self.strides: dict[str, int] = {}
-        stride = 1
-        for dim in plan.layout:
-            self.strides[dim] = stride
-            stride *= sizes[dim]
-        self.groups = self._groups(model)
-
-    def rank(self, *, dp: int, tp: int, pp: int) -> int:
-        s = self.strides
-        return tp * s["tp"] + dp * s["dp"] + pp * s["pp"]
-
-    def coords(self, rank: int) -> tuple[int, int, int]:
-        """(dp, tp, pp) of ``rank``."""
-        p, s = self.plan, self.strides
-        return (rank // s["dp"]) % p.dp, (rank // s["tp"]) % p.tp, (rank // s["pp"]) % p.pp
-
-    def stage_ranks(self, stage: int) -> list[int]:
-        return sorted(self.rank(dp=d, tp=t, pp=stage) for d in range(self.plan.dp) for t in range(self.plan.tp))
-
-    def peer(self, rank: int, stage_offset: int) -> int:
-        """The rank with the same dp and tp coordinates ``stage_offset`` stages away."""
-        d, t, s = self.coords(rank)
-        return self.rank(dp=d, tp=t, pp=s + stage_offset)
-
-    def group(self, rank: int, kind: str) -> Group | None:
-        """``rank``'s group of ``kind`` (see GROUP_KINDS), or None when it has no such group (size 1)."""
-        return self.groups.get(kind, {}).get(rank)
-
-    def rank_groups(self, rank: int) -> dict[int, tuple[int, ...]]:
-        """{group number: ranks} of the numbered groups ``rank`` belongs to (for its METADATA node)."""
-        out = {}
-        for by_rank in self.groups.values():
-            g = by_rank.get(rank)
-            if g is not None and g.gid:
-                out[g.gid] = g.ranks
-        return out
-
-    def _groups(self, model: ModelConfig) -> dict[str, dict[int, Group]]:
-        p = self.plan
-        members: dict[str, list[tuple[int, ...]]] = {k: [] for k in GROUP_KINDS}
-        for s in range(p.pp):
-            for d in range(p.dp):
-                members["tp"].append(tuple(self.rank(dp=d, tp=t, pp=s) for t in range(p.tp)))
-            for t in range(p.tp):
-                members["dp"].append(tuple(self.rank(dp=d, tp=t, pp=s) for d in range(p.dp)))
-                if model.is_moe:
-                    for block in range(p.dp // p.ep):
-                        members["ep"].append(tuple(self.rank(dp=block * p.ep + e, tp=t, pp=s) for e in range(p.ep)))
-                    for e in range(p.ep):
-                        members["edp"].append(tuple(self.rank(dp=b * p.ep + e, tp=t, pp=s)
-                                                    for b in range(p.dp // p.ep)))
-        if model.tied_embeddings and p.pp > 1:
-            for d in range(p.dp):
-                for t in range(p.tp):
-                    members["emb"].append((self.rank(dp=d, tp=t, pp=0), self.rank(dp=d, tp=t, pp=p.pp - 1)))
-        groups: dict[str, dict[int, Group]] = {}
-        gid = 1
-        for kind in GROUP_KINDS:
-            by_rank: dict[int, Group] = {}
-            for ranks in members[kind]:
-                if len(ranks) < 2:
-                    continue
-                if len(ranks) == p.world_size:
-                    group = Group(0, ranks)
-                else:
-                    group, gid = Group(gid, ranks), gid + 1
-                for r in ranks:
-                    by_rank[r] = group
-            if by_rank:
-                groups[kind] = by_rank
-        return groups
 
 
 def stage_layers(num_layers: int, pp: int, stage: int) -> range:

@@ -4,15 +4,18 @@ kind, node counts; as a dict (JSON-able) and as text."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import fields
 from typing import Any
 
 from compute.roofline import Roofline
 from workload.llm.build import StageProgram
 from workload.llm.model import ModelConfig
+from workload.llm.options import TrainingOptions
 from workload.llm.plan import GROUP_DESCRIPTIONS, ParallelPlan, RankMap
 from workload.schema import NodeType
 
 CATEGORIES = ("matmul", "attention", "elementwise", "optimizer")
+RING = "-ring"  # comm_bytes key suffix of point-to-point sends along a tensor- or context-parallel ring
 
 
 def stage_flops(program: StageProgram) -> Counter[tuple[str, str]]:
@@ -25,9 +28,10 @@ def stage_flops(program: StageProgram) -> Counter[tuple[str, str]]:
 
 
 def summarize(model: ModelConfig, plan: ParallelPlan, programs: list[StageProgram], ranks: RankMap,
-              roofline: Roofline | None = None) -> dict[str, Any]:
+              roofline: Roofline | None = None, options: TrainingOptions | None = None) -> dict[str, Any]:
     """The summary of the iteration the programs describe (totals are over all ranks)."""
-    per_stage = plan.dp * plan.tp
+    options = options or TrainingOptions()
+    per_stage = plan.dp * plan.tp * plan.cp
     tokens = plan.global_batch * model.seq_len
     by_kind: Counter[tuple[str, str]] = Counter()
     stage_totals, comm_bytes, comm_count, node_types = [], Counter(), Counter(), Counter()
@@ -40,9 +44,11 @@ def summarize(model: ModelConfig, plan: ParallelPlan, programs: list[StageProgra
         busy_ns = 0
         for op in program.ops:
             node_types[NodeType(op.node_type).name] += per_stage
-            if op.node_type == NodeType.COMM_COLL_NODE or op.node_type == NodeType.COMM_SEND_NODE:
-                comm_bytes[op.group] += op.size_bytes * per_stage
-                comm_count[op.group] += per_stage
+            if op.node_type in (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE):
+                ring = op.node_type == NodeType.COMM_SEND_NODE and op.group != "pp"
+                kind = op.group + RING if ring else op.group  # sends along a tp/cp ring, apart from collectives
+                comm_bytes[kind] += op.size_bytes * per_stage
+                comm_count[kind] += per_stage
             if roofline is not None and op.kernel is not None:
                 busy_ns += roofline.time_ns(op.kernel.flops, op.kernel.size_bytes)
         compute_us.append(busy_ns / 1000)
@@ -54,10 +60,14 @@ def summarize(model: ModelConfig, plan: ParallelPlan, programs: list[StageProgra
         "active_params": model.active_params(),
         "matmul_params": model.matmul_params(),
         "plan": {"world_size": plan.world_size, "dp": plan.dp, "tp": plan.tp, "pp": plan.pp, "ep": plan.ep,
+                 "cp": plan.cp, "vp": plan.vp, "etp": plan.expert_tp, "cp_comm_type": plan.cp_comm_type,
                  "zero_stage": plan.zero_stage, "global_batch": plan.global_batch,
                  "micro_batch_size": plan.micro_batch_size, "micro_batches": plan.num_micro_batches,
-                 "sequence_parallel": plan.sequence_parallel, "activation_recompute": plan.activation_recompute,
-                 "layout": ",".join(plan.layout)},
+                 "sequence_parallel": plan.sequence_parallel,
+                 "activation_recompute": plan.recompute_mode == "full", "recompute": plan.recompute_mode,
+                 "layers_per_stage": plan.stage_layer_counts(model.num_layers),
+                 "layout": ",".join(plan.full_layout if plan.cp > 1 else plan.layout)},
+        "options": {f.name: getattr(options, f.name) for f in fields(options)},
         "tokens": tokens,
         "flops": {"total": total, **{c: sum(v for (_, cat), v in by_kind.items() if cat == c) for c in CATEGORIES},
                   "recompute": sum(v for (phase, _), v in by_kind.items() if phase == "recompute")},
@@ -94,11 +104,15 @@ def format_summary(s: dict[str, Any]) -> str:
     lines = [
         f"model {s['model']}: {s['params'] / 1e9:.3f}B parameters ({s['active_params'] / 1e9:.3f}B active per token, "
         f"{s['matmul_params'] / 1e9:.3f}B in matmuls)",
-        f"plan: {p['world_size']} ranks = dp {p['dp']} x tp {p['tp']} x pp {p['pp']} (layout {p['layout']}), "
-        f"ep {p['ep']}, ZeRO {p['zero_stage']}, global batch {p['global_batch']} = {p['micro_batches']} "
+        f"plan: {p['world_size']} ranks = dp {p['dp']} x tp {p['tp']} x pp {p['pp']}"
+        + (f" x cp {p['cp']} ({p['cp_comm_type']})" if p["cp"] > 1 else "") + f" (layout {p['layout']}), "
+        f"ep {p['ep']}" + (f" (etp {p['etp']})" if p["ep"] > 1 and p["etp"] != p["tp"] else "")
+        + f", ZeRO {p['zero_stage']}, global batch {p['global_batch']} = {p['micro_batches']} "
         f"micro-batches of {p['micro_batch_size']} per data-parallel rank"
+        + (f", interleaved over {p['vp']} virtual stages" if p["vp"] > 1 else "")
         + (", sequence parallel" if p["sequence_parallel"] else "")
-        + (", activation recompute" if p["activation_recompute"] else ""),
+        + (", activation recompute" if p["recompute"] == "full" else "")
+        + (", selective recompute" if p["recompute"] == "selective" else ""),
         f"tokens per iteration: {s['tokens']}",
         f"FLOPs per iteration (all ranks): {_num(f['total'])}FLOP = {f['total'] / s['flops_6pt']:.3f} x 6PT "
         f"({_num(s['flops_6pt'])}FLOP)",
@@ -108,14 +122,28 @@ def format_summary(s: dict[str, Any]) -> str:
         + (f"; recompute {_num(f['recompute'])}FLOP ({f['recompute'] / total:.1%})" if f["recompute"] else ""),
         "FLOPs per rank by pipeline stage: " + ", ".join(_num(v) + "FLOP" for v in s["flops_per_rank_by_stage"]),
     ]
+    if p["pp"] > 1 and len(set(p["layers_per_stage"])) > 1:
+        lines.append("layers per pipeline stage: " + ", ".join(map(str, p["layers_per_stage"])))
+    o = s["options"]
+    settings = [name for name, on in (("FP8 GEMMs", o["precision"] == "fp8"),
+                                      ("gradients reduced in fp32", o["grad_reduce_in_fp32"]),
+                                      ("TP communication overlapped", o["tp_comm_overlap"]),
+                                      ("parameter all-gathers overlapped", o["overlap_param_gather"]),
+                                      ("iteration tail", o["iteration_tail"])) if on]
+    if o["bucket_size"] is not None:
+        settings.append(f"gradient buckets {o['bucket_size']}")
+    if settings:
+        lines.append("step: " + ", ".join(settings))
     if "compute_us_per_rank_by_stage" in s:
         lines.append("roofline compute time per rank by stage: "
                      + ", ".join(f"{v / 1000:.2f} ms" for v in s["compute_us_per_rank_by_stage"]))
     if s["comm_bytes"]:
         lines.append("bytes communicated (comm_size summed over ranks; ALL_GATHER: per-rank input):")
         for kind in sorted(s["comm_bytes"], key=lambda k: -s["comm_bytes"][k]):
-            lines.append(f"  {kind:4s} {GROUP_DESCRIPTIONS[kind]}: {_bytes(s['comm_bytes'][kind])} in "
-                         f"{s['comm_count'][kind]} {'sends' if kind == 'pp' else 'collectives'}")
+            sends = kind == "pp" or kind.endswith(RING)
+            what = GROUP_DESCRIPTIONS[kind.removesuffix(RING)] + (" ring" if kind.endswith(RING) else "")
+            lines.append(f"  {kind:4s} {what}: {_bytes(s['comm_bytes'][kind])} in "
+                         f"{s['comm_count'][kind]} {'sends' if sends else 'collectives'}")
     n = s["nodes"]
     lines.append(f"nodes: {n['total']} in all, per rank by stage " + ", ".join(map(str, n["per_rank_by_stage"]))
                  + " (" + ", ".join(f"{k} {v}" for k, v in sorted(n["by_type"].items())) + ")")

@@ -1,0 +1,199 @@
+"""Pipeline schedules of ``trace generate llm``: Megatron-LM's interleaved 1F1B (virtual stages), its bubble on a
+compute-only trace, model chunks and their sends, uneven first and last stages."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compute.devices import device
+from compute.roofline import Roofline
+from network.config import network_from_dict
+from simulator.api import simulate
+from simulator.config import DEFAULT_SYSTEM, system_from_dict
+from tests.workload.test_llm import SMALL, load
+from workload.errors import InputError
+from workload.llm.build import build_programs
+from workload.llm.emit import TraceEmitter, generate_traces
+from workload.llm.model import ModelConfig
+from workload.llm.plan import ParallelPlan, RankMap
+from workload.llm.schedules import interleaved, one_f_one_b, schedule_table, stage_schedule
+from workload.schema import NodeType
+
+# wide layers and a tiny vocabulary: the embedding, final norm and head cost < 0.5% of a model chunk, so the stages
+# are equal and the bubble is the schedule's alone
+WIDE = ModelConfig(name="wide", num_layers=8, hidden_size=4096, num_heads=32, ffn_hidden_size=16384, vocab_size=64,
+                   seq_len=1024)
+H100 = device("H100")
+ROOFLINE = Roofline(H100.peak_tflops * 1e12, H100.memory_bw_gbps * 1e9)
+
+
+def test_schedule_table_is_megatrons() -> None:
+    """Megatron-Core's own example (schedules.py): PP 2, 5 micro-batches in groups of 3, VP 2."""
+    table = schedule_table(5, 2, 3)
+    assert [mb for mb, _ in table] == [0, 1, 2, 0, 1, 2, 3, 4, 3, 4]
+    assert [chunk for _, chunk in table] == [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]
+
+
+@pytest.mark.parametrize(("pp", "stage", "m", "vp", "warmup"), [
+    (4, 0, 8, 2, 3 * 2 + 4), (4, 3, 8, 2, 4), (4, 1, 4, 3, 2 * 2 + 2 * 4), (2, 0, 2, 2, 2 + 2), (4, 0, 4, 4, 4 * 4)])
+def test_interleaved_warmup_then_alternating_then_cooldown(pp: int, stage: int, m: int, vp: int, warmup: int) -> None:
+    """(pp - stage - 1) x 2 + (vp - 1) x pp warm-up forwards (all of them at most), then one forward and one
+    backward at a time, the backwards walking the table with the chunks reversed."""
+    order = interleaved(pp, stage, m, vp, pp)
+    total = m * vp
+    warmup = min(warmup, total)
+    assert all(kind == "F" for kind, _, _ in order[:warmup])
+    steady = order[warmup:warmup + 2 * (total - warmup)]
+    assert [kind for kind, _, _ in steady] == ["F", "B"] * (total - warmup)
+    assert all(kind == "B" for kind, _, _ in order[warmup + 2 * (total - warmup):])
+    table = schedule_table(m, vp, pp)
+    assert [(mb, c) for kind, mb, c in order if kind == "F"] == table
+    assert [(mb, vp - 1 - c) for kind, mb, c in order if kind == "B"] == table
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 5), st.integers(0, 4), st.integers(1, 4), st.integers(1, 4), st.integers(0, 3))
+def test_interleaved_schedule_properties(pp: int, stage: int, vp: int, groups: int, extra: int) -> None:
+    stage %= pp
+    m = pp * groups + (extra if extra == 0 or extra >= pp else 0)
+    order = stage_schedule(pp, stage, m, vp, pp)
+    steps = [(kind, mb, c) for kind, mb, c in order]
+    assert sorted(steps) == sorted((k, mb, c) for k in "FB" for mb in range(m) for c in range(vp))
+    seen = {}
+    for i, step in enumerate(steps):
+        seen[step] = i
+    for mb in range(m):
+        for c in range(vp):
+            assert seen["F", mb, c] < seen["B", mb, c]
+            if c:  # a micro-batch's chunks run forward in order, backward in reverse
+                assert seen["F", mb, c - 1] < seen["F", mb, c] and seen["B", mb, c] < seen["B", mb, c - 1]
+    if vp == 1:
+        assert [(k, mb) for k, mb, _ in order] == one_f_one_b(pp, stage, m)
+
+
+def test_model_chunks_hold_megatrons_layers() -> None:
+    """Megatron-LM's example: 8 layers on 2 stages: vp 4 gives stage 0 layers 0, 2, 4, 6 (one per chunk), vp 2 gives
+    stage 0 [0, 1] [4, 5] and stage 1 [2, 3] [6, 7]."""
+    plan = ParallelPlan(pp=2, vp=4, num_micro_batches=2)
+    assert [list(plan.chunk_layers(8, 0, c)) for c in range(4)] == [[0], [2], [4], [6]]
+    plan = replace(plan, vp=2)
+    assert [list(plan.chunk_layers(8, s, c)) for s in range(2) for c in range(2)] == [[0, 1], [4, 5], [2, 3], [6, 7]]
+
+
+def test_interleaved_traces_send_around_the_ring_and_match(tmp_path: Path) -> None:
+    """Chunk c of the last stage sends to chunk c + 1 of the first (a send from the last rank to the first); every
+    send has its receive; each stage runs its chunks' layers in the schedule's order."""
+    model = replace(SMALL, num_layers=8)
+    plan = ParallelPlan(dp=2, pp=2, vp=2, num_micro_batches=4)
+    prefix = str(tmp_path / "t")
+    generate_traces(model, plan, prefix)
+    sends, recvs = [], []
+    ranks = RankMap(plan, model)
+    for rank in range(plan.world_size):
+        t = load(prefix, rank, plan.world_size)
+        for n in t.nodes:
+            key = (n.attrs.get("comm_src"), n.attrs.get("comm_dst"), n.attrs.get("comm_tag"), n.attrs.get("comm_size"))
+            if n.type == NodeType.COMM_SEND_NODE:
+                sends.append(key)
+            elif n.type == NodeType.COMM_RECV_NODE:
+                recvs.append(key)
+        order = []
+        for n in t.compute():
+            if ".layer" in n.name and ".fwd." in n.name:
+                layer = int(n.name.split(".layer")[1].split(".")[0])
+                mb = int(n.name[2:n.name.index(".")])
+                if not order or order[-1] != (mb, layer):
+                    order.append((mb, layer))
+        stage = ranks.coords(rank)[2]
+        chunks = [plan.chunk_layers(8, stage, c) for c in range(2)]
+        expected = [(mb, layer) for kind, mb, c in stage_schedule(2, stage, 4, 2, 2) if kind == "F"
+                    for layer in chunks[c]]
+        assert order == expected
+    assert sorted(sends) == sorted(recvs) and len(set(sends)) == len(sends)
+    # per replica: 3 chunk boundaries (s0c0 -> s1c0 -> s0c1 -> s1c1), activations and gradients, 4 micro-batches
+    assert len(sends) == 2 * 3 * 4 * 2
+    # the last stage sends chunk 0's activations forward to the first stage's chunk 1, besides both chunks' gradients
+    back = [(s, d) for s, d, _, _ in sends if ranks.coords(s)[2] == 1 and ranks.coords(d)[2] == 0]
+    assert len(back) == (1 + 2) * 4 * 2
+
+
+def _bubble(pp: int, vp: int, m: int) -> float:
+    """(step - ideal) / ideal of a compute-only run: every message takes 0 ns, the optimizer step left out."""
+    model = replace(WIDE, num_layers=pp * vp * 2)
+    plan = ParallelPlan(pp=pp, vp=vp, num_micro_batches=m)
+    plan.validate(model)
+    programs = build_programs(model, plan)
+    traces = TraceEmitter(programs, RankMap(plan, model))
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        traces.write(folder + "/t")
+        network = network_from_dict({"topology": ["Switch"], "npus_count": [pp], "bandwidth": [1e9],
+                                     "latency": [0.0]})
+        result = simulate(folder + "/t", network, system_from_dict({**DEFAULT_SYSTEM, "roofline-enabled": 1}),
+                          device="H100", engine="message")
+    optimizer = [ROOFLINE.time_ns(op.kernel.flops, op.kernel.size_bytes) for p in programs for op in p.ops
+                 if op.name == "optimizer" and op.kernel is not None]
+    ideal = max(r.compute_ns - o for r, o in zip(result.ranks, optimizer, strict=True))
+    step = max(r.finish_ns for r in result.ranks) - max(optimizer)
+    return (step - ideal) / ideal
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.sampled_from([2, 3, 4]), st.sampled_from([1, 2, 3, 4]), st.integers(1, 3))
+def test_bubble_is_pp_minus_1_over_vp_m(pp: int, vp: int, groups: int) -> None:
+    """The issue's property: with equal stages and no communication time the idle bubble is (pp - 1) / (vp x m) of
+    the ideal step within 1% (interleaved), (pp - 1) / m without interleaving."""
+    m = pp * groups
+    assert _bubble(pp, vp, m) == pytest.approx((pp - 1) / (vp * m), rel=0.01)
+
+
+def test_interleaving_shrinks_the_simulated_step(tmp_path: Path) -> None:
+    """The same model and batch on 4 stages with real links: 2 virtual stages run the iteration faster."""
+    model = replace(SMALL, num_layers=8, seq_len=512, hidden_size=1024, ffn_hidden_size=4096)
+    times = {}
+    for vp in (1, 2):
+        plan = ParallelPlan(pp=4, vp=vp, num_micro_batches=4)
+        generate_traces(model, plan, str(tmp_path / f"v{vp}"))
+        net = network_from_dict({"topology": ["Ring"], "npus_count": [4], "bandwidth": [200.0], "latency": [500.0]})
+        times[vp] = simulate(str(tmp_path / f"v{vp}"), net, system_from_dict({**DEFAULT_SYSTEM,
+                                                                               "roofline-enabled": 1}),
+                             device="H100").finish_ns
+    assert times[2] < times[1]
+
+
+# --- uneven stages ----------------------------------------------------------------------------------------
+
+def test_first_and_last_stage_layer_counts_as_megatron() -> None:
+    """--decoder-first/last-pipeline-num-layers: the given counts, the other stages split the rest evenly; with
+    virtual stages every stage's layers split over its chunks."""
+    plan = ParallelPlan(pp=4, first_stage_layers=6, last_stage_layers=5)
+    assert plan.stage_layer_counts(31) == [6, 10, 10, 5]
+    assert ParallelPlan(pp=2, last_stage_layers=3).stage_layer_counts(10) == [7, 3]
+    programs = build_programs(replace(SMALL, num_layers=31), plan)
+    assert [len(p.layers) for p in programs] == [6, 10, 10, 5]
+    assert [x for p in programs for x in p.layers] == list(range(31))
+    plan = ParallelPlan(pp=4, vp=2, num_micro_batches=4, first_stage_layers=2, last_stage_layers=2)
+    plan.validate(replace(SMALL, num_layers=16))
+    chunks = [list(plan.chunk_layers(16, s, c)) for c in range(2) for s in range(4)]
+    assert chunks == [[0], [1, 2, 3], [4, 5, 6], [7], [8], [9, 10, 11], [12, 13, 14], [15]]
+
+
+@pytest.mark.parametrize(("plan", "layers", "message"), [
+    (dict(pp=4, first_stage_layers=3), 10, "do not split evenly over the other 3 stages"),
+    (dict(pp=1, last_stage_layers=3), 10, "need pp >= 2"),
+    (dict(pp=3, first_stage_layers=5, last_stage_layers=5), 10, "every pipeline stage needs at least one layer"),
+    (dict(pp=2, vp=2, num_micro_batches=2), 6, "not divisible by vp=2"),
+    (dict(pp=2, vp=2, num_micro_batches=1), 8, "between pp=2 and the 1 micro-batches"),
+    (dict(pp=4, vp=2, num_micro_batches=6), 8, "last group of 2 < pp=4"),
+    (dict(pp=1, vp=2), 8, "need pp >= 2"),
+])
+def test_bad_pipeline_plans_are_one_line_errors(plan: dict, layers: int, message: str) -> None:
+    with pytest.raises(InputError, match=message) as e:
+        ParallelPlan(**plan).validate(replace(SMALL, num_layers=layers))
+    assert "\n" not in str(e.value)

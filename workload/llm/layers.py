@@ -1,0 +1,130 @@
+"""One transformer layer's forward and backward: norms, the tensor-parallel GEMMs, the attention core and the
+MLP, dense or mixture-of-experts.
+
+A mixture-of-experts layer follows Megatron-Core's alltoall token dispatcher: the router scores the rank's own
+tokens, they are permuted and sent to their experts' ranks with an all-to-all over the expert-parallel group,
+gathered over the expert-tensor-parallel group when the experts are split (etp > 1), run through the grouped
+expert GEMMs, reduce-scattered back over that group, returned with a second all-to-all and unpermuted. Without
+sequence parallelism every tensor-parallel rank holds all tokens and the layer's output is all-reduced over tp.
+
+Recompute (Megatron's --recompute-granularity): "full" runs the layer's forward again before its backward (with
+its communication), "selective" only the attention core (Korthikanti et al.), right before its backward.
+"""
+
+from __future__ import annotations
+
+from workload.llm import costs
+from workload.llm.attention import Attention
+from workload.llm.gradients import GradientSync
+from workload.llm.model import ModelConfig
+from workload.llm.plan import ParallelPlan
+from workload.llm.program import Program
+from workload.llm.sizes import StageSizes
+from workload.llm.tensor_parallel import TensorParallel
+from workload.schema import CollectiveType
+
+A2A, AG, RS = CollectiveType.ALL_TO_ALL, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
+
+
+class LayerPasses:
+    """Adds layer forwards and backwards to a stage program."""
+
+    def __init__(self, program: Program, sizes: StageSizes, model: ModelConfig, plan: ParallelPlan,
+                 tp: TensorParallel, grads: GradientSync) -> None:
+        self.prog, self.z, self.m, self.tp, self.grads = program, sizes, model, tp, grads
+        self.recompute = plan.recompute_mode
+        self.attention = Attention(program, sizes, model, plan)
+        if model.is_moe:
+            elements = sizes.local_tokens * model.top_k * model.hidden_size
+            self.permute = costs.elementwise("permute", elements, 1, 1, 1, model.dtype_bytes)
+            self.unpermute = costs.elementwise("unpermute", elements, 2, 1, 1, model.dtype_bytes)
+
+    def forward(self, pre: str, x: list[int], phase: str) -> list[int]:
+        """``pre`` is the node name prefix (e.g. "mb0.fwd.layer3."); returns the layer output's node."""
+        c, z = self.prog.compute, self.z
+        if phase == "fwd":
+            x = x + self.grads.gather(pre[:-1], "layer", phase)
+        x = c(pre + "attn_norm", z.norm[0], x, phase)
+        x = self.tp.column_forward(pre, "attn", z.qkv, x, phase)
+        x = self.attention.forward(pre, x, phase)
+        x = self.tp.row_forward(pre, "attn", z.attn_out, x, phase)
+        x = c(pre + "mlp_norm", z.norm[0], x, phase)
+        if self.m.is_moe:
+            x = self._moe_forward(pre, x, phase)
+        else:
+            x = self.tp.column_forward(pre, "mlp", z.mlp_in, x, phase)
+            x = c(pre + "activation", z.act[0], x, phase)
+            x = self.tp.row_forward(pre, "mlp", z.mlp_out, x, phase)
+        if phase == "fwd":
+            self.grads.unit_end()
+        return x
+
+    def _moe_forward(self, pre: str, x: list[int], phase: str) -> list[int]:
+        c, z, coll = self.prog.compute, self.z, self.prog.coll
+        x = c(pre + "router", z.router.forward(), x, phase)
+        x = c(pre + "permute", self.permute[0], x, phase)
+        x = coll(pre + "dispatch_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
+        if z.expert_gather:
+            x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
+        x = c(pre + z.mlp_in.name, z.mlp_in.forward(), x, phase)
+        x = c(pre + "activation", z.act[0], x, phase)
+        x = c(pre + z.mlp_out.name, z.mlp_out.forward(), x, phase)
+        if z.expert_gather:
+            x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
+                     phase)
+        x = coll(pre + "combine_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
+        x = c(pre + "unpermute", self.unpermute[0], x, phase)
+        return x if z.sp else self.tp.reduce(pre + "mlp", x, phase)
+
+    def backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
+        """The layer's backward (after its recompute); returns its input gradient's node."""
+        c, z, ready = self.prog.compute, self.z, self.grads.tensor_ready
+        g = g + self.grads.gather(pre[:-1], "layer", "bwd")
+        if self.recompute == "full":
+            self.forward(pre.replace(".bwd.", ".recompute."), g, "recompute")
+        if self.m.is_moe:
+            g = self._moe_backward(pre, g, unit, micro_batch)
+        else:
+            dx = self.tp.row_backward(pre, "mlp_grad", z.mlp_out, g)
+            ready(unit, "mlp_out", [self.prog.last_compute], micro_batch)
+            dx = c(pre + "activation", z.act[1], dx, "bwd")
+            dx_in = self.tp.column_backward(pre, "mlp_input", z.mlp_in, dx)
+            ready(unit, "mlp_in", [self.prog.last_compute], micro_batch)
+            g = self.tp.reduce(pre + "mlp_grad", dx_in, "bwd")
+        g = c(pre + "mlp_norm", z.norm[1], g, "bwd")
+        ready(unit, "mlp_norm", g, micro_batch)
+        dx = self.tp.row_backward(pre, "attn_grad", z.attn_out, g)
+        ready(unit, "attn_out", [self.prog.last_compute], micro_batch)
+        if self.recompute == "selective":
+            self.attention.forward(pre.replace(".bwd.", ".recompute."), dx, "recompute")
+        dx = self.attention.backward(pre, dx)
+        dx_in = self.tp.column_backward(pre, "attn_input", z.qkv, dx)
+        ready(unit, "qkv", [self.prog.last_compute], micro_batch)
+        g = self.tp.reduce(pre + "attn_grad", dx_in, "bwd")
+        g = c(pre + "attn_norm", z.norm[1], g, "bwd")
+        ready(unit, "attn_norm", g, micro_batch)
+        self.grads.unit_end()
+        return g
+
+    def _moe_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
+        c, z, coll, ready = self.prog.compute, self.z, self.prog.coll, self.grads.tensor_ready
+        etp = self.grads.p.expert_tp
+        g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
+        g = coll(pre + "combine_grad_alltoall", "ep", A2A, z.dispatch_bytes, g, "bwd")
+        if z.expert_gather:
+            g = coll(pre + "expert_grad_allgather", "etp", AG, z.expert_gather_bytes, g, "bwd")
+        dx = c(pre + z.mlp_out.name + "_dgrad", z.mlp_out.dgrad(), g, "bwd")
+        c(pre + z.mlp_out.name + "_wgrad", z.mlp_out.wgrad(), g, "bwd")
+        ready(unit, "expert_out", [self.prog.last_compute], micro_batch)
+        dx = c(pre + "activation", z.act[1], dx, "bwd")
+        dx_in = c(pre + z.mlp_in.name + "_dgrad", z.mlp_in.dgrad(), dx, "bwd")
+        c(pre + z.mlp_in.name + "_wgrad", z.mlp_in.wgrad(), dx, "bwd")
+        ready(unit, "expert_in", [self.prog.last_compute], micro_batch)
+        if z.expert_gather:
+            dx_in = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, dx_in, "bwd")
+        g = coll(pre + "dispatch_grad_alltoall", "ep", A2A, z.dispatch_bytes, dx_in, "bwd")
+        g = c(pre + "permute", self.permute[1], g, "bwd")
+        g = c(pre + "router_dgrad", z.router.dgrad(), g, "bwd")
+        c(pre + "router_wgrad", z.router.wgrad(), g, "bwd")
+        ready(unit, "router", [self.prog.last_compute], micro_batch)
+        return g if z.sp else self.tp.reduce(pre + "mlp_grad", g, "bwd")

@@ -1,0 +1,108 @@
+"""How the framework runs the step, beyond how the model is split (workload/llm/plan.py): precision,
+communication overlap, gradient buckets, FSDP details and the tail of the iteration.
+
+Names and defaults follow Megatron-Core's DistributedDataParallelConfig and TransformerConfig where they exist:
+
+- ``precision``: the GEMMs' math ("bf16", "fp16" or "fp8"; None = the model's dtype). With fp8 (Transformer
+  Engine) the layers' GEMMs run in FP8 and the sequence-parallel all-gathers of GEMM inputs carry FP8 (TE
+  quantizes before gathering); reduce-scatters and all-reduces of GEMM outputs, pipeline sends, attention and
+  the output layer stay in the model's dtype.
+- ``grad_reduce_in_fp32`` (False): data-parallel gradient collectives in FP32 instead of the model's dtype
+  (Megatron-LM's training script turns it on for bf16 unless --grad-reduce-in-bf16; Llama 3 reduces in FP32).
+- ``fp8_param_gather`` (False): the distributed optimizer's parameter all-gathers carry the layers' GEMM
+  weights in FP8.
+- ``overlap_grad_reduce`` (None): True = Megatron's bucketed gradient reduction during the last micro-batch's
+  backward; False = every bucket after the whole backward; None = by ZeRO stage, as this generator always did
+  (stages 0, 2 and 3 during the backward, stage 1 after it).
+- ``bucket_size`` (None): parameters per gradient bucket. None = one bucket per layer (and one for the
+  embedding/output layer); "megatron" = Megatron-Core's default max(40M, 1M x dp x cp), in Megatron's parameter
+  order, with one bucket per model chunk on pipeline stages after the first and on chunks after the first.
+- ``overlap_param_gather`` (False): the distributed optimizer's parameter all-gathers run per bucket at the
+  start of the iteration, each layer's first forward waiting for its bucket (Megatron overlaps them with the
+  next forward); off, they follow the optimizer step.
+- ``tp_comm_overlap`` (False): Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers, needs sequence
+  parallelism): the all-gather before the QKV and FC1 GEMMs and before the projection and FC2 input-gradient
+  GEMMs becomes a ring exchange of tp - 1 steps feeding tp GEMM chunks; the reduce-scatter after the projection
+  and FC2 GEMMs runs per chunk of 4 GEMM chunks. The backward's other all-gather and reduce-scatter run beside
+  the GEMMs in any case (Megatron's linear layers overlap them).
+- ``reshard_after_forward`` (True) and ``fsdp_grad_sync`` ("every"): ZeRO-3/FSDP (torch FSDP2 names). With
+  reshard_after_forward False the layer's parameters gathered for the forward stay for its backward (Llama 3's
+  setting); "last" reduce-scatters the gradients only during the last micro-batch's backward (gradient
+  accumulation without sync, as torch's pipeline schedules run FSDP).
+- ``iteration_tail`` (False): the end and start of a real iteration as nodes: a data-loader batch copy per
+  micro-batch on the first and last stage (``dataloader_wait_us`` of host wait before it, default 0), the
+  gradient norm for clipping (a local norm kernel, a 4-byte all-reduce over the model-parallel group, or over
+  every rank with a sharded optimizer, and the scaling kernel; Megatron-LM clips at 1.0 by default), and the
+  loss reduction logged each iteration (a kernel over the micro-batch losses and an 8-byte all-reduce over
+  dp x cp on the last stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workload.errors import InputError
+
+PRECISIONS = ("bf16", "fp16", "fp8")
+FSDP_GRAD_SYNC = ("every", "last")
+MEGATRON_BUCKET = "megatron"
+MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
+MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+RING_EXCHANGE = "ring"  # TE's AG+GEMM overlap: tp chunks
+PIPELINE_RS_SPLITS = 4  # TE's default num_splits of the pipelined GEMM+RS overlap
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainingOptions:
+    """Framework settings of one training step (see the module docstring for each)."""
+
+    precision: str | None = None
+    grad_reduce_in_fp32: bool = False
+    fp8_param_gather: bool = False
+    overlap_grad_reduce: bool | None = None
+    overlap_param_gather: bool = False
+    bucket_size: int | str | None = None
+    tp_comm_overlap: bool = False
+    reshard_after_forward: bool = True
+    fsdp_grad_sync: str = "every"
+    iteration_tail: bool = False
+    dataloader_wait_us: int = 0
+
+    def fp8(self) -> bool:
+        return self.precision == "fp8"
+
+    def grad_bytes(self, dtype_bytes: int) -> int:
+        return 4 if self.grad_reduce_in_fp32 else dtype_bytes
+
+    def bucket_params(self, dp: int, cp: int) -> int | None:
+        """Parameters per gradient bucket, or None for one bucket per layer."""
+        if self.bucket_size == MEGATRON_BUCKET:
+            return max(MEGATRON_MIN_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * dp * cp)
+        return self.bucket_size if isinstance(self.bucket_size, int) else None
+
+    def validate(self, zero_stage: int, sequence_parallel: bool, tp: int) -> None:
+        """Raise InputError (one line) for settings that contradict each other or the plan."""
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise InputError(f"precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
+        if self.fsdp_grad_sync not in FSDP_GRAD_SYNC:
+            raise InputError(f"fsdp_grad_sync must be one of {', '.join(FSDP_GRAD_SYNC)} "
+                             f"(got {self.fsdp_grad_sync!r})")
+        size = self.bucket_size
+        if size is not None and size != MEGATRON_BUCKET and (isinstance(size, bool) or not isinstance(size, int)
+                                                             or size < 1):
+            raise InputError(f"the gradient bucket size must be a number of parameters >= 1 or '{MEGATRON_BUCKET}' "
+                             f"(got {size!r})")
+        if isinstance(self.dataloader_wait_us, bool) or not isinstance(self.dataloader_wait_us, int) \
+                or self.dataloader_wait_us < 0:
+            raise InputError(f"the data-loader wait must be a whole number of microseconds >= 0 "
+                             f"(got {self.dataloader_wait_us!r})")
+        if self.overlap_param_gather and zero_stage not in (1, 2):
+            raise InputError("overlap_param_gather needs the distributed optimizer (ZeRO stage 1 or 2), whose "
+                             f"parameter all-gathers it overlaps (got ZeRO {zero_stage})")
+        if self.overlap_param_gather and self.overlap_grad_reduce is False:
+            raise InputError("overlap_param_gather needs overlap_grad_reduce (Megatron-LM refuses it without)")
+        if self.fp8_param_gather and (self.precision != "fp8" or zero_stage not in (1, 2, 3)):
+            raise InputError("fp8_param_gather needs precision fp8 and a sharded optimizer (ZeRO stage 1, 2 or 3)")
+        if self.tp_comm_overlap and tp > 1 and not sequence_parallel:
+            raise InputError("tp_comm_overlap needs sequence parallelism (Megatron-Core overlaps the all-gathers "
+                             "and reduce-scatters it brings)")

@@ -1,0 +1,100 @@
+"""A stage program under construction: its nodes and the helpers that add them.
+
+Every rank of a stage runs the same program and differs only in its communicator groups and send/recv peers,
+which workload/llm/emit.py fills in. Compute nodes form one chain in program order (one GPU stream, as ASTRA-sim
+runs one compute node at a time per rank); a collective or a send runs beside compute whenever no dependency
+orders them, and ASTRA-sim runs one communication node at a time per rank (the trace cannot express a second
+communication stream; overlap is expressed by what waits for what).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from workload.llm.costs import Kernel
+from workload.schema import NodeType
+
+Peer = int | tuple[str, int]  # a pipeline stage offset, or (dimension, offset) along tp/cp/pp (wrapping around)
+
+
+@dataclass(slots=True)
+class Op:
+    """A node of a stage program; its node id is its index + 1 (id 0 is the METADATA node).
+
+    Collectives name a group kind (see workload/llm/ranks.py); sends and receives a peer and tag. ``host_us``
+    marks a host-side (CPU) node of that duration."""
+
+    name: str
+    node_type: int
+    phase: str  # fwd, bwd, recompute, optimizer, sync, tail
+    deps: list[int]
+    ctrl: list[int] = field(default_factory=list)
+    kernel: Kernel | None = None
+    comm_type: int = 0
+    size_bytes: int = 0
+    group: str = ""
+    peer: Peer = 0
+    tag: int = 0
+    host_us: int | None = None
+
+
+@dataclass(slots=True)
+class StageProgram:
+    """A stage's ops; ``layers`` its layers in order (a range, or with virtual stages those of its chunks)."""
+
+    stage: int
+    layers: range | tuple[int, ...]
+    ops: list[Op]
+
+
+class Program:
+    """The ops of one stage and the node helpers every part of the builder shares."""
+
+    def __init__(self, kinds: set[str], ring_tag_base: int) -> None:
+        self.ops: list[Op] = []
+        self.last_compute = 0
+        self.kinds = kinds  # the group kinds this stage's ranks have (size > 1)
+        self._next_ring_tag = ring_tag_base
+
+    def add(self, op: Op) -> int:
+        self.ops.append(op)
+        return len(self.ops)
+
+    def compute(self, name: str, kernel: Kernel, deps: list[int], phase: str) -> list[int]:
+        """A kernel after the previous one (the compute chain) and after ``deps``."""
+        ctrl = [self.last_compute] if self.last_compute and self.last_compute not in deps else []
+        self.last_compute = self.add(Op(name, NodeType.COMP_NODE, phase, list(deps), ctrl, kernel=kernel))
+        return [self.last_compute]
+
+    def host(self, name: str, duration_us: int, deps: list[int], phase: str) -> list[int]:
+        """A host-side wait of ``duration_us`` (a CPU node: it holds no GPU stream)."""
+        return [self.add(Op(name, NodeType.COMP_NODE, phase, list(deps), host_us=duration_us))]
+
+    def coll_id(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str
+                ) -> int | None:
+        """A collective on this rank's ``kind`` group; None without such a group (size 1) or data."""
+        if kind not in self.kinds or size_bytes == 0:
+            return None
+        return self.add(Op(name, NodeType.COMM_COLL_NODE, phase, list(deps), comm_type=comm_type,
+                           size_bytes=size_bytes, group=kind))
+
+    def coll(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str) -> list[int]:
+        """Like coll_id; returns what the next node depends on (the collective, or else ``deps``)."""
+        got = self.coll_id(name, kind, comm_type, size_bytes, deps, phase)
+        return deps if got is None else [got]
+
+    def p2p(self, name: str, send: bool, peer: Peer, tag: int, size_bytes: int, deps: list[int], phase: str,
+            group: str = "pp") -> list[int]:
+        node_type = NodeType.COMM_SEND_NODE if send else NodeType.COMM_RECV_NODE
+        return [self.add(Op(name, node_type, phase, list(deps), size_bytes=size_bytes, group=group, peer=peer,
+                            tag=tag))]
+
+    def ring_step(self, name: str, dim: str, size_bytes: int, send_deps: list[int], recv_deps: list[int],
+                  phase: str) -> tuple[list[int], list[int]]:
+        """One step of a ring along ``dim`` (tp or cp): send to the next rank, receive from the previous one.
+        Both ends of a step carry the same tag: every rank of the stage runs this program."""
+        tag = self._next_ring_tag
+        self._next_ring_tag += 1
+        sent = self.p2p(name + "_send", True, (dim, +1), tag, size_bytes, send_deps, phase, group=dim)
+        received = self.p2p(name + "_recv", False, (dim, -1), tag, size_bytes, recv_deps, phase, group=dim)
+        return sent, received

@@ -1,0 +1,68 @@
+"""Pipeline schedules: the order in which one stage runs the forward and backward passes of its micro-batches.
+
+``one_f_one_b`` is the non-interleaved 1F1B schedule (PipeDream-Flush, Megatron-LM's default). ``interleaved``
+is Megatron-LM's interleaved 1F1B over ``vp`` model chunks per stage (Narayanan et al., SC'21), in the order
+Megatron-Core's forward_backward_pipelining_with_interleaving runs it:
+
+- a schedule table lists (micro-batch, chunk) in groups of ``group`` micro-batches (default pp): for each group,
+  chunk 0 of its micro-batches, then chunk 1, ...; the backward passes walk the same table with the chunks
+  reversed (the last chunk's backward comes first);
+- stage s runs (pp - s - 1) x 2 + (vp - 1) x group warm-up forwards (all of them when that is more), then
+  alternates one forward (table entry k + warm-up) and one backward (entry k), then the remaining backwards.
+
+On a pipeline with equal stages and no communication time this leaves an idle bubble of (pp - 1) / (vp x m) of
+the ideal step, (pp - 1) / m without interleaving (tests/workload/test_llm_schedules.py simulates it).
+"""
+
+from __future__ import annotations
+
+Step = tuple[str, int, int]  # ("F" | "B", micro-batch, model chunk)
+
+
+def one_f_one_b(num_stages: int, stage: int, num_micro_batches: int) -> list[tuple[str, int]]:
+    """The non-interleaved 1F1B order of ("F" | "B", micro-batch): pp - stage - 1 warm-up forwards, then
+    alternating forward/backward, then the remaining backwards."""
+    warmup = min(num_stages - stage - 1, num_micro_batches)
+    order = [("F", m) for m in range(warmup)]
+    for i in range(num_micro_batches - warmup):
+        order += [("F", warmup + i), ("B", i)]
+    order += [("B", m) for m in range(num_micro_batches - warmup, num_micro_batches)]
+    return order
+
+
+def schedule_table(num_micro_batches: int, num_chunks: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) in the interleaved schedule's forward order (the last group takes what is left)."""
+    table = []
+    for low in range(0, num_micro_batches, group):
+        high = num_micro_batches if low + group >= num_micro_batches else low + group
+        table += [(mb, chunk) for chunk in range(num_chunks) for mb in range(low, high)]
+    return table
+
+
+def interleaved(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int, group: int) -> list[Step]:
+    """Megatron-LM's interleaved 1F1B order of stage ``stage``."""
+    table = schedule_table(num_micro_batches, num_chunks, group)
+    total = len(table)
+    warmup = min((num_stages - stage - 1) * 2 + (num_chunks - 1) * group, total)
+
+    def forward(k: int) -> Step:
+        mb, chunk = table[k]
+        return "F", mb, chunk
+
+    def backward(k: int) -> Step:
+        mb, chunk = table[k]
+        return "B", mb, num_chunks - 1 - chunk
+
+    order = [forward(k) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [forward(k + warmup), backward(k)]
+    order += [backward(k) for k in range(total - warmup, total)]
+    return order
+
+
+def stage_schedule(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int = 1,
+                   group: int | None = None) -> list[Step]:
+    """The order of stage ``stage``: interleaved with more than one chunk, else 1F1B (chunk 0)."""
+    if num_chunks == 1:
+        return [(kind, mb, 0) for kind, mb in one_f_one_b(num_stages, stage, num_micro_batches)]
+    return interleaved(num_stages, stage, num_micro_batches, num_chunks, num_stages if group is None else group)

@@ -1,0 +1,109 @@
+"""What one rank of a stage computes and sends per micro-batch: token counts, activation bytes, the kernels of a
+layer, and each weight tensor's parameters on the rank (for gradient buckets).
+
+Context parallelism splits every sequence over ``cp`` ranks and sequence parallelism the tokens outside the
+tensor-parallel GEMMs over ``tp``; a rank therefore sees ``b x s / cp`` tokens in its GEMMs and
+``b x s / (cp x tp)`` (sequence parallel) in norms, residuals and pipeline sends. With precision fp8 the layers'
+GEMMs are FP8 (the output layer and the router stay in the model's dtype, as Megatron-LM runs them).
+"""
+
+from __future__ import annotations
+
+from workload.llm import costs
+from workload.llm.costs import Matmul
+from workload.llm.model import ModelConfig
+from workload.llm.options import TrainingOptions
+from workload.llm.plan import ParallelPlan
+
+FP8_BYTES = 1
+
+
+def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, fp8: bool = False
+           ) -> Matmul:
+    """A Matmul, in FP8 when ``fp8`` (the kernel model reads the precision; the bytes stay the model's)."""
+    return Matmul(name, tokens, k, n, dtype_bytes, weights, "fp8" if fp8 else "")
+
+
+class StageSizes:
+    """Per-micro-batch sizes and kernels of one rank (every rank of a stage has the same)."""
+
+    def __init__(self, model: ModelConfig, plan: ParallelPlan, options: TrainingOptions) -> None:
+        m, p, d = model, plan, model.dtype_bytes
+        self.dtype_bytes = d
+        b, s, h, tp = p.micro_batch_size, m.seq_len, m.hidden_size, p.tp
+        self.sp = p.sequence_parallel and tp > 1
+        self.fp8 = options.fp8()
+        t = b * s // p.cp  # tokens per rank in the tensor-parallel GEMMs
+        t_local = t // tp if self.sp else t  # tokens per rank outside them
+        heads, kv, hd, f = m.num_heads // tp, m.kv_heads // tp, m.head_size, m.ffn_hidden_size // tp
+        self.batch, self.heads, self.kv_heads, self.head_dim = b, heads, kv, hd
+        self.tokens, self.local_tokens = t, t_local
+        self.act_bytes = t * h * d
+        self.act_local_bytes = t_local * h * d
+        # GEMM inputs gathered over tp travel in FP8 with Transformer Engine's FP8 (quantized before gathering)
+        self.gemm_input_gather_bytes = t_local * h * (FP8_BYTES if self.fp8 else d)
+        self.norm = costs.elementwise("norm", t_local * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
+        self.final_norm = costs.elementwise("final_norm", t_local * h, costs.NORM_FLOPS[m.norm], 1, 1, d)
+        self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, fp8=self.fp8)
+        self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d)
+        self.attn_out = matmul("attn_out", t, heads * hd, h, d, fp8=self.fp8)
+        in_width = (2 if m.gated_ffn else 1) * f
+        if m.is_moe:
+            etp = p.expert_tp
+            experts, ef = m.num_experts // p.ep, m.ffn_hidden_size // etp
+            in_width = (2 if m.gated_ffn else 1) * ef
+            # alltoall dispatcher: each rank routes its own tokens, then the expert-tensor ranks gather theirs
+            # (unless they are tensor-parallel ranks that hold the same tokens: no sequence parallelism)
+            self.expert_gather = etp > 1 and (self.sp or etp != tp)
+            moe_tokens = t_local * m.top_k * (etp if self.expert_gather else 1)
+            self.router = Matmul("router", t_local, h, m.num_experts, d)
+            self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, fp8=self.fp8)
+            self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, fp8=self.fp8)
+            self.dispatch_bytes = t_local * m.top_k * h * d
+            self.expert_gather_bytes = self.dispatch_bytes
+            routed, act_width = moe_tokens, ef
+        else:
+            routed, act_width = t, f
+            self.mlp_in = matmul("mlp_in", t, h, in_width, d, fp8=self.fp8)
+            self.mlp_out = matmul("mlp_out", t, f, h, d, fp8=self.fp8)
+        self.act = costs.elementwise("activation", routed * act_width, costs.ACTIVATION_FLOPS[m.gated_ffn],
+                                     2 if m.gated_ffn else 1, 1, d)
+        vocab = p.padded_vocab(m) // tp
+        self.head = Matmul("lm_head", t, h, vocab, d)
+        self.loss = costs.elementwise("loss", t * vocab, costs.LOSS_FLOPS, 1, 1, d)
+        self.embed = costs.elementwise("embedding", t * h, 1, 1, 1, d)
+
+    def rows(self, matmul_: Matmul, parts: int) -> list[Matmul]:
+        """``matmul_`` split into ``parts`` GEMMs over its rows (the chunks of an overlapped GEMM; the FLOPs add up)."""
+        base, extra = divmod(matmul_.tokens, parts)
+        return [_with_tokens(matmul_, base + (i < extra)) for i in range(parts)]
+
+
+def _with_tokens(matmul_: Matmul, tokens: int) -> Matmul:
+    from dataclasses import replace
+
+    return replace(matmul_, tokens=tokens)
+
+
+def tensor_params(model: ModelConfig, plan: ParallelPlan) -> dict[str, tuple[str, int]]:
+    """One layer's weight tensors on one rank, in backward (gradient-ready) order: name -> (buffer, parameters),
+    buffer "dense" or "expert". Norm weights count with the norm; a row-parallel bias with its GEMM."""
+    m, tp = model, plan.tp
+    h, hd, f = m.hidden_size, m.head_size, m.ffn_hidden_size
+    qkv_width = (m.num_heads + 2 * m.kv_heads) * hd
+    bias = m.bias
+    out: dict[str, tuple[str, int]] = {}
+    if m.is_moe:
+        etp, local = plan.expert_tp, m.num_experts // plan.ep
+        ffn_in = (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // etp
+        out["expert_out"] = ("expert", local * (h * f // etp + (h if bias else 0)))
+        out["expert_in"] = ("expert", local * ffn_in)
+        out["router"] = ("dense", h * m.num_experts)
+    else:
+        out["mlp_out"] = ("dense", h * f // tp + (h if bias else 0))
+        out["mlp_in"] = ("dense", (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // tp)
+    out["mlp_norm"] = ("dense", m.norm_params())
+    out["attn_out"] = ("dense", m.attention_width * h // tp + (h if bias else 0))
+    out["qkv"] = ("dense", (h * qkv_width + (qkv_width if bias else 0)) // tp)
+    out["attn_norm"] = ("dense", m.norm_params())
+    return out

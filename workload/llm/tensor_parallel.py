@@ -1,0 +1,108 @@
+"""Tensor-parallel GEMMs and their communication (Megatron-LM's column- and row-parallel linear layers).
+
+Without sequence parallelism a row-parallel GEMM's output is all-reduced (forward), and so is a column-parallel
+GEMM's input gradient (backward). With it, the all-reduce becomes an all-gather before the column-parallel GEMM
+and a reduce-scatter after the row-parallel one (backward: the reverse, plus the all-gather of the saved input for
+the weight gradient, which runs beside the input-gradient GEMM as Megatron's linear layers overlap it).
+
+With ``tp_comm_overlap`` (Megatron-Core's --tp-comm-overlap, Transformer Engine's userbuffers defaults):
+- all-gather + GEMM (QKV and FC1 forward, projection and FC2 input gradients) is a ring exchange: tp - 1
+  send/receive steps between tensor-parallel neighbours feeding tp GEMM chunks, each chunk waiting only for the
+  shard it multiplies; the weight gradient of the projection and FC2 waits for the whole ring;
+- GEMM + reduce-scatter (projection and FC2 forward) is pipelined: 4 GEMM chunks, each chunk's reduce-scatter
+  running beside the next chunk.
+"""
+
+from __future__ import annotations
+
+from workload.llm.costs import Kernel, Matmul
+from workload.llm.options import PIPELINE_RS_SPLITS
+from workload.llm.program import Program
+from workload.llm.sizes import StageSizes
+from workload.schema import CollectiveType
+
+AR, AG, RS = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
+
+
+class TensorParallel:
+    """Adds a layer's tensor-parallel GEMMs and communication to a stage program."""
+
+    def __init__(self, program: Program, sizes: StageSizes, tp: int, overlap: bool) -> None:
+        self.prog, self.z, self.tp = program, sizes, tp
+        self.sp = sizes.sp
+        self.overlap = overlap and sizes.sp and tp > 1
+
+    # --- plain collectives -----------------------------------------------------------------------------
+    def gather(self, name: str, deps: list[int], phase: str, gemm_input: bool = True) -> list[int]:
+        """Sequence parallel: all-gather the local tokens (a GEMM input: FP8 with FP8 GEMMs)."""
+        if not self.sp:
+            return deps
+        size = self.z.gemm_input_gather_bytes if gemm_input else self.z.act_local_bytes
+        return self.prog.coll(name + "_allgather", "tp", AG, size, deps, phase)
+
+    def reduce(self, name: str, deps: list[int], phase: str) -> list[int]:
+        """A row-parallel output (or column-parallel input gradient): reduce-scatter with sequence parallelism,
+        else all-reduce."""
+        if self.sp:
+            return self.prog.coll(name + "_reducescatter", "tp", RS, self.z.act_bytes, deps, phase)
+        return self.prog.coll(name + "_allreduce", "tp", AR, self.z.act_bytes, deps, phase)
+
+    # --- GEMMs with their communication -----------------------------------------------------------------
+    def column_forward(self, pre: str, comm: str, gemm: Matmul, x: list[int], phase: str) -> list[int]:
+        """All-gather (sequence parallel) then the column-parallel GEMM; a ring exchange with overlap."""
+        if self.overlap:
+            out, _ = self._ring_gemm(pre, comm, gemm.name, [g.forward() for g in self.z.rows(gemm, self.tp)], x,
+                                     phase)
+            return out
+        x = self.gather(pre + comm, x, phase)
+        return self.prog.compute(pre + gemm.name, gemm.forward(), x, phase)
+
+    def row_forward(self, pre: str, comm: str, gemm: Matmul, x: list[int], phase: str) -> list[int]:
+        """The row-parallel GEMM then its reduce-scatter / all-reduce; pipelined per GEMM chunk with overlap."""
+        if not self.overlap:
+            x = self.prog.compute(pre + gemm.name, gemm.forward(), x, phase)
+            return self.reduce(pre + comm, x, phase)
+        out: list[int] = []
+        for i, chunk in enumerate(self.z.rows(gemm, PIPELINE_RS_SPLITS)):
+            y = self.prog.compute(f"{pre}{gemm.name}_chunk{i}", chunk.forward(), x, phase)
+            share = chunk.tokens * self.z.act_bytes // gemm.tokens
+            out += self.prog.coll(f"{pre}{comm}_chunk{i}_reducescatter", "tp", RS, share, y, phase)
+        return out
+
+    def row_backward(self, pre: str, comm: str, gemm: Matmul, g: list[int]) -> list[int]:
+        """A row-parallel GEMM's backward: gather the output gradient (sequence parallel), input and weight
+        gradients; returns the input gradient."""
+        if self.overlap:
+            dx, received = self._ring_gemm(pre, comm, gemm.name + "_dgrad",
+                                           [c.dgrad() for c in self.z.rows(gemm, self.tp)], g, "bwd")
+            self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), sorted(set(g + received)), "bwd")
+            return dx
+        g = self.gather(pre + comm, g, "bwd")
+        dx = self.prog.compute(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
+        self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
+        return dx
+
+    def column_backward(self, pre: str, saved_comm: str, gemm: Matmul, dx: list[int], saved_gemm_input: bool = True
+                        ) -> list[int]:
+        """A column-parallel GEMM's backward: the saved input's all-gather beside the input-gradient GEMM, the
+        weight gradient after both; returns the input gradient (not yet reduced)."""
+        saved = self.gather(pre + saved_comm, dx, "bwd", gemm_input=saved_gemm_input)
+        dx_in = self.prog.compute(pre + gemm.name + "_dgrad", gemm.dgrad(), dx, "bwd")
+        self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), sorted(set(dx + saved)), "bwd")
+        return dx_in
+
+    def _ring_gemm(self, pre: str, comm: str, name: str, chunks: list[Kernel], x: list[int], phase: str
+                   ) -> tuple[list[int], list[int]]:
+        """tp GEMM chunks fed by a ring exchange of the sequence shards: (last chunk, every receive)."""
+        received: list[int] = []
+        out = x
+        feed = x
+        for i, kernel in enumerate(chunks):
+            if i < len(chunks) - 1:
+                _, got = self.prog.ring_step(f"{pre}{comm}_ring{i}", "tp", self.z.gemm_input_gather_bytes, feed, x,
+                                             phase)
+            out = self.prog.compute(f"{pre}{name}_chunk{i}", kernel, feed, phase)
+            if i < len(chunks) - 1:
+                feed = got
+                received += got
+        return out, received
