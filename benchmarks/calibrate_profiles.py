@@ -31,7 +31,7 @@ B200 = ["b200_nvlink5_8gpu_all_reduce_torchbench.tsv"]
 CDNA = ["mi300x_xgmi_8gpu_all_reduce_rccl.tsv", "mi325x_roce_1to8node_ring_all_reduce_rccl.tsv"]
 TABLES = {"dgx-a100": A100, "azure-ndv4-a100": A100, "aws-p4d-a100": A100, "oci-a100-b4": A100, "hgx-h100": H200,
           "gcp-a3-mega": H200, "gcp-a3-high": H200, "aws-p5-h100": H200, "hgx-h200": H200, "dgx-b200": B200,
-          "aws-p6-b200": B200, "gcp-a4-b200": B200, "mi300x": CDNA, "mi325x": CDNA, "mi355x": CDNA}
+          "aws-p6-b200": B200, "gcp-a4-b200": B200, "oci-b300": B200, "mi300x": CDNA, "mi325x": CDNA, "mi355x": CDNA}
 FITTED_AS = {"mi355x": "mi325x"}  # profile -> the profile of the hardware its tables measured
 
 
