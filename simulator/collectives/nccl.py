@@ -28,7 +28,9 @@ Two halves, as in the libraries themselves:
   its GPU class measured on one node, and the network part at the transport's efficiency of the NICs' bound,
   reduced while too few chunks are in flight per round trip; the slower stage sets the rate. An uncalibrated
   multi-node key starts from the one-node key of its class (start-up, per-step latency, fill), and its network
-  efficiency is the class's calibrated multi-node ring where a multi-node table exists, else the transport's.
+  efficiency is the class's calibrated multi-node ring where a multi-node table of the same transport exists, else
+  the transport's. The NICs' bound includes the machine's GPU-NIC path (``scale_out.path_efficiency``, bounds.py),
+  so a multi-node calibration is a fraction of the measured machine's bound and carries to other machines.
 - **MSCCL** (RCCL): where the profile lists MSCCL programs the library loads (``msccl``), a call they cover runs
   the program (all-pairs exchanges over the node's links) and the tuning model is not consulted, as in RCCL.
 
@@ -221,12 +223,12 @@ class CollectiveModel(HardwareBounds):
         c = self.constants
         nodes_idx = 0 if comm.nodes == 1 else 1 if comm.nodes == 2 else 2
         channels = c.channels
-        raw = self.raw_busbw(RING if algorithm in (TREE, PAT) else algorithm, kind, comm)
+        raw = self.raw_busbw(RING if algorithm in (TREE, PAT) else algorithm, kind, comm, path=False)
         if algorithm == NVLS_TREE:  # NVLS inside the node, a tree of nodes over the NICs (2 nodes: twice the NICs)
             nvls_channels = 16
             intra = (self.profile.scale_up.bandwidth_GBps * c.nvls_efficiency * (nvls_channels - 1) / nvls_channels
                      * (2.0 if kind == ALL_REDUCE else (comm.per_node - 1) / comm.per_node))
-            inter = self.network_GBps(comm) * (2.0 if comm.nodes <= 2 else 1.0)
+            inter = self.network_GBps(comm, path=False) * (2.0 if comm.nodes <= 2 else 1.0)
             cap = nvls_channels * c.nvls_tree_per_channel_GBps[0 if comm.nodes <= 2 else 1] or math.inf
             bus = min(intra, inter, cap)
         elif algorithm == NVLS:  # NVLS channels x their bandwidth: ~70% of the links on NVSwitch systems
