@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
+from simulator.collectives.algorithms import ALL_REDUCE
 from simulator.collectives.estimate import LibraryEstimate
 from simulator.collectives.hardware import HardwareProfile
 from simulator.collectives.library import (
@@ -50,9 +50,6 @@ from simulator.collectives.library import (
     COLLNET,
     CONSTANTS,
     DIRECT,
-    KINDS,
-    LL,
-    LL128,
     MSCCL,
     NVLS,
     NVLS_TREE,
@@ -311,9 +308,3 @@ class CollectiveModel(LibraryEstimate):
         if len(self._cache) < 100_000:
             self._cache[cache_key] = plan
         return plan
-
-
-# The model's vocabulary, importable from here as before the library's estimate moved to estimate.py
-__all__ = ["ALGORITHMS", "ALL_GATHER", "ALL_REDUCE", "ALL_TO_ALL", "COLLNET", "DIRECT", "KINDS", "LL", "LL128", "MSCCL",
-           "NVLS", "NVLS_TREE", "P2P", "PAT", "REDUCE_SCATTER", "RING", "SEND_RECV", "SIMPLE", "TREE", "Candidate",
-           "CollectiveModel", "Communicator", "Plan", "algorithm_name", "bus_factor"]
