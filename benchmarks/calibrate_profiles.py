@@ -3,10 +3,12 @@
     python benchmarks/calibrate_profiles.py [--shared ../shared]
 
 Which tables calibrate which profile is listed below (and in each profile's assumptions). Where a profile's hardware
-differs from the tables' (MI355X's xGMI links are faster than the MI300X/MI325X links the CDNA tables measured), the
-fit runs on the profile of the measured hardware (``FITTED_AS``) and its parameters are written into the profile:
-efficiencies are fractions of the links' bandwidth, so they carry to the faster links. The fit is deterministic:
-running this twice gives the same files. Prints the per-table residuals.
+differs from the tables' (MI355X's xGMI links are faster than the MI300X/MI325X links the CDNA tables measured; the
+A100 clusters other than Azure's have other networks), the fit runs on the profile of the measured machine
+(``FITTED_AS``) and its parameters are written into the profile: efficiencies are fractions of the measured machine's
+bounds (its links, its NICs behind its GPU-NIC path), so they carry to other links and NICs. The network stage's
+efficiency is the transport's: it carries only to a profile of the same transport, others keep their transport's.
+The fit is deterministic: running this twice gives the same files. Prints the per-table residuals.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
 import yaml
 
@@ -31,8 +34,27 @@ B200 = ["b200_nvlink5_8gpu_all_reduce_torchbench.tsv"]
 CDNA = ["mi300x_xgmi_8gpu_all_reduce_rccl.tsv", "mi325x_roce_1to8node_ring_all_reduce_rccl.tsv"]
 TABLES = {"dgx-a100": A100, "azure-ndv4-a100": A100, "aws-p4d-a100": A100, "oci-a100-b4": A100, "hgx-h100": H200,
           "gcp-a3-mega": H200, "gcp-a3-high": H200, "aws-p5-h100": H200, "hgx-h200": H200, "dgx-b200": B200,
-          "aws-p6-b200": B200, "gcp-a4-b200": B200, "mi300x": CDNA, "mi325x": CDNA, "mi355x": CDNA}
-FITTED_AS = {"mi355x": "mi325x"}  # profile -> the profile of the hardware its tables measured
+          "aws-p6-b200": B200, "gcp-a4-b200": B200, "oci-b300": B200, "mi300x": CDNA, "mi325x": CDNA, "mi355x": CDNA}
+# profile -> the profile of the machine its tables measured
+FITTED_AS = {"mi355x": "mi325x", "dgx-a100": "azure-ndv4-a100", "aws-p4d-a100": "azure-ndv4-a100",
+             "oci-a100-b4": "azure-ndv4-a100"}
+
+
+def carried(section: dict[str, Any], measured: str, target: str) -> dict[str, Any]:
+    """The calibration of the measured machine as it carries to ``target``: without the network stage's efficiency
+    (multi-node Simple keys) where the two transports differ."""
+    here, there = load_profile(measured).scale_out, load_profile(target).scale_out
+    section = {**section, "method": f"{section['method']}; fitted with the {measured} profile (the measured "
+                                    "machine)"}
+    if here is None or there is None or here.transport == there.transport:
+        return section
+    parameters = {}
+    for key, values in section["parameters"].items():
+        if "/Simple/inter" in key:
+            values = {k: v for k, v in values.items() if k != "efficiency"}
+        parameters[key] = values
+    section["method"] += f"; network stage at the {there.transport} transport's efficiency"
+    return {**section, "parameters": parameters}
 
 
 def main() -> int:
@@ -48,8 +70,7 @@ def main() -> int:
         if stand_in is None:
             run(["--profile", path, "--tables", *paths, "-o", path], lambda m: print(m, file=sys.stderr))
             continue
-        section = calibrate(load_profile(stand_in), read_tables(paths))
-        section["method"] = f"{section['method']}; fitted with the {stand_in} profile (the measured hardware)"
+        section = carried(calibrate(load_profile(stand_in), read_tables(paths)), stand_in, name)
         data = read_yaml(path, "hardware profile")
         data["calibration"] = section
         with open(path, "w", encoding="utf-8") as f:

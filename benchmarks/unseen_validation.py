@@ -1,13 +1,14 @@
 """The collective model on machines no shipped profile was calibrated on: ``validate`` (no fitting) on the
 published tables in benchmarks/data/unseen/, each with the shipped profile of its system.
 
-    python benchmarks/unseen_validation.py [--set development|holdout|all|final] [--rows]
+    python benchmarks/unseen_validation.py [--set development|holdout|all|final|third] [--rows]
 
 benchmarks/data/unseen/README.md says where every table comes from and which tables are the final hold-out (split
 before the model was run on them). ``all`` is the first round's development and hold-out tables; ``final`` the second
-round's hold-out, run once after the last model change. Prints per table the rows, the geomean |error| of busbw per
-size band and the largest error from 1 MiB up (error = predicted / published - 1), then the same pooled over the set;
-``--rows`` adds every row (published and predicted busbw, the chosen algorithm and protocol).
+round's hold-out; ``third`` the third round's, run once after the last model change of that round. Prints per table
+the rows, the geomean |error| of busbw per size band and the largest error from 1 MiB up (error = predicted /
+published - 1), then the same pooled over the set; ``--rows`` adds every row (published and predicted busbw, the chosen
+algorithm and protocol).
 """
 
 from __future__ import annotations
@@ -50,7 +51,17 @@ FINAL_TABLES = {
     "oci_mi300x_2node_all_reduce_rccl.tsv": ("mi300x", "final"),
     "stanage_a100_4gpu_1node_all_reduce.tsv": ("dgx-a100", "final"),
 }
-SETS = ("development", "holdout", "all", "final")
+# The third round's final hold-out (README.md): collected and split off before the model was run on any of them, run
+# once after the last model change of the round. The second round's hold-out above is development data since.
+THIRD_TABLES = {
+    "aws_p4d_a100_1to4node_all_reduce_nccl299.tsv": ("aws-p4d-a100", "third"),
+    "aws_p5_h100_2to32node_all_gather.tsv": ("aws-p5-h100", "third"),
+    "aws_p6_b200_1node_4to8gpu_all_reduce_nvls.tsv": ("aws-p6-b200", "third"),
+    "h200_1node_4to8gpu_all_reduce_nvls.tsv": ("hgx-h200", "third"),
+    "oci_b300_1to2node_all_reduce_all_to_all.tsv": ("oci-b300", "third"),
+}
+SETS = ("development", "holdout", "all", "final", "third")
+EVERY = {**TABLES, **FINAL_TABLES, **THIRD_TABLES}
 
 
 def cell(value: object) -> str:
@@ -59,8 +70,8 @@ def cell(value: object) -> str:
 
 def predictions(chosen: str) -> dict[str, list[Prediction]]:
     out = {}
-    for table, (profile, which) in {**TABLES, **FINAL_TABLES}.items():
-        if chosen == which or (chosen == "all" and which != "final"):
+    for table, (profile, which) in EVERY.items():
+        if chosen == which or (chosen == "all" and which not in ("final", "third")):
             rows = read_table(os.path.join(FOLDER, table))
             out[table] = predict(CollectiveModel(load_profile(profile)), rows)
     return out
@@ -80,7 +91,7 @@ def main() -> int:
     found = predictions(args.set)
     print(f"{'table':<60} {'profile':<16} {'rows':>5} {'>=1MiB':>8} {'64K-1M':>8} {'<64KiB':>8} {'max>=1MiB':>10}")
     for table, preds in found.items():
-        print(line(table, {**TABLES, **FINAL_TABLES}[table][0], summarize(preds)[0]))
+        print(line(table, EVERY[table][0], summarize(preds)[0]))
         if args.rows:
             for q in preds:
                 r = q.row

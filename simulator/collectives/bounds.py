@@ -1,6 +1,10 @@
 """The hardware bounds of each collective algorithm, in nccl-tests bus bandwidth (GB/s, GB = 10^9 B): what the
 scale-up fabric allows, what the node's NICs allow (see network.py), and the slower of the two. Kept apart from the
 model that times and selects (nccl.py): these are properties of the machine, not of the library.
+
+The NICs' bound is their line rate times the machine's GPU-NIC path (``scale_out.path_efficiency``): what the node's
+PCIe lets GPUDirect traffic reach, 1 on bare-metal nodes whose GPU and NIC share a PCIe switch. The library does not
+know the path and sizes its estimates on the line rate (``path=False``); timing uses the machine's bound.
 """
 
 from __future__ import annotations
@@ -41,15 +45,17 @@ class HardwareBounds:
             return up.link_bandwidth_GBps
         return up.bandwidth_GBps
 
-    def network_GBps(self, comm: Communicator) -> float:
-        """The NIC bandwidth one node puts behind the communicator's GPUs on it (inf on one node)."""
+    def network_GBps(self, comm: Communicator, path: bool = True) -> float:
+        """The NIC bandwidth one node puts behind the communicator's GPUs on it (inf on one node); ``path``: as the
+        machine's GPU-NIC path lets it through, else the NICs' line rate."""
         out = self.profile.scale_out
         if comm.nodes <= 1:
             return math.inf
         if out is None:
             raise InputError(f"hardware profile {self.profile.name}: a collective spans {comm.nodes} nodes, but the "
                              "profile has no 'scale_out' section")
-        return node_nic_GBps(out.nics_per_node, out.nic_GBps, comm.per_node, self.profile.gpus_per_node)
+        line_rate = node_nic_GBps(out.nics_per_node, out.nic_GBps, comm.per_node, self.profile.gpus_per_node)
+        return line_rate * out.path_efficiency if path else line_rate
 
     def up_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
         """The scale-up fabric's bound of ``algorithm`` in bus bandwidth (GB/s); inf when it is not used."""
@@ -69,12 +75,12 @@ class HardwareBounds:
             return up
         raise InputError(f"unknown algorithm {algorithm!r}; valid: {', '.join(ALGORITHMS)}")
 
-    def net_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
+    def net_busbw(self, algorithm: str, kind: str, comm: Communicator, path: bool = True) -> float:
         """The node's NICs' bound of ``algorithm`` in bus bandwidth (GB/s); inf on one node."""
         if comm.nodes <= 1:
             return math.inf
-        return net_busbw_bound(algorithm, kind, comm.ranks, comm.nodes, comm.per_node, self.network_GBps(comm))
+        return net_busbw_bound(algorithm, kind, comm.ranks, comm.nodes, comm.per_node, self.network_GBps(comm, path))
 
-    def raw_busbw(self, algorithm: str, kind: str, comm: Communicator) -> float:
+    def raw_busbw(self, algorithm: str, kind: str, comm: Communicator, path: bool = True) -> float:
         """The hardware bound of ``algorithm`` in bus bandwidth (GB/s): the slower of its two fabrics."""
-        return min(self.up_busbw(algorithm, kind, comm), self.net_busbw(algorithm, kind, comm))
+        return min(self.up_busbw(algorithm, kind, comm), self.net_busbw(algorithm, kind, comm, path))

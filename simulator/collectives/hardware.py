@@ -13,6 +13,7 @@ Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per di
     scale_up: {fabric: nvswitch, links_per_gpu: 18, link_bandwidth_GBps: 25, latency_us: 0.6, nvls: true}
     scale_out: {nics_per_node: 8, nic_bandwidth_Gbps: 400, transport: ib, latency_us: 2.5, sharp: false,
                 efficiency: 0.94,       # optional: fraction of line rate NCCL streams reach (else the transport's)
+                path_efficiency: 1.0,   # optional: what the machine's GPU-NIC path lets through (1: bare metal)
                 buffsize_bytes: 4194304, nvls_chunk_bytes: 131072}  # optional: NCCL_BUFFSIZE, NCCL_NVLS_CHUNKSIZE
     tuner: aws-ofi-nccl/p6-b200  # a tuner plugin the library loads, which overrides its choice (optional)
     algorithms: [ring, tree]    # NCCL_ALGO / NCCL_PROTO as the platform's recommended environment sets them
@@ -68,6 +69,7 @@ class ScaleOut:
     latency_us: float  # one-way latency a network message adds beyond the library's per-step constants
     sharp: bool  # in-network reduction (CollNet)
     efficiency: float | None = None  # fraction of line rate long NCCL streams reach; None: the transport's default
+    path_efficiency: float = 1.0  # the machine's: fraction of line rate its GPU-NIC PCIe path lets through
     buffsize_bytes: int = DEFAULT_BUFFSIZE_BYTES  # NCCL_BUFFSIZE (a network slot is 1/8 of it)
     nvls_chunk_bytes: int = DEFAULT_NVLS_CHUNK_BYTES  # NCCL_NVLS_CHUNKSIZE
 
@@ -128,12 +130,12 @@ class HardwareProfile:
 _TOP = {"name", "description", "gpu", "gpus_per_node", "library", "library_version", "arch", "scale_up", "scale_out",
         "msccl", "tuner", "algorithms", "protocols", "assumptions", "sources", "calibration"}
 _UP = {"fabric", "links_per_gpu", "link_bandwidth_GBps", "latency_us", "nvls"}
-_OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp", "efficiency", "buffsize_bytes",
-        "nvls_chunk_bytes"}
+_OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp", "efficiency", "path_efficiency",
+        "buffsize_bytes", "nvls_chunk_bytes"}
 _MSCCL = {"collective", "gpus", "protocol", "min_bytes", "max_bytes", "chunks_per_loop", "channels"}
 _OPTIONAL = {"description", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls", "msccl", "tuner",
              "algorithms", "protocols",
-             "efficiency", "buffsize_bytes", "nvls_chunk_bytes"}
+             "efficiency", "path_efficiency", "buffsize_bytes", "nvls_chunk_bytes"}
 MSCCL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all")
 MSCCL_PROTOCOLS = ("LL", "LL128", "Simple")
 ENV_ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "collnet", "pat")  # what NCCL_ALGO selects among
@@ -240,6 +242,8 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
             sharp=flag(out.get("sharp", False), "scale_out.sharp", where),
             efficiency=None if out.get("efficiency") is None else number(
                 out["efficiency"], "scale_out.efficiency", where, high=1.0, positive=True),
+            path_efficiency=number(out.get("path_efficiency", 1.0), "scale_out.path_efficiency", where, high=1.0,
+                                   positive=True),
             buffsize_bytes=whole(out.get("buffsize_bytes", DEFAULT_BUFFSIZE_BYTES), "scale_out.buffsize_bytes", where,
                                  low=1 << 12, high=1 << 34),
             nvls_chunk_bytes=whole(out.get("nvls_chunk_bytes", DEFAULT_NVLS_CHUNK_BYTES),

@@ -1,7 +1,7 @@
 """The collective libraries' vocabulary and tuning constants: algorithm and protocol names, and per architecture the
 latencies and bandwidth caps NCCL (``src/graph/tuning.cc``) and RCCL ship, which their tuning model uses to pick an
 algorithm and protocol. Data only, kept apart from the model (``nccl.py``) that uses it; values are the libraries',
-not fitted.
+not fitted. These are the newest releases' (NCCL 2.23 on); versions.py has what older releases changed.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class LibraryConstants:
     ll128: bool  # LL128 enabled by default
     nvls_efficiency: float = 0.0  # NVLS bus bandwidth per link bandwidth (Hopper 0.85, Blackwell 0.74)
     nvls_tree_per_channel_GBps: tuple[float, float] = (0.0, 0.0)  # NVLS-tree cap per channel, 2 and > 2 nodes
+    ring_ll_factor: float = 0.5  # the ring's LL bus bandwidth per link bandwidth
+    ring_plateau: float = 1.4  # the multi-node Simple ring's latency factor past its plateau size
 
 
 # MSCCL programs are not in the library's tuning tables (it runs them whenever they apply); their priors are the
@@ -54,13 +56,13 @@ _RCCL_BASE = {**_BASE, RING: (12.0, 12.0, 17.0), TREE: (12.0, 12.0, 17.0), MSCCL
 
 
 def _nccl(ll: float, ll128: float, tree: float, channels: int, nvls: float = 0.0,
-          nvls_tree: tuple[float, float] = (0.0, 0.0)) -> LibraryConstants:
+          nvls_tree: tuple[float, float] = (0.0, 0.0), plateau: float = 1.4) -> LibraryConstants:
     return LibraryConstants(_BASE, _HOP_NVLINK, _HOP_NET, (ll, ll / 3.1, ll / 4.0), ll128,
-                            (tree, tree * 1.07, tree * 0.93), channels, True, nvls, nvls_tree)
+                            (tree, tree * 1.07, tree * 0.93), channels, True, nvls, nvls_tree, ring_plateau=plateau)
 
 
 CONSTANTS: dict[str, LibraryConstants] = {
-    "volta": _nccl(39.0, 20.0, 26.5, 12),
+    "volta": _nccl(39.0, 20.0, 26.5, 12, plateau=1.9),
     "ampere": _nccl(87.7, 20.0, 24.0, 24),
     "hopper": _nccl(141.0, 36.7, 38.7, 32, 0.85, (57.7, 45.5)),
     "blackwell": _nccl(282.0, 73.4, 77.4, 32, 0.74, (96.0, 80.0)),

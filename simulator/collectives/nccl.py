@@ -28,7 +28,9 @@ Two halves, as in the libraries themselves:
   its GPU class measured on one node, and the network part at the transport's efficiency of the NICs' bound,
   reduced while too few chunks are in flight per round trip; the slower stage sets the rate. An uncalibrated
   multi-node key starts from the one-node key of its class (start-up, per-step latency, fill), and its network
-  efficiency is the class's calibrated multi-node ring where a multi-node table exists, else the transport's.
+  efficiency is the class's calibrated multi-node ring where a multi-node table of the same transport exists, else
+  the transport's. The NICs' bound includes the machine's GPU-NIC path (``scale_out.path_efficiency``, bounds.py),
+  so a multi-node calibration is a fraction of the measured machine's bound and carries to other machines.
 - **MSCCL** (RCCL): where the profile lists MSCCL programs the library loads (``msccl``), a call they cover runs
   the program (all-pairs exchanges over the node's links) and the tuning model is not consulted, as in RCCL.
 
@@ -40,18 +42,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, REDUCE_SCATTER
-from simulator.collectives.bounds import HardwareBounds
+from simulator.collectives.algorithms import ALL_REDUCE
+from simulator.collectives.estimate import LibraryEstimate
 from simulator.collectives.hardware import HardwareProfile
 from simulator.collectives.library import (
     ALGORITHMS,
     COLLNET,
     CONSTANTS,
     DIRECT,
-    HOP_PCI_US,
-    KINDS,
-    LL,
-    LL128,
     MSCCL,
     NVLS,
     NVLS_TREE,
@@ -75,6 +73,7 @@ from simulator.collectives.network import (
     network_channels,
 )
 from simulator.collectives.tuner import tuner_choice
+from simulator.collectives.versions import tuning_constants
 from workload.errors import InputError
 
 
@@ -132,142 +131,16 @@ class _Fixed:
     round_trip_us: float = 0.0  # a slot's credit round trip
 
 
-class CollectiveModel(HardwareBounds):
+class CollectiveModel(LibraryEstimate):
     """The model for one hardware profile; ``plan`` is cached per (kind, size, communicator, forced algorithm)."""
 
     def __init__(self, profile: HardwareProfile) -> None:
         self.profile = profile
-        self.constants = CONSTANTS[profile.arch]
+        self.constants = CONSTANTS[profile.arch]  # the newest release's: the timing's priors
+        self.tuning = tuning_constants(profile.arch, profile.library, profile.library_version)  # its release's choice
         self.parameters = profile.parameters()
         self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
         self._fixed_cache: dict[tuple[str, str, str, Communicator], _Fixed] = {}
-
-    # --- the library's estimate ---------------------------------------------------------------------------------
-    def enabled(self, kind: str, comm: Communicator) -> list[tuple[str, str]]:
-        """(algorithm, protocol) pairs the library would consider."""
-        prof, c = self.profile, self.constants
-        # RCCL enables LL128 where its topology models of known single-node platforms say so (RCCL_LL128_FORCE_ENABLE
-        # otherwise, off by default): not across nodes
-        ll128 = c.ll128 and prof.scale_up.fabric != "pcie" and not (prof.library == "rccl" and comm.nodes > 1)
-        protocols = [LL, LL128, SIMPLE] if ll128 else [LL, SIMPLE]
-        sharp = prof.scale_out is not None and prof.scale_out.sharp and comm.nodes > 1
-        nvls = prof.scale_up.nvls and comm.per_node > 1
-        pairs: list[tuple[str, str]] = []
-        if kind == ALL_REDUCE:
-            pairs += [(RING, p) for p in protocols] + [(TREE, p) for p in protocols]
-            if nvls and comm.nodes == 1:
-                pairs.append((NVLS, SIMPLE))
-            if nvls and comm.nodes > 1:
-                pairs.append((NVLS_TREE, SIMPLE))
-            if sharp:
-                pairs.append((COLLNET, SIMPLE))
-        elif kind in (ALL_GATHER, REDUCE_SCATTER):
-            pairs += [(RING, p) for p in protocols]
-            if comm.per_node == 1 and comm.nodes > 1:
-                pairs.append((PAT, SIMPLE))
-            if nvls and comm.nodes == 1:
-                pairs.append((NVLS, SIMPLE))
-            if sharp and comm.per_node == 1:
-                pairs.append((COLLNET, SIMPLE))
-        elif kind == ALL_TO_ALL:
-            pairs.append((DIRECT, SIMPLE))
-        elif kind == SEND_RECV:
-            pairs.append((P2P, SIMPLE))
-        else:
-            raise InputError(f"the collective model cannot time {kind!r}; valid: {', '.join(KINDS)}")
-        allowed = [(a, p) for a, p in pairs  # the platform's NCCL_ALGO / NCCL_PROTO
-                   if (prof.algorithms is None or a in (DIRECT, P2P) or a in prof.algorithms)
-                   and (prof.protocols is None or p in prof.protocols)]
-        return allowed or pairs
-
-    def _steps(self, algorithm: str, kind: str, comm: Communicator) -> tuple[int, int]:
-        """(intra-node, inter-node) latency steps of one call."""
-        n, nodes, ppn = comm.ranks, comm.nodes, comm.per_node
-        log_nodes = (nodes - 1).bit_length() if nodes > 1 else 0
-        if algorithm == RING:
-            total = 2 * (n - 1) if kind == ALL_REDUCE else n - 1
-            inter = 0 if nodes == 1 else (2 * (nodes - 1) if kind == ALL_REDUCE else nodes - 1)
-            return total - inter, inter
-        if algorithm == TREE:
-            return 2 * (ppn - 1), 2 * log_nodes
-        if algorithm == NVLS:
-            return 1, 0 if nodes == 1 else 1
-        if algorithm == NVLS_TREE:
-            return 1, 2 * log_nodes
-        if algorithm == COLLNET:
-            return 2 * (ppn - 1), 1
-        if algorithm == PAT:
-            return 0, log_nodes
-        if algorithm == DIRECT:
-            return ppn - 1, n - ppn
-        if algorithm == MSCCL:  # all-pairs: one exchange to reduce, one to gather
-            return (2, 0) if kind == ALL_REDUCE else (1, 0)
-        return (1, 0) if nodes <= 1 else (0, 1)
-
-    def library_latency_us(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
-        c, p = self.constants, PROTOCOL_INDEX[protocol]
-        intra, inter = self._intra_hops()[algorithm][p], c.hop_inter_us[algorithm][p]
-        if comm.nodes > 1 and protocol == LL:
-            intra *= 1.8
-        s_intra, s_inter = self._steps(algorithm, kind, comm)
-        if algorithm in (NVLS, NVLS_TREE):  # NCCL charges NVLS one switch traversal, not a base latency
-            return intra + s_inter * inter
-        if algorithm == RING and comm.nodes > 1:
-            intra = max(intra, 3.0 if protocol == SIMPLE else 1.0)  # a network post per step
-        return c.base_us[algorithm][p] + s_intra * intra + s_inter * inter
-
-    def library_bandwidth(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> tuple[float, int]:
-        """(the library's algorithm bandwidth in GB/s, its channels on a full node)."""
-        c = self.constants
-        nodes_idx = 0 if comm.nodes == 1 else 1 if comm.nodes == 2 else 2
-        channels = c.channels
-        raw = self.raw_busbw(RING if algorithm in (TREE, PAT) else algorithm, kind, comm)
-        if algorithm == NVLS_TREE:  # NVLS inside the node, a tree of nodes over the NICs (2 nodes: twice the NICs)
-            nvls_channels = 16
-            intra = (self.profile.scale_up.bandwidth_GBps * c.nvls_efficiency * (nvls_channels - 1) / nvls_channels
-                     * (2.0 if kind == ALL_REDUCE else (comm.per_node - 1) / comm.per_node))
-            inter = self.network_GBps(comm) * (2.0 if comm.nodes <= 2 else 1.0)
-            cap = nvls_channels * c.nvls_tree_per_channel_GBps[0 if comm.nodes <= 2 else 1] or math.inf
-            bus = min(intra, inter, cap)
-        elif algorithm == NVLS:  # NVLS channels x their bandwidth: ~70% of the links on NVSwitch systems
-            bus = min(raw, self.profile.scale_up.bandwidth_GBps) * 0.7
-        elif algorithm == COLLNET:
-            bus = raw * 0.85
-        else:
-            bus = raw
-        if algorithm == RING and protocol == LL:
-            bus = min(c.ll_max_GBps[nodes_idx], bus * 0.5)
-        elif algorithm == RING and protocol == LL128:
-            bus = min(bus * 0.92, channels * c.ll128_per_channel_GBps)
-        if algorithm == TREE:
-            bus = min(bus * 0.92, channels * c.tree_per_channel_GBps[nodes_idx])
-            if protocol == LL:
-                bus = min(bus / 3.8, c.ll_max_GBps[nodes_idx])
-            elif protocol == LL128:
-                bus = min(bus * (7 / 9 if comm.nodes == 1 else 120 / 128), channels * c.ll128_per_channel_GBps)
-        if algorithm == PAT:
-            bus *= 0.75
-        if algorithm == MSCCL:
-            bus *= {LL: 0.5, LL128: 0.92, SIMPLE: 1.0}[protocol]
-        n = comm.ranks
-        if algorithm == RING:
-            nsteps = 2 * (n - 1) if kind == ALL_REDUCE else n - 1
-            algbw = bus * n / nsteps if kind in (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER) else bus
-        elif algorithm == MSCCL:
-            algbw = bus / bus_factor(kind, n)
-        elif algorithm == NVLS_TREE and kind == ALL_REDUCE:
-            algbw = bus * n / (2 * (n - 1))
-        elif kind == ALL_REDUCE:
-            algbw = bus * (5 / 6 if algorithm == NVLS else 0.5)
-        else:
-            algbw = bus / bus_factor(kind, n) if kind in (ALL_TO_ALL,) else bus
-        return algbw, channels
-
-    def channels_for(self, protocol: str, size_bytes: int, full: int, ranks: int) -> int:
-        """Channels the library launches: fewer while each thread would get too little data."""
-        threads = 512
-        per_thread = {LL: 8 * ranks, LL128: 8, SIMPLE: 64}[protocol]
-        return max(1, min(full, size_bytes // (threads * per_thread)))
 
     # --- calibrated timing ----------------------------------------------------------------------------------------
     def hops(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
@@ -277,16 +150,13 @@ class CollectiveModel(HardwareBounds):
         s_intra, s_inter = self._steps(algorithm, kind, comm)
         if not s_inter:
             return float(s_intra)
-        intra, inter = self._intra_hops()[algorithm][p], self.constants.hop_inter_us[algorithm][p]
+        intra, inter = self._intra_hops(self.constants)[algorithm][p], self.constants.hop_inter_us[algorithm][p]
         return s_intra + s_inter * (inter / intra if intra > 0 and inter > 0 else 1.0)
-
-    def _intra_hops(self) -> dict[str, tuple[float, float, float]]:
-        return HOP_PCI_US if self.profile.scale_up.fabric == "pcie" else self.constants.hop_intra_us
 
     def default_parameters(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> dict[str, float]:
         """The priors: the library's latencies, and its bandwidth factors as the efficiency."""
         p = PROTOCOL_INDEX[protocol]
-        hop = self._intra_hops()[algorithm][p] or self.constants.hop_inter_us[algorithm][p]
+        hop = self._intra_hops(self.constants)[algorithm][p] or self.constants.hop_inter_us[algorithm][p]
         raw = self.raw_busbw(algorithm, kind, comm)
         lib_algbw, _ = self.library_bandwidth(algorithm, protocol, kind, comm)
         eff = min(1.0, lib_algbw * bus_factor(kind, comm.ranks) / raw) if math.isfinite(raw) and raw > 0 else 0.8
@@ -381,7 +251,7 @@ class CollectiveModel(HardwareBounds):
         library_us = fixed.library_us + size_bytes / (1e3 * algbw) if algbw > 0 else math.inf
         if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
                 size_bytes >= comm.ranks / 16 * 65536):
-            library_us += fixed.library_us * 0.4  # the ring's plateau
+            library_us += fixed.library_us * (self.tuning.ring_plateau - 1)  # the ring's plateau
         bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
         latency = params["latency_us"] + fixed.steps * params["hop_latency_us"] + fixed.net_latency_us
         if fixed.up_rate > 0:  # a multi-node Simple call: scale-up and network stages, chunked over the network

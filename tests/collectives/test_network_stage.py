@@ -144,3 +144,33 @@ def test_environment_keys_are_checked() -> None:
     for bad in ({"algorithms": []}, {"algorithms": ["Ring"]}, {"protocols": ["simple"]}, {"protocols": "Simple"}):
         with pytest.raises(ConfigError, match=r"algorithms|protocols"):
             parse_profile({**good, **bad}, "p.yml")
+
+
+def test_the_machines_gpu_nic_path_slows_timing_not_the_librarys_choice() -> None:
+    """A VM whose PCIe path lets half the NICs' line rate through (path_efficiency 0.5): a large multi-node ring takes
+    about twice as long, one node is untouched, and the library, which does not know the path, chooses the same."""
+    profile = load_profile("dgx-a100")
+    assert profile.scale_out is not None and profile.scale_out.path_efficiency == 1.0
+    vm = replace(profile, scale_out=replace(profile.scale_out, path_efficiency=0.5))
+    bare, slow = CollectiveModel(profile), CollectiveModel(vm)
+    two, one = Communicator.packed(16, 2), Communicator.packed(8, 1)
+    assert slow.network_GBps(two) == bare.network_GBps(two) / 2 == slow.network_GBps(two, path=False) / 2
+    for size in (1 << 10, 1 << 20, 1 << 26, 1 << 33):
+        fast_plan, slow_plan = bare.plan(ALL_REDUCE, size, two), slow.plan(ALL_REDUCE, size, two)
+        assert [(c.algorithm, c.protocol) for c in fast_plan.candidates] == [
+            (c.algorithm, c.protocol) for c in slow_plan.candidates]
+        assert slow_plan.time_ns >= fast_plan.time_ns
+        assert slow.plan(ALL_REDUCE, size, one).time_ns == bare.plan(ALL_REDUCE, size, one).time_ns
+    big = (slow.plan(ALL_REDUCE, 1 << 34, two, "ring").chosen, bare.plan(ALL_REDUCE, 1 << 34, two, "ring").chosen)
+    assert big[0].busbw_GBps == pytest.approx(big[1].busbw_GBps / 2, rel=0.05)
+
+
+def test_path_efficiency_is_checked() -> None:
+    good = {"name": "x", "gpu": "g", "gpus_per_node": 8, "library": "nccl", "library_version": "2", "arch": "ampere",
+            "scale_up": {"fabric": "nvswitch", "links_per_gpu": 12, "link_bandwidth_GBps": 25, "latency_us": 1},
+            "scale_out": {"nics_per_node": 8, "nic_bandwidth_Gbps": 200, "transport": "ib", "latency_us": 2}}
+    assert parse_profile({**good, "scale_out": {**good["scale_out"], "path_efficiency": 0.6}},
+                         "p.yml").scale_out.path_efficiency == 0.6  # type: ignore[union-attr]
+    for bad in (0, 1.2, "half"):
+        with pytest.raises(ConfigError, match="path_efficiency"):
+            parse_profile({**good, "scale_out": {**good["scale_out"], "path_efficiency": bad}}, "p.yml")

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.collectives.algorithms import ALL_GATHER, ALL_REDUCE
 from simulator.collectives.hardware import load_profile, parse_profile
 from simulator.collectives.library import LL, LL128, NVLS_TREE, RING, SIMPLE, TREE, Communicator
-from simulator.collectives.nccl import ALL_GATHER, ALL_REDUCE, CollectiveModel
+from simulator.collectives.nccl import CollectiveModel
 from simulator.collectives.tuner import MAX_RANKS, MAX_SIZE, Region, _extend, tuner_choice
 from workload.errors import ConfigError
 
