@@ -125,6 +125,12 @@ def predict(model: CollectiveModel, rows: Iterable[Measurement]) -> list[Predict
     return out
 
 
+# What the summaries' numbers mean: the geomean is of factors, so it can exceed the largest |error| of the same rows
+# when the model predicts too little (every row -33%: geomean 49%, max 33%).
+ERROR_MEASURES = ("geomean |error| = exp(mean |ln(predicted / published)|) - 1, a factor: 33% too low counts as 49%, "
+                  "as 49% too high does; max = the largest |predicted / published - 1|")
+
+
 def geomean_abs_error(errors: Sequence[float]) -> float | None:
     """exp(mean |log(predicted / published)|) - 1; None without rows."""
     if not errors:
