@@ -217,7 +217,8 @@ class Simulation:
             if self.options.engine == "symmetric":
                 raise InputError(f"{self._fold_failure}, so representatives cannot give exact results (use --engine "
                                  "message)")
-            self.warn(f"{self._fold_failure}; simulating every rank instead")
+            # no warning: the results are exact either way, nothing in the input is wrong, and the engine line
+            # (engine_reason) says why every rank was simulated
         elif quotient is None:
             result.simulated_ranks = 1
             result.engine_reason = "every rank behaves like rank 0, shifted: one representative"
