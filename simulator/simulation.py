@@ -163,7 +163,7 @@ class Simulation:
             graphs = self._representatives(loader, quotient)
         else:
             graphs = loader.load_set(self.traces, npus)
-            if self.traces.shared:
+            if self.traces.shared and self.traces.contents is None:  # a file given, not a generator built in memory
                 self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
         check_workload(graphs, self.traces, system, self.network, self.compute, opts.strict, self.warn)
         if quotient is None:

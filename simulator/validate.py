@@ -15,7 +15,14 @@ import json
 import math
 from collections.abc import Callable, Sequence
 
-from simulator.collectives.calibration import ERROR_MEASURES, Prediction, predict, read_tables, summarize
+from simulator.collectives.calibration import (
+    ERROR_MEASURES,
+    Prediction,
+    check_fits,
+    predict,
+    read_tables,
+    summarize,
+)
 from simulator.collectives.hardware import load_profile
 from simulator.collectives.nccl import CollectiveModel
 from workload.optional import pyplot
@@ -100,6 +107,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         pyplot("validate --plot")  # say it is missing before any work
     profile = load_profile(args.profile)
     rows = read_tables(args.tables)
+    check_fits(rows, profile)
     predictions = predict(CollectiveModel(profile), rows)
     summary = summarize(predictions)
     if not profile.parameters():

@@ -57,6 +57,7 @@ class Measurement:
     size_bytes: int
     busbw_GBps: float
     algo: str | None
+    line: int = 0  # in its table, for messages
 
     @property
     def comm(self) -> Communicator:
@@ -93,7 +94,7 @@ def read_table(path: str) -> list[Measurement]:
         if gpus == 1:
             continue  # nothing moves: no bus bandwidth to compare
         algo = (r.get("algo") or "").strip() or None
-        rows.append(Measurement(name, r["system"], collective, gpus, nodes, size, busbw, algo))
+        rows.append(Measurement(name, r["system"], collective, gpus, nodes, size, busbw, algo, line))
     if not rows:
         raise ConfigError(f"{where}: no measurements")
     return rows
@@ -101,6 +102,16 @@ def read_table(path: str) -> list[Measurement]:
 
 def read_tables(paths: Sequence[str]) -> list[Measurement]:
     return [m for p in paths for m in read_table(p)]
+
+
+def check_fits(rows: Sequence[Measurement], profile: HardwareProfile) -> None:
+    """Refuse rows the profile's machine cannot have been: more GPUs per node than its nodes hold (a prediction for
+    them would be a number about nothing)."""
+    for m in rows:
+        per_node = -(-m.gpus // m.nodes)
+        if per_node > profile.gpus_per_node:
+            raise ConfigError(f"{m.table}: line {m.line}: {m.gpus} GPUs on {m.nodes} node(s) is {per_node} per node, "
+                              f"but profile {profile.name} has {profile.gpus_per_node} GPUs per node")
 
 
 @dataclass(frozen=True, slots=True)

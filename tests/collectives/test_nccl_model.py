@@ -226,6 +226,19 @@ def test_validate_says_its_geomean_is_of_factors(tmp_path: Path) -> None:
                                             "|predicted / published - 1|)")
 
 
+def test_rows_the_profiles_nodes_cannot_hold_are_refused(tmp_path: Path) -> None:
+    """12 GPUs on one node of an 8-GPU profile: validate printed a 147% error and calibrate fitted to it; both
+    now refuse the row on one line naming table and line."""
+    table = tmp_path / "t.tsv"
+    table.write_text("system\tcollective\tgpus\tnodes\tbytes\tbusbw_GBps\nx\tall_reduce\t8\t1\t1048576\t100\n"
+                     "x\tall_reduce\t12\t1\t1048576\t100\n")
+    for command in (("validate",), ("calibrate", "-o", str(tmp_path / "c.yml"))):
+        done = run_cli(*command, "--profile", "hgx-h100", "--tables", str(table))
+        assert done.returncode == 1 and done.stdout == "" and not (tmp_path / "c.yml").exists()
+        assert done.stderr == ("astrasim-py: error: t.tsv: line 3: 12 GPUs on 1 node(s) is 12 per node, but profile "
+                               "hgx-h100 has 8 GPUs per node\n")
+
+
 def test_compare_explain_lists_every_candidate() -> None:
     done = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--hw-profile", "hgx-h200",
                    "--collective", "all_reduce", "--explain", "2MiB", cwd=Path(__file__).resolve().parents[2])

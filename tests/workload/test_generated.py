@@ -99,3 +99,17 @@ def test_the_flags_own_spellings_are_keys_too(tmp_path: Path) -> None:
     sweep.write_text(json.dumps({"base": {"workload": TINY, "network": NETWORK, "options": {"device": "H100"}},
                                  "axes": {"workload.kv_heads": [8, 16]}}))
     assert load_sweep(str(sweep)).count == 2
+
+
+def test_a_generated_collective_runs_without_a_one_file_warning_and_trace_tools_say_what_it_is(
+        tmp_path: Path) -> None:
+    """Every rank runs the same generated collective, but no file was given: the 'one trace file for all ranks'
+    warning (meant for a single .et file) is not printed. The trace tools, which read files, say what the YAML
+    is and how to get its traces, on one line, instead of 'not a Chakra ET file'."""
+    workload = write_yaml(tmp_path / "ar.yml", {"generate": "collective", "type": "all_reduce", "size": "1MiB"})
+    done = run_cli("--workload", workload, "--network", network_file(tmp_path), "--quiet")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    for tool in ("inspect", "analyze", "jsonize"):
+        shown = run_cli("trace", tool, workload)
+        assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
+        assert "a YAML file, not a Chakra trace" in shown.stderr and "trace generate KIND" in shown.stderr
