@@ -79,6 +79,14 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
     return ComputeModel(Roofline(peak * 1e12, bw * 1e9), name)
 
 
+def _roofline_way_out(system: SystemConfig) -> str:
+    """How to replay recorded durations instead: what turned the roofline model on is what to undo."""
+    if system.roofline_enabled:
+        return f"or set roofline-enabled to 0 in {system.path} to replay durations"
+    return ("--device turns the roofline model on: leave it out to replay the recorded durations, or add "
+            "--compute-model kernels, which replays nodes without them")
+
+
 def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: SystemConfig, network: NetworkConfig,
                    compute: ComputeModel, strict: bool, warn: Callable[[str], None]) -> None:
     """Refuse what would fail part-way; warn (or, ``strict``, refuse) where compute cannot be timed."""
@@ -121,8 +129,8 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
             if lacking.size:
                 i = int(lacking[0])
                 raise InputError(f"{traces.file_for(r)}: rank {r}: node {graph.node_id(i)} ({graph.name(i)!r}): the "
-                                 "roofline model needs 'num_ops' and 'tensor_size' on GPU compute nodes (or turn "
-                                 "roofline-enabled off to replay durations)")
+                                 "roofline model needs 'num_ops' and 'tensor_size' on GPU compute nodes "
+                                 f"({_roofline_way_out(system)})")
             untimed.add(graph, traces.file_for(r), gpu_compute & (np.asarray(t.tensor_size) == 0)
                         & (np.asarray(t.num_ops) > 0), flops=None)
         else:

@@ -25,7 +25,7 @@ from simulator.memory import RemoteMemory
 from simulator.nccl_run import NcclRun
 from simulator.quotient import Quotient, QuotientEngine, QuotientMessaging, find_quotient, quotient_of
 from simulator.rank import RankWorkload
-from simulator.results import SimulationResult
+from simulator.results import SimulationResult, format_ns
 from simulator.symmetry import symmetry_blockers
 from simulator.system import COLLECTIVE, HANDSHAKE, RankSystem, SystemSetup, tag_kind
 from simulator.units import with_current_keys
@@ -164,7 +164,7 @@ class Simulation:
             graphs = self._representatives(loader, quotient)
         else:
             graphs = loader.load_set(self.traces, npus)
-            if self.traces.shared:
+            if self.traces.shared and self.traces.contents is None:  # a file given, not a generator built in memory
                 self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
         check_workload(graphs, self.traces, system, self.network, self.compute, opts.strict, self.warn)
         if quotient is None:
@@ -218,7 +218,8 @@ class Simulation:
             if self.options.engine == "symmetric":
                 raise InputError(f"{self._fold_failure}, so representatives cannot give exact results (use --engine "
                                  "message)")
-            self.warn(f"{self._fold_failure}; simulating every rank instead")
+            # no warning: the results are exact either way, nothing in the input is wrong, and the engine line
+            # (engine_reason) says why every rank was simulated
         elif quotient is None:
             result.simulated_ranks = 1
             result.engine_reason = "every rank behaves like rank 0, shifted: one representative"
@@ -388,7 +389,7 @@ class Simulation:
 
     def _event_loop(self, engine: Engine, ranks: list[RankWorkload], started: float) -> RunMonitor:
         env = engine.env
-        monitor = RunMonitor(ranks, started, self.options, env, self.backend)
+        monitor = RunMonitor(ranks, started, self.options, env, self.backend, time.perf_counter())
         count = 0
         last_progress = -1
         batch = 0x4000  # events between checks of the wall-time limit and progress lines
@@ -452,17 +453,20 @@ def network_stats(backend: Any) -> dict[str, Any]:
 class RunMonitor:
     """Progress lines for long runs, with an estimate of the work left, and the --max-wall-time guard."""
 
-    def __init__(self, ranks: list[RankWorkload], started: float, options: RunOptions, env: Any, backend: Any
-                 ) -> None:
+    def __init__(self, ranks: list[RankWorkload], started: float, options: RunOptions, env: Any, backend: Any,
+                 events_started: float | None = None) -> None:
         self.ranks = ranks
         self.started = started
+        # the pace is measured from the first event, not from the run's start: building a large workload before
+        # it took seconds and made the first estimates 20x too long
+        self.events_started = started if events_started is None else events_started
         self.show = options.progress
         self.env = env
         self.backend = backend
         self.limit_s = options.max_wall_time_s
         self.deadline = started + options.max_wall_time_s if options.max_wall_time_s else None
         self.report_at = started + 5.0
-        self._last = (started, 0.0)  # (time, fraction of the work done) at the last progress line
+        self._last = (self.events_started, 0.0)  # (time, fraction of the work done) at the last progress line
         self.total_nodes = sum(w.feeder.num_nodes for w in ranks) or 1
         self.expired = False
         self.events = 0
@@ -487,9 +491,9 @@ class RunMonitor:
     def line(self, now: float) -> str:
         done_nodes = sum(w.feeder.finished for w in self.ranks)
         fraction = (done_nodes + self._collectives_under_way()) / self.total_nodes
-        elapsed = now - self.started
+        elapsed = now - self.events_started
         ranks_done = sum(w.finish_ns is not None for w in self.ranks)
-        parts = [f"simulated {self.env.now / 1e6:.3f} ms", f"{100 * fraction:.1f}% of trace nodes done",
+        parts = [f"simulated {format_ns(self.env.now)}", f"{100 * fraction:.1f}% of trace nodes done",
                  f"{ranks_done}/{len(self.ranks)} ranks finished"]
         hops = getattr(self.backend, "packet_hops", None)
         if hops:
@@ -504,7 +508,7 @@ class RunMonitor:
         self._last = (now, fraction)
         if fraction <= 0:
             return "no estimate of the time left until a first node finishes"
-        overall = (now - self.started) * (1 - fraction) / fraction
+        overall = (now - self.events_started) * (1 - fraction) / fraction
         if fraction <= last_fraction:
             return f"no trace node finished in the last {now - last_time:,.0f} s, so no estimate of the time left"
         recent = (now - last_time) * (1 - fraction) / (fraction - last_fraction)

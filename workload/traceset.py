@@ -133,6 +133,10 @@ def resolve_workload(workload: str) -> TraceSet:
         ranks = _rank_files(directory, name).get(name)
         if ranks:
             return _per_rank(source, prefix, ranks)
+    if os.path.isfile(workload) and workload.endswith((".yml", ".yaml")):
+        raise InputError(f"{shown_path(workload)}: a YAML file, not a Chakra trace: a generator mapping (generate: "
+                         "...) is built in memory by a simulation (--workload) or a sweep; to look into its traces, "
+                         "write them with `astrasim-py trace generate KIND ... -o DIR`")
     if os.path.isfile(workload):
         return TraceSet(source, (workload,), shared=True)
     if os.path.exists(workload):

@@ -28,8 +28,9 @@ GENERATED_VERSION = "1.0.0"
 
 
 def roofline_duration_us(roofline: Roofline, flops: int, size_bytes: int) -> int:
-    """A kernel's roofline time rounded to whole microseconds (the trace's unit)."""
-    return round(roofline.time_ns(flops, size_bytes) / 1000)
+    """A kernel's roofline time rounded to whole microseconds (the trace's unit), at least 1 for a kernel that does
+    any work: 0 reads as no recorded duration (1 ns in ASTRA-sim, and a warning that compute went untimed)."""
+    return max(round(roofline.time_ns(flops, size_bytes) / 1000), 1 if flops > 0 or size_bytes > 0 else 0)
 
 
 class TraceEmitter:
