@@ -24,6 +24,7 @@ from workload.limits import env_limit, format_bytes
 from workload.protoscan import PADDING
 from workload.reader import decode_trace
 from workload.validate import validate
+from workload.variants import Variants
 from workload.wire import read_trace_buffer
 
 # ".eg": the per-rank files of Chakra's first schema (ASTRA-sim 2.0's early examples)
@@ -156,6 +157,7 @@ class TraceLoader:
         self._warn = warn or (lambda message: None)
         self._by_content: dict[tuple[int, int, int], list[TraceGraph]] = {}
         self._repeats: dict[str, int] = {}  # a trace warning already given for one file -> how many more had it
+        self._variants = Variants()
 
     def load(self, path: str, rank: int | None = None, contents: Callable[[int], bytes] | None = None) -> TraceGraph:
         """The graph of the trace file ``path`` (or, with ``contents``, of the bytes it gives for ``rank``)."""
@@ -168,18 +170,12 @@ class TraceLoader:
         for graph in self._by_content.get(key, ()):
             if np.array_equal(graph.buf, data):  # confirm: a checksum match alone is not proof
                 return graph
-        try:
-            graph = decode_trace(data, path)
+        try:  # the same bytes as a decoded trace but for values: read as its variant (workload/variants.py)
+            variant = self._variants.read(data, path, self.checks)
         except TraceError as e:
             raise e.located(path=path, rank=rank) from None
-        apply_era_reading(graph)  # a 0.0.4 trace's collectives as the ASTRA-sim of its era read them
-        try:
-            deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
-        except TraceError as e:
-            if is_pre_1_0(graph.version) and "Chakra schema" not in f"{e.problem} {e.hint}":
-                e = TraceError(f"{e.problem} (in a trace read as Chakra schema {graph.version})", node_id=e.node_id,
-                               offset=e.offset, hint=e.hint)
-            raise e.located(path=path, rank=rank) from None
+        graph = variant if variant is not None else self._decode(data, path, rank)
+        deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
         for w in graph.warnings:
             if w in self._repeats:  # per-rank files of one set usually share their warnings: each is given once
                 self._repeats[w] += 1
@@ -192,6 +188,25 @@ class TraceLoader:
         if deps is not None and deps.dropped_self:
             self._warn(f"{path}: dropped {deps.dropped_self} dependencies of nodes on themselves")
         self._by_content.setdefault(key, []).append(graph)
+        return graph
+
+    def _decode(self, data: np.ndarray, path: str, rank: int | None) -> TraceGraph:
+        """Decode (and, with checks, validate) one trace, errors naming file and rank; it becomes a template for
+        the files after it."""
+        try:
+            graph = decode_trace(data, path)
+        except TraceError as e:
+            raise e.located(path=path, rank=rank) from None
+        apply_era_reading(graph)  # a 0.0.4 trace's collectives as the ASTRA-sim of its era read them
+        try:
+            if self.checks:
+                validate(graph, drop_dangling=self.drop_dangling)
+        except TraceError as e:
+            if is_pre_1_0(graph.version) and "Chakra schema" not in f"{e.problem} {e.hint}":
+                e = TraceError(f"{e.problem} (in a trace read as Chakra schema {graph.version})", node_id=e.node_id,
+                               offset=e.offset, hint=e.hint)
+            raise e.located(path=path, rank=rank) from None
+        self._variants.add(graph)
         return graph
 
     def report_repeats(self) -> None:

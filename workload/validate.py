@@ -6,6 +6,7 @@ by the caller that knows them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,11 +80,15 @@ def check_node_types(graph: TraceGraph) -> None:
                          hint=f"valid types: {valid}")
 
 
-def check_attributes(graph: TraceGraph) -> None:
+def check_attributes(graph: TraceGraph, names: Collection[str] | None = None) -> None:
+    """Check attribute values and the attributes each node type needs; ``names``: only the values of these
+    attributes changed since the graph passed (a variant, workload/variants.py)."""
     n = graph.num_nodes
     attrs = graph.attrs
     present: dict[str, np.ndarray] = {}
     for name in (*NON_NEGATIVE_ATTRIBUTES, "comm_type"):
+        if names is not None and name not in names:
+            continue
         values, mask = attrs.integers(name, n)
         present[name] = mask
         if name in NON_NEGATIVE_ATTRIBUTES:
@@ -99,11 +104,15 @@ def check_attributes(graph: TraceGraph) -> None:
                 valid = ", ".join(f"{t.value}={t.name}" for t in CollectiveType)
                 raise TraceError(f"unknown collective comm_type {int(values[i])}", node_id=graph.node_id(i),
                                  hint=f"valid types: {valid}")
+    if names is not None and "is_cpu_op" not in names:
+        return  # which nodes need which attributes is unchanged
     is_cpu, _ = attrs.integers("is_cpu_op", n)
     host_side = (is_cpu != 0) & (graph.types >= NodeType.COMM_SEND_NODE)
     for node_type, names in REQUIRED_ATTRIBUTES.items():
         of_type = (graph.types == node_type) & ~host_side
         for name in names:
+            if name not in present:
+                present[name] = attrs.integers(name, n)[1]
             missing = np.flatnonzero(of_type & ~present[name])
             if missing.size:
                 i = int(missing[0])
