@@ -66,9 +66,38 @@ def node_table(graph: TraceGraph) -> NodeTable:
     else:
         base = node_table(variant.template)
         changed = variant.attributes & TABLE_ATTRIBUTES
-        table = replace(base, **_columns(graph, changed, whole=False)) if changed else base
+        table = replace(base, **_patched(graph, base, changed, variant.occurrences)) if changed else base
     graph.cache["node_table"] = table
     return table
+
+
+def _patched(graph: TraceGraph, base: NodeTable, changed: Collection[str], occurrences: np.ndarray
+             ) -> dict[str, Any]:
+    """The columns of a variant's table that differ from its template's ``base``: the values of the attribute
+    ``occurrences`` that differ (each the first of its name on its node); which nodes have which attributes is
+    the template's."""
+    attrs = graph.attrs
+    out: dict[str, Any] = {}
+    name_ids = attrs.name_id[occurrences]
+    integers = attrs.integers_at(occurrences).tolist()  # meaningless for strings, which are read apart
+    text = attrs.buf.tobytes() if "pg_name" in changed else b""
+    for name in sorted(changed):
+        if name in ("is_cpu_op", "involved_dim"):  # rare (involved_dim never: lists are not read as values)
+            out.update(_columns(graph, (name,), whole=False))
+            continue
+        which = np.flatnonzero(name_ids == attrs.names.index(name)).tolist()
+        nodes = attrs.node[occurrences].tolist()
+        if name == "pg_name":  # strings (the template's are, and the fields are the same)
+            column: Any = dict(base.pg_name)
+            offsets, lengths = attrs.offset[occurrences].tolist(), attrs.length[occurrences].tolist()
+            for k in which:
+                column[nodes[k]] = text[offsets[k] : offsets[k] + lengths[k]].decode("utf-8", "replace")
+        else:
+            column = list(getattr(base, name))
+            for k in which:
+                column[nodes[k]] = integers[k]
+        out[name] = column
+    return out
 
 
 def _columns(graph: TraceGraph, which: Collection[str], whole: bool) -> dict[str, Any]:

@@ -36,7 +36,9 @@ class Variation:
 
     template: TraceGraph
     attributes: frozenset[str]  # names of the attributes whose values differ on some node
-    occurrences: np.ndarray  # the attribute occurrences (AttributeTable indices) whose values differ
+    # the attribute occurrences (AttributeTable indices) whose values differ, each the first of its name on its
+    # node (the one that is read)
+    occurrences: np.ndarray
 
 
 @dataclass(slots=True, eq=False)

@@ -155,7 +155,7 @@ class TraceLoader:
         self.drop_dangling = drop_dangling
         self.checks = checks
         self._warn = warn or (lambda message: None)
-        self._by_content: dict[tuple[int, int, int], list[TraceGraph]] = {}
+        self._by_content: dict[tuple[int, int], list[TraceGraph]] = {}
         self._repeats: dict[str, int] = {}  # a trace warning already given for one file -> how many more had it
         self._variants = Variants()
 
@@ -165,16 +165,21 @@ class TraceLoader:
             data = read_trace_buffer(path, PADDING)
         else:
             data = np.frombuffer(contents(rank or 0) + bytes(PADDING), dtype=np.uint8)
-        view = memoryview(data)
-        key = (len(data), zlib.crc32(view), zlib.adler32(view))
-        for graph in self._by_content.get(key, ()):
-            if np.array_equal(graph.buf, data):  # confirm: a checksum match alone is not proof
-                return graph
         try:  # the same bytes as a decoded trace but for values: read as its variant (workload/variants.py)
             variant = self._variants.read(data, path, self.checks)
         except TraceError as e:
             raise e.located(path=path, rank=rank) from None
-        graph = variant if variant is not None else self._decode(data, path, rank)
+        if variant is not None:
+            graph, new = variant
+            if not new:
+                return graph  # the bytes of a trace read before
+        else:
+            key = (len(data), zlib.crc32(memoryview(data)))
+            for graph in self._by_content.get(key, ()):
+                if np.array_equal(graph.buf, data):  # confirm: a checksum match alone is not proof
+                    return graph
+            graph = self._decode(data, path, rank)
+            self._by_content.setdefault(key, []).append(graph)
         deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
         for w in graph.warnings:
             if w in self._repeats:  # per-rank files of one set usually share their warnings: each is given once
@@ -187,7 +192,6 @@ class TraceLoader:
                        "node(s) absent from the file")
         if deps is not None and deps.dropped_self:
             self._warn(f"{path}: dropped {deps.dropped_self} dependencies of nodes on themselves")
-        self._by_content.setdefault(key, []).append(graph)
         return graph
 
     def _decode(self, data: np.ndarray, path: str, rank: int | None) -> TraceGraph:

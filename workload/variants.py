@@ -31,9 +31,10 @@ from workload.validate import check_attributes
 # what a template's byte is: FIXED bytes must be equal; the others are values (the last three are varint bytes,
 # whose length must stay the same)
 FIXED, NAME, TEXT, ATTRIBUTE, NODE_ID, DEPENDENCY = range(6)
-_VARINT_FIELDS = np.array([n for n, (kind, _) in FIELD_TYPES.items()
-                           if kind == "scalar" and expected_wire_type(n) == 0])
-_TEXT_FIELDS = np.array([schema.scalar_field_number(t) for t in ("string", "bytes")])
+_IS_VARINT = np.zeros(64, dtype=bool)  # by value field number (3 to 32 in an AttributeTable, 0 for none)
+_IS_VARINT[[n for n, (kind, _) in FIELD_TYPES.items() if kind == "scalar" and expected_wire_type(n) == 0]] = True
+_IS_TEXT = np.zeros(64, dtype=bool)
+_IS_TEXT[[schema.scalar_field_number(t) for t in ("string", "bytes")]] = True
 TEMPLATES_PER_LENGTH = 4  # decoded traces of one length tried for a file; beyond that it is decoded
 
 
@@ -52,6 +53,7 @@ class _Template:
     roles: np.ndarray  # per byte of graph.buf
     occ_start: np.ndarray  # value starts of the attribute occurrences that may vary, ascending
     occ_index: np.ndarray  # ... and their occurrence indices
+    counts: np.ndarray  # per occurrence: whether it is the first of its name on its node (the one readers read)
     positions: tuple[np.ndarray, np.ndarray]  # data and control dependencies as node indices
 
 
@@ -71,8 +73,8 @@ def _template(graph: TraceGraph) -> _Template:
         varints(s_off, DEPENDENCY)
     single = np.ones(len(a), dtype=bool)  # attributes written with several value fields stay fixed
     single[list(a.override)] = False
-    ints = np.flatnonzero(np.isin(a.field, _VARINT_FIELDS) & single)
-    texts = np.flatnonzero(np.isin(a.field, _TEXT_FIELDS) & single)
+    ints = np.flatnonzero(_IS_VARINT[a.field] & single)
+    texts = np.flatnonzero(_IS_TEXT[a.field] & single)
     varints(a.offset[ints], ATTRIBUTE)
     spans.append((a.offset[texts], a.offset[texts] + a.length[texts], TEXT))
     delta = np.zeros(len(buf) + 1, dtype=np.int16)
@@ -83,7 +85,11 @@ def _template(graph: TraceGraph) -> _Template:
     tracked = np.concatenate((ints, texts))
     order = np.argsort(a.offset[tracked], kind="stable")
     positions = (dependency_positions(graph.ids, graph.data_deps), dependency_positions(graph.ids, graph.ctrl_deps))
-    return _Template(graph, roles, a.offset[tracked][order], tracked[order], positions)
+    by_name = np.lexsort((a.name_id, a.node))  # stable: file order within a node's attributes of one name
+    counts = np.zeros(len(a), dtype=bool)
+    if len(a):
+        counts[by_name] = np.r_[True, (np.diff(a.node[by_name]) != 0) | (np.diff(a.name_id[by_name]) != 0)]
+    return _Template(graph, roles, a.offset[tracked][order], tracked[order], counts, positions)
 
 
 def _reread_deps(graph: TraceGraph, buf: np.ndarray, number: int) -> np.ndarray:
@@ -94,12 +100,20 @@ def _reread_deps(graph: TraceGraph, buf: np.ndarray, number: int) -> np.ndarray:
     return np.concatenate((packed, read_varints(buf, s_off)[0]))[order]
 
 
-def _variant(t: _Template, buf: np.ndarray, path: str, checks: bool) -> TraceGraph | None:
-    """``buf`` (as long as the template's) read against the template; None when it is not a variant of it."""
+def differing_bytes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Positions where two uint8 arrays of one length differ (compared 8 bytes at a time: few differ)."""
+    whole = len(a) // 8 * 8
+    words = np.flatnonzero(a[:whole].view(np.uint64) != b[:whole].view(np.uint64))
+    at = (words[:, None] * 8 + np.arange(8)).ravel()
+    at = at[a[at] != b[at]]
+    tail = np.flatnonzero(a[whole:] != b[whole:]) + whole
+    return np.concatenate((at, tail)) if tail.size else at
+
+
+def _variant(t: _Template, buf: np.ndarray, diff: np.ndarray, path: str, checks: bool) -> TraceGraph | None:
+    """``buf`` (as long as the template's, differing at ``diff``) read against the template; None when it is not
+    a variant of it."""
     base = t.graph
-    diff = np.flatnonzero(buf != base.buf)
-    if not diff.size:
-        return base
     role = t.roles[diff]
     if not role.all():
         return None
@@ -126,10 +140,11 @@ def _variant(t: _Template, buf: np.ndarray, path: str, checks: bool) -> TraceGra
     tracked = diff[(role == TEXT) | (role == ATTRIBUTE)]
     occ = np.unique(t.occ_index[np.searchsorted(t.occ_start, tracked, side="right") - 1])
     raw = a.raw
-    ints = occ[np.isin(a.field[occ], _VARINT_FIELDS)]
+    ints = occ[_IS_VARINT[a.field[occ]]]
     if ints.size:
         raw = raw.copy()
         raw[ints] = read_varints(buf, a.offset[ints])[0]
+    occ = occ[t.counts[occ]]  # a later attribute of a name already on its node is read by no one
     changed = frozenset(a.names[i] for i in np.unique(a.name_id[occ]).tolist())
     attrs = AttributeTable(buf=buf, ids=ids, names=a.names, node=a.node, name_id=a.name_id, field=a.field, raw=raw,
                            offset=a.offset, length=a.length, override=dict(a.override), _first=dict(a._first))
@@ -152,6 +167,8 @@ class Variants:
 
     def __init__(self) -> None:
         self._decoded: dict[int, list[TraceGraph | _Template]] = {}
+        self._read: dict[tuple[int, bytes, bytes], TraceGraph] = {}  # variants by their differences: equal files
+        # share one graph
 
     def add(self, graph: TraceGraph) -> None:
         """Offer a decoded (and, when checked, validated) trace as a template."""
@@ -161,18 +178,26 @@ class Variants:
         if len(same) < TEMPLATES_PER_LENGTH:
             same.append(graph)
 
-    def read(self, buf: np.ndarray, path: str, checks: bool = True) -> TraceGraph | None:
-        """``buf`` read as a variant of a template (the template itself when the bytes are equal), or None.
-        With ``checks``, changed attribute values are checked as validate does (TraceError naming the node)."""
+    def read(self, buf: np.ndarray, path: str, checks: bool = True) -> tuple[TraceGraph, bool] | None:
+        """``buf`` read as a variant of a template, or None; with it whether it was read now (False: the bytes of
+        a trace read before, whose graph it shares). With ``checks``, changed attribute values are checked as
+        validate does (TraceError naming the node)."""
         same = self._decoded.get(len(buf))
         if not same:
             return None
         for k, entry in enumerate(same):
             if isinstance(entry, TraceGraph):  # each byte's role, found when a file first needs it
                 entry = same[k] = _template(entry)
-            graph = _variant(entry, buf, path, checks)
+            diff = differing_bytes(buf, entry.graph.buf)
+            if not diff.size:
+                return entry.graph, False
+            seen = (id(entry), diff.tobytes(), buf[diff].tobytes())
+            if seen in self._read:
+                return self._read[seen], False
+            graph = _variant(entry, buf, diff, path, checks)
             if graph is not None:
+                self._read[seen] = graph
                 if k:  # the template that fits is tried first next time
                     same.insert(0, same.pop(k))
-                return graph
+                return graph, True
         return None
