@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from compute.devices import device, device_names
 from compute.kernels import KernelModel
 from compute.roofline import Roofline
 from compute.trace_timing import NodeTimes, describe, is_gpu_compute, node_times
@@ -63,6 +62,8 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
     if model not in COMPUTE_MODELS:
         raise InputError(f"unknown compute model {model!r}; valid: {', '.join(COMPUTE_MODELS)}")
     if model == "kernels" and not system.replay_only:
+        from compute.devices import device, device_names  # device presets: imported when a run names one
+
         name = device_name or system.device
         if not name:
             raise InputError("the kernels compute model needs a device: --device NAME or a device file (.yml); "
@@ -74,6 +75,8 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
     peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
     name = device_name or system.device
     if name:
+        from compute.devices import device
+
         preset = device(name)
         peak, bw, name = preset.peak_tflops, preset.memory_bw_gbps, preset.name
     if not peak or not bw:

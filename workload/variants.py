@@ -25,7 +25,7 @@ from workload import schema
 from workload.attributes import FIELD_TYPES, AttributeTable, expected_wire_type
 from workload.graph import TraceGraph, Variation
 from workload.legacy import is_pre_1_0
-from workload.protoscan import expand_packed_varints, read_varints
+from workload.protoscan import expand_packed_varints, read_varints, sorted_distinct
 from workload.validate import check_attributes
 
 # what a template's byte is: FIXED bytes must be equal; the others are values (the last three are varint bytes,
@@ -138,14 +138,14 @@ def _variant(t: _Template, buf: np.ndarray, diff: np.ndarray, path: str, checks:
             return None  # dependencies name other nodes: a different graph
     a = base.attrs
     tracked = diff[(role == TEXT) | (role == ATTRIBUTE)]
-    occ = np.unique(t.occ_index[np.searchsorted(t.occ_start, tracked, side="right") - 1])
+    occ = sorted_distinct(t.occ_index[np.searchsorted(t.occ_start, tracked, side="right") - 1])
     raw = a.raw
     ints = occ[_IS_VARINT[a.field[occ]]]
     if ints.size:
         raw = raw.copy()
         raw[ints] = read_varints(buf, a.offset[ints])[0]
     occ = occ[t.counts[occ]]  # a later attribute of a name already on its node is read by no one
-    changed = frozenset(a.names[i] for i in np.unique(a.name_id[occ]).tolist())
+    changed = frozenset(a.names[i] for i in set(a.name_id[occ].tolist()))
     attrs = AttributeTable(buf=buf, ids=ids, names=a.names, node=a.node, name_id=a.name_id, field=a.field, raw=raw,
                            offset=a.offset, length=a.length, override=dict(a.override), _first=dict(a._first))
     graph = TraceGraph(
