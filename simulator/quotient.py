@@ -68,38 +68,73 @@ def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[i
     undeclared group, a send written into another rank's trace): such traces are simulated rank by rank."""
     t = node_table(graph)
     declared = dict(comm_groups)
-    types = graph.types
-    for i in np.flatnonzero(types == NodeType.METADATA_NODE).tolist():
+    coll, sends, recvs, metadata = _reference_nodes(graph)
+    for i in metadata:
         for name, ranks in metadata_groups(graph, i) or ():
             if str(name).isdigit():
                 declared[int(name)] = tuple(ranks) if ranks else tuple(range(npus))
-    slots: dict[Any, int] = {}
-    template: list[tuple[int, int]] = []
-    kinds: dict[Any, set[int]] = {}
-    wanted = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
-    for i in np.flatnonzero(np.isin(types, wanted)).tolist():
-        if t.is_cpu[i]:
-            continue
-        ntype = t.types[i]
-        if ntype == NodeType.COMM_COLL_NODE:
-            name = t.pg_name.get(i, "")
-            members = WORLD if name in ("", "0") else declared.get(int(name)) if name.isdigit() else None
-            if members is None:
-                return None
-            if len(members) == npus and members == tuple(range(npus)):
-                members = WORLD
-            value: Any = ("group", members)
-            kinds.setdefault(value, set()).add(t.comm_type[i])
+    distinct: dict[Any, int] = {}  # value -> its code
+    names = [t.pg_name.get(i, "") for i in coll]
+    code_of_name: dict[str, int] = {}
+    for name in dict.fromkeys(names):
+        members = WORLD if name in ("", "0") else declared.get(int(name)) if name.isdigit() else None
+        if members is None:
+            return None
+        if len(members) == npus and members == tuple(range(npus)):
+            members = WORLD
+        code_of_name[name] = distinct.setdefault(("group", members), len(distinct))
+    nodes = [coll]
+    codes = [np.array([code_of_name[n] for n in names], dtype=np.int64)]
+    for which, own_column, peer_column in ((sends, t.comm_src, t.comm_dst), (recvs, t.comm_dst, t.comm_src)):
+        own = np.array([own_column[i] for i in which], dtype=np.int64)
+        peer = np.array([peer_column[i] for i in which], dtype=np.int64)
+        if not (((own == NO_VALUE) | (own == rank)).all() and ((peer >= 0) & (peer < npus)).all()):
+            return None
+        nodes.append(which)
+        codes.append(len(distinct) + (own == rank) * npus + peer)  # ("peer", own == rank, peer)
+    index = np.concatenate([np.asarray(n, dtype=np.int64) for n in nodes])
+    order = np.argsort(index, kind="stable")
+    index, code = index[order], np.concatenate(codes)[order]
+    # the values in order of first use, and each node's slot among them (the template)
+    by_code = np.argsort(code, kind="stable")
+    new = np.r_[True, code[by_code][1:] != code[by_code][:-1]] if code.size else np.zeros(0, dtype=bool)
+    first = np.sort(by_code[new])
+    slot_of = {c: k for k, c in enumerate(code[first].tolist())}
+    groups = {c: v for v, c in distinct.items()}
+    kinds: dict[int, set[int]] = {}
+    for name, ctype in set(zip(names, (t.comm_type[i] for i in coll), strict=True)):
+        kinds.setdefault(code_of_name[name], set()).add(ctype)
+    values: list[Value] = []
+    for c in slot_of:
+        if c in groups:
+            values.append(("group", tuple(sorted(kinds[c])), groups[c][1]))
         else:
-            own, peer = (t.comm_src[i], t.comm_dst[i]) if ntype == NodeType.COMM_SEND_NODE else (
-                t.comm_dst[i], t.comm_src[i])
-            if own not in (NO_VALUE, rank) or not 0 <= peer < npus:
-                return None
-            value = ("peer", own == rank, peer)
-        template.append((i, slots.setdefault(value, len(slots))))
-    values = tuple(("group", tuple(sorted(kinds[v])), v[1]) if v[0] == "group" else v for v in slots)
-    key = hashlib.blake2b(behaviour_key(graph, references=False) + repr(template).encode(), digest_size=20).digest()
-    return key, values
+            flag, peer = divmod(c - len(distinct), npus)
+            values.append(("peer", bool(flag), peer))
+    slots = np.array([slot_of[c] for c in code.tolist()], dtype=np.int64)
+    key = hashlib.blake2b(behaviour_key(graph, references=False) + index.tobytes() + slots.tobytes(),
+                          digest_size=20).digest()
+    return key, tuple(values)
+
+
+def _reference_nodes(graph: TraceGraph) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The indices of a trace's collectives, sends and receives (host-side records left out) and of its METADATA
+    nodes: the nodes that name other ranks. A variant whose host-side flags are its template's shares them."""
+    found = graph.cache.get("reference_nodes")
+    if found is not None:
+        return found  # type: ignore[no-any-return]
+    variant = graph.variant
+    if variant is not None and "is_cpu_op" not in variant.attributes:
+        found = _reference_nodes(variant.template)
+    else:
+        t = node_table(graph)
+        types = graph.types
+        device = ~np.array(t.is_cpu, dtype=bool)
+        found = tuple(np.flatnonzero((types == kind) & device).tolist() for kind in
+                      (NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE))
+        found += (np.flatnonzero(types == NodeType.METADATA_NODE).tolist(),)
+    graph.cache["reference_nodes"] = found
+    return found
 
 
 @dataclass(slots=True)
