@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,19 +57,28 @@ GPT80 = {"num_layers": 80, "hidden_size": 8192, "num_heads": 64, "ffn_hidden_siz
          "seq_len": 2048, "tp": 8, "pp": 4, "dp": 8, "global_batch": 64}
 LLAMA405 = {"preset": "llama3-405b", "tp": 8, "pp": 16, "seq_len": 8192, "micro_batch_size": 1}
 LLAMA405_NET = [("Switch", 8, 450, 500), ("Switch", None, 50, 2000)]
+# the children run as an installed copy does: pip compiles its modules at install, so a run reads bytecode
+# (PYTHONDONTWRITEBYTECODE in this environment would make every child compile every module again; --cold keeps it)
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+REPEAT = 3  # runs of each file-based row (--repeat)
 BINARIES = {"analytical-unaware": "AstraSim_Analytical_Congestion_Unaware",
             "analytical-aware": "AstraSim_Analytical_Congestion_Aware"}
 
 
-def ours(args: list[str], out: str) -> dict:
-    """Run this checkout's CLI in a fresh process: CPU seconds, peak RSS, the JSON result."""
-    p = subprocess.run([sys.executable, "-c", _CHILD, *args, "--json", out, "--quiet"], capture_output=True,
-                       text=True, cwd=REPO)
-    if p.returncode != 0:
-        return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
-    last = p.stderr.strip().splitlines()[-1].split()
+def ours(args: list[str], out: str, repeat: int = 1) -> dict:
+    """Run this checkout's CLI in ``repeat`` fresh processes: the median CPU seconds, the largest peak RSS, the
+    JSON result. The child compiles its modules as an installed copy has them (environment.setdefault below)."""
+    runs = []
+    for _ in range(repeat):
+        p = subprocess.run([sys.executable, "-c", _CHILD, *args, "--json", out, "--quiet"], capture_output=True,
+                           text=True, cwd=REPO, env=CHILD_ENV)
+        if p.returncode != 0:
+            return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
+        last = p.stderr.strip().splitlines()[-1].split()
+        runs.append((float(last[1]), int(last[3]) / 1024))
     with open(out) as f:
-        return {"cpu_s": float(last[1]), "rss_mb": int(last[3]) / 1024, "result": json.load(f)}
+        return {"cpu_s": statistics.median(c for c, _ in runs), "rss_mb": max(m for _, m in runs),
+                "result": json.load(f), "runs": len(runs)}
 
 
 def astra(folder: str | None, backend: str, workload: str, system: str, network: str, memory: str,
@@ -138,7 +148,7 @@ def allreduce_row(table: Table, tmp: str, bins: str | None) -> None:
     memory = os.path.join(tmp, "memory.json")
     with open(memory, "w") as f:
         json.dump({"memory-type": "NO_MEMORY_EXPANSION"}, f)
-    r = ours(["--workload", prefix, "--network", network, "--system", system], os.path.join(tmp, "ar.json"))
+    r = ours(["--workload", prefix, "--network", network, "--system", system], os.path.join(tmp, "ar.json"), REPEAT)
     a = astra(bins, "analytical-unaware", prefix, system, network, memory, None)
     astra_s, source = compare(a, README_S["allreduce"])
     exact = "error" not in r and r["result"]["finish_ns"] == 46_129_156
@@ -164,7 +174,7 @@ def stg8_rows(table: Table, tmp: str, bins: str | None) -> None:
         args = ["--workload", os.path.join(case, "workload", "trace"), "--network", os.path.join(case, "network.yml"),
                 "--system", path, "--memory", os.path.join(case, "memory.json"), "--comm-groups",
                 os.path.join(case, "comm_groups.json"), "--backend", backend]
-        r = ours(args, os.path.join(tmp, f"stg8.{short}.json"))
+        r = ours(args, os.path.join(tmp, f"stg8.{short}.json"), REPEAT)
         a = astra(bins, backend, os.path.join(case, "workload", "trace"), path, os.path.join(case, "network.yml"),
                   os.path.join(case, "memory.json"), os.path.join(case, "comm_groups.json"))
         exact = "error" not in r and Counter(
@@ -188,7 +198,7 @@ def stg80_rows(table: Table, tmp: str, bins: str | None, trace: str, groups: str
     memory = os.path.join(STG_CASE.format("unaware"), "memory.json")
     for short, backend in (("unaware", "analytical-unaware"), ("aware", "analytical-aware")):
         r = ours(["--workload", trace, "--comm-groups", groups, "--network", network, "--system", system_path,
-                  "--memory", memory, "--backend", backend], os.path.join(tmp, f"stg80.{short}.json"))
+                  "--memory", memory, "--backend", backend], os.path.join(tmp, f"stg80.{short}.json"), REPEAT)
         a = astra(bins, backend, trace, system_path, network, memory, groups)
         astra_s, source = compare(a, README_S["gpt80"] if short == "unaware" else None)
         exact = None if a is None or "error" in r else same_as(r["result"], a["ranks"])
@@ -249,6 +259,7 @@ def message_engine_row(base: str, trace: str | None, groups: str | None) -> int:
 
 
 def main() -> int:
+    global REPEAT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--astra-sim", default=os.environ.get("ASTRA_SIM_BIN"),
                         help="folder of ASTRA-sim's analytical binaries (default: $ASTRA_SIM_BIN)")
@@ -257,9 +268,19 @@ def main() -> int:
     parser.add_argument("--full", action="store_true", help="also the long rows (message engine at 1,024 ranks, "
                                                             "the 200-point sweep)")
     parser.add_argument("--base", help="an earlier checkout: the message engine's speed-up per message")
+    parser.add_argument("--repeat", type=int, default=REPEAT, help="runs of each file-based row, median CPU time "
+                                                                   f"(default {REPEAT})")
+    parser.add_argument("--cold", action="store_true", help="children keep PYTHONDONTWRITEBYTECODE when set (they "
+                                                            "then compile every module in every run)")
     args = parser.parse_args()
+    REPEAT = max(1, args.repeat)
+    if args.cold:
+        CHILD_ENV.update(os.environ)
+    else:  # compile once, as an install does, so that no row pays for it
+        subprocess.run([sys.executable, "-c", "import simulator.cli"], cwd=REPO, env=CHILD_ENV, check=False)
     print(f"ASTRA-sim: {'binaries in ' + args.astra_sim if args.astra_sim else 'times from the reference README'}; "
-          "ours: CPU s (user + sys) of a fresh process, start-up included")
+          f"ours: CPU s (user + sys) of a fresh process, start-up included, median of {REPEAT} runs for the "
+          f"file-based rows, {'modules compiled in each run' if args.cold else 'modules compiled beforehand'}")
     table = Table()
     with tempfile.TemporaryDirectory() as tmp:
         allreduce_row(table, tmp, args.astra_sim)
