@@ -310,15 +310,18 @@ class QuotientEngine(CheckedEngine):
 
     def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
         fn, arg, inserted, parent, offset, eid = payload
-        now = self.env.now
+        now = self.env._now
         if now != self._seen_tick:
             self._seen_tick = now
             self._seen = {}
         seen = self._seen
-        for owner, label in offset if isinstance(offset, tuple) else ((None, offset),):
-            origin = (parent, label)
-            if seen.setdefault((inserted, owner), origin) != origin:
-                self.ambiguous = True
+        if offset.__class__ is tuple:
+            for owner, label in offset:
+                origin = (parent, label)
+                if seen.setdefault((inserted, owner), origin) != origin:
+                    self.ambiguous = True
+        elif seen.setdefault((inserted, None), (parent, offset)) != (parent, offset):
+            self.ambiguous = True
         self._current = eid
         self.insert_offset = offset
         fn(arg)
