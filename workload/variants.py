@@ -26,7 +26,7 @@ from workload.attributes import FIELD_TYPES, AttributeTable, expected_wire_type
 from workload.graph import TraceGraph, Variation
 from workload.legacy import is_pre_1_0
 from workload.protoscan import expand_packed_varints, read_varints, sorted_distinct
-from workload.validate import check_attributes
+from workload.validate import check_changed_values
 
 # what a template's byte is: FIXED bytes must be equal; the others are values (the last three are varint bytes,
 # whose length must stay the same)
@@ -158,7 +158,7 @@ def _variant(t: _Template, buf: np.ndarray, diff: np.ndarray, path: str, checks:
         # the dependency structure is the template's: its nodes keep their indices and dependencies their targets
         cache={k: v for k, v in base.cache.items() if k.startswith("deps:")})
     if checks and changed:
-        check_attributes(graph, changed)
+        check_changed_values(graph, occ, changed)
     return graph
 
 
