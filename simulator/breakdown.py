@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import reduce
+from itertools import chain
 from operator import add
 from typing import Any
 
@@ -92,27 +93,27 @@ def summarize_collectives(logs: list[list[CollectiveRecord]]) -> list[Collective
     count: dict[str, int] = defaultdict(int)
     size: dict[str, int] = defaultdict(int)
     time: dict[str, int] = defaultdict(int)
-    alg: dict[str, list[float]] = defaultdict(list)
-    bus: dict[str, list[float]] = defaultdict(list)
     chosen: dict[str, dict[tuple[str, str, int], int]] = defaultdict(lambda: defaultdict(int))
     read: dict[int, _LogTotals] = {}
+    ordered: list[_LogTotals] = []  # each rank's totals, in rank order
     for log in logs:
         totals = read.get(id(log))
         if totals is None:
             totals = read[id(log)] = _LogTotals(log)
+        ordered.append(totals)
         for kind, n in totals.count.items():
             count[kind] += n
             size[kind] += totals.size[kind]
             time[kind] += totals.time[kind]
-            alg[kind] += totals.alg[kind]
-            bus[kind] += totals.bus[kind]
         for kind, choices in totals.chosen.items():
             for choice, n in choices.items():
                 chosen[kind][choice] += n
     ranks = max(len(logs), 1)
     out = []
     for kind in sorted(count):
-        alg_sum, bus_sum = reduce(add, alg[kind], 0.0), reduce(add, bus[kind], 0.0)  # in order, as += would
+        # every record's term in rank and record order, added one by one as += would (never gathered in a list)
+        alg_sum = reduce(add, chain.from_iterable(t.alg.get(kind, ()) for t in ordered), 0.0)
+        bus_sum = reduce(add, chain.from_iterable(t.bus.get(kind, ()) for t in ordered), 0.0)
         out.append(CollectiveSummary(kind, count[kind] / ranks, round(size[kind] / ranks), round(time[kind] / ranks),
                                      alg_sum / time[kind] if time[kind] else 0.0,
                                      bus_sum / time[kind] if time[kind] else 0.0,
