@@ -147,7 +147,9 @@ class TraceLoader:
     """Loads traces, decoding each distinct file content only once, and (``checks``, the default) validates
     them for simulation; inspection tools load without checks, to show any trace that decodes.
 
-    Identical per-rank files (common for microbenchmarks) share one immutable TraceGraph.
+    Identical per-rank files (common for microbenchmarks) share one immutable TraceGraph; a file that differs from
+    one decoded before only in values (its own node ids, names, peers, group numbers) is read as its variant
+    (workload/variants.py) without being decoded.
     """
 
     def __init__(self, *, drop_dangling: bool = False, warn: Callable[[str], None] | None = None,
