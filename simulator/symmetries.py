@@ -34,7 +34,7 @@ from workload.protoscan import sorted_distinct
 
 ROTATION, XOR, HALF, FIXED = "rotation", "xor", "half", "fixed"  # what an algorithm lets a symmetry do
 WORLD: tuple[int, ...] = ()  # the member list of a collective on all NPUs
-Value = tuple[Any, ...]  # a rank's reference to other ranks (simulator/quotient.py: rank_references)
+Value = tuple[Any, ...]  # a rank's reference to other ranks (simulator/references.py: rank_references)
 
 
 def algorithm_relation(name: str) -> str:

@@ -47,7 +47,7 @@ class TraceSet:
     shared: bool
     contents: Callable[[int], bytes] | None = field(default=None, compare=False)
     # a generated workload's description of each rank without its trace: (key, values) as in
-    # simulator/quotient.py's rank_references, so that only one trace per class of equal ranks is built
+    # simulator/references.py's rank_references, so that only one trace per class of equal ranks is built
     structure: Callable[[int], tuple[bytes, tuple[Any, ...]]] | None = field(default=None, compare=False)
 
     @property
