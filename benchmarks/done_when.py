@@ -1,7 +1,7 @@
 """Issue 13's "done when" figures in one table, each beside the ASTRA-sim time it compares to.
 
     python benchmarks/done_when.py [--astra-sim DIR] [--stg-trace PREFIX --stg-groups FILE] [--full]
-                                   [--base DIR]
+                                   [--base DIR] [--repeat N] [--cold]
 
 Rows (``--full`` adds the long ones: minutes each):
 
@@ -22,6 +22,11 @@ ASTRA-sim times are measured in this run when ``--astra-sim DIR`` (or $ASTRA_SIM
 AstraSim_Analytical_Congestion_{Unaware,Aware} binaries: CPU seconds (user + sys) of both programs, on the same
 files. Otherwise they are the wall-clock times of ../shared/reference/astra-sim-2x/README.md (a quiet 2-core
 machine, where CPU and wall time agree for both single-threaded programs).
+
+Ours: CPU seconds of a fresh process, start-up and imports included; each file-based row is the median of
+``--repeat`` runs (3). The children read compiled modules, as an installed copy does (pip compiles at install);
+``--cold`` runs a copy of the code without bytecode under PYTHONDONTWRITEBYTECODE, so that every run compiles
+this code base's modules (what a fresh checkout costs in an environment that sets it).
 """
 
 from __future__ import annotations
@@ -58,8 +63,10 @@ GPT80 = {"num_layers": 80, "hidden_size": 8192, "num_heads": 64, "ffn_hidden_siz
 LLAMA405 = {"preset": "llama3-405b", "tp": 8, "pp": 16, "seq_len": 8192, "micro_batch_size": 1}
 LLAMA405_NET = [("Switch", 8, 450, 500), ("Switch", None, 50, 2000)]
 # the children run as an installed copy does: pip compiles its modules at install, so a run reads bytecode
-# (PYTHONDONTWRITEBYTECODE in this environment would make every child compile every module again; --cold keeps it)
+# (PYTHONDONTWRITEBYTECODE in this environment would make every child compile every module again; --cold does so)
 CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+CHILD_CWD = REPO  # where the children import the code from
+PACKAGES = ("compute", "configs", "network", "simulator", "workload")
 REPEAT = 3  # runs of each file-based row (--repeat)
 BINARIES = {"analytical-unaware": "AstraSim_Analytical_Congestion_Unaware",
             "analytical-aware": "AstraSim_Analytical_Congestion_Aware"}
@@ -67,11 +74,11 @@ BINARIES = {"analytical-unaware": "AstraSim_Analytical_Congestion_Unaware",
 
 def ours(args: list[str], out: str, repeat: int = 1) -> dict:
     """Run this checkout's CLI in ``repeat`` fresh processes: the median CPU seconds, the largest peak RSS, the
-    JSON result. The child compiles its modules as an installed copy has them (environment.setdefault below)."""
+    JSON result (the children read compiled modules, or with --cold compile this code base's in every run)."""
     runs = []
     for _ in range(repeat):
         p = subprocess.run([sys.executable, "-c", _CHILD, *args, "--json", out, "--quiet"], capture_output=True,
-                           text=True, cwd=REPO, env=CHILD_ENV)
+                           text=True, cwd=CHILD_CWD, env=CHILD_ENV)
         if p.returncode != 0:
             return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
         last = p.stderr.strip().splitlines()[-1].split()
@@ -259,7 +266,7 @@ def message_engine_row(base: str, trace: str | None, groups: str | None) -> int:
 
 
 def main() -> int:
-    global REPEAT
+    global REPEAT, CHILD_CWD
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--astra-sim", default=os.environ.get("ASTRA_SIM_BIN"),
                         help="folder of ASTRA-sim's analytical binaries (default: $ASTRA_SIM_BIN)")
@@ -270,12 +277,16 @@ def main() -> int:
     parser.add_argument("--base", help="an earlier checkout: the message engine's speed-up per message")
     parser.add_argument("--repeat", type=int, default=REPEAT, help="runs of each file-based row, median CPU time "
                                                                    f"(default {REPEAT})")
-    parser.add_argument("--cold", action="store_true", help="children keep PYTHONDONTWRITEBYTECODE when set (they "
-                                                            "then compile every module in every run)")
+    parser.add_argument("--cold", action="store_true", help="children compile this code base's modules in every "
+                                                            "run (a fresh checkout with PYTHONDONTWRITEBYTECODE)")
     args = parser.parse_args()
     REPEAT = max(1, args.repeat)
-    if args.cold:
-        CHILD_ENV.update(os.environ)
+    if args.cold:  # a copy of the code without bytecode, none written: each child compiles this code base's modules
+        CHILD_CWD = tempfile.mkdtemp(prefix="astrasim-py-cold-")
+        for name in PACKAGES:
+            shutil.copytree(os.path.join(REPO, name), os.path.join(CHILD_CWD, name),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        CHILD_ENV["PYTHONDONTWRITEBYTECODE"] = "1"
     else:  # compile once, as an install does, so that no row pays for it
         subprocess.run([sys.executable, "-c", "import simulator.cli"], cwd=REPO, env=CHILD_ENV, check=False)
     print(f"ASTRA-sim: {'binaries in ' + args.astra_sim if args.astra_sim else 'times from the reference README'}; "
@@ -290,6 +301,8 @@ def main() -> int:
         llm_rows(table, tmp, args.full)
         if args.full:
             sweep_row(table)
+    if args.cold:
+        shutil.rmtree(CHILD_CWD, ignore_errors=True)
     failed = table.missed
     if args.base:
         failed += message_engine_row(args.base, args.stg_trace, args.stg_groups) != 0
