@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from compute.devices import device, device_names
 from compute.kernels import KernelModel
 from compute.roofline import Roofline
 from compute.trace_timing import NodeTimes, describe, is_gpu_compute, node_times
@@ -29,6 +28,9 @@ from workload.traceset import TraceSet
 
 COLLECTIVE_NAMES = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
 COMPUTE_MODELS = ("roofline", "kernels")
+# the attributes check_workload reads: a variant trace (workload/variants.py) that differs from its template in
+# none of them needs no check of its own
+_CHECKED_ATTRIBUTES = frozenset(("is_cpu_op", "comm_type", "num_ops", "tensor_size", "involved_dim"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,8 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
     if model not in COMPUTE_MODELS:
         raise InputError(f"unknown compute model {model!r}; valid: {', '.join(COMPUTE_MODELS)}")
     if model == "kernels" and not system.replay_only:
+        from compute.devices import device, device_names  # device presets: imported when a run names one
+
         name = device_name or system.device
         if not name:
             raise InputError("the kernels compute model needs a device: --device NAME or a device file (.yml); "
@@ -71,6 +75,8 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
     peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
     name = device_name or system.device
     if name:
+        from compute.devices import device
+
         preset = device(name)
         peak, bw, name = preset.peak_tflops, preset.memory_bw_gbps, preset.name
     if not peak or not bw:
@@ -97,10 +103,19 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
     total_compute = 0
     seen: set[int] = set()
     short: list[str] = []  # collectives whose involved_dim names fewer dimensions than the network has
+    counted: dict[int, tuple[int, int]] = {}  # a graph's untimed nodes (and those with FLOPs), as counted
     for r, graph in enumerate(graphs):
         if id(graph) in seen:
             continue
         seen.add(id(graph))
+        variant = graph.variant
+        if (variant is not None and id(variant.template) in counted and compute.kernels is None
+                and not variant.attributes & _CHECKED_ATTRIBUTES):  # checked as its template, counted alike
+            count, with_flops = counted[id(variant.template)]
+            untimed.count += count
+            untimed.with_flops += with_flops
+            continue
+        before = (untimed.count, untimed.with_flops)
         try:
             t = node_table(graph)
         except TraceError as e:
@@ -136,6 +151,7 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
         else:
             no_duration = gpu_compute & (graph.duration_micros == 0)
             untimed.add(graph, traces.file_for(r), no_duration, flops=no_duration & (np.asarray(t.num_ops) > 0))
+        counted[id(graph)] = (untimed.count - before[0], untimed.with_flops - before[1])
     if short:
         warn(f"{short[0]} names fewer dimensions than the network's {network.num_dims}: as in ASTRA-sim 2.x (which "
              "reads past the list), the missing dimensions are not involved; list every dimension to be explicit")

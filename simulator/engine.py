@@ -115,7 +115,7 @@ class CheckedEngine(Engine):
     rank to rank; the engine then sets ``ambiguous`` and the caller falls back to simulating every rank.
     """
 
-    __slots__ = ("_current", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
+    __slots__ = ("_current", "_dispatch", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
 
     def __init__(self) -> None:
         super().__init__()
@@ -125,6 +125,7 @@ class CheckedEngine(Engine):
         self._next_id = 0
         self._seen: dict[int, tuple[int, Any]] = {}
         self._seen_tick = -1
+        self._dispatch = self._checked_dispatch  # bound once: every event goes through it
 
     def own(self, rank: int) -> Any:
         """The offset of a rank's own events (the representative's: 0)."""
@@ -135,11 +136,11 @@ class CheckedEngine(Engine):
         off = self.insert_offset if offset is None else offset
         now = self.env._now
         payload = (fn, arg, now, self._current, off, self._next_id)
-        heappush(self._queue, (now + delay, 1, next(self._eid), self._checked_dispatch, payload))
+        heappush(self._queue, (now + delay, 1, next(self._eid), self._dispatch, payload))
 
     def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
         fn, arg, inserted, parent, offset, eid = payload
-        now = self.env.now
+        now = self.env._now
         if now != self._seen_tick:
             self._seen_tick = now
             self._seen = {}

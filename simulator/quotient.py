@@ -32,7 +32,6 @@ and the simulation then falls back to every rank, as it does when the quotient r
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -42,64 +41,14 @@ import numpy as np
 
 from network.backends import Callback, NetworkBackend
 from network.messaging import Messaging
-from simulator.canonical import behaviour_key
 from simulator.config import SystemConfig
 from simulator.engine import CheckedEngine
-from simulator.node_table import NO_VALUE, node_table
-from simulator.symmetries import WORLD, XOR, Invariance, Network, Value, cycle_length, families, power, relations
+from simulator.references import rank_references
+from simulator.symmetries import XOR, Invariance, Network, Value, cycle_length, families, power, relations
 from simulator.system import COLLECTIVE, HANDSHAKE, CommGroup
 from workload.graph import TraceGraph
-from workload.groups import metadata_groups
-from workload.schema import NodeType
 
 GROUP_STREAMS = 1_000_000  # a communicator group's stream ids start at gid x this (simulator/system.py)
-
-
-# A rank's references to other ranks, compactly: the distinct values its trace names, in order of first use.
-# A value is ("peer", own rank written, peer) for sends and receives, or ("group", collective types, members as
-# listed; WORLD for all NPUs) for collectives. Which node uses which value (the template) goes into the rank's
-# key, so two ranks with equal keys differ only in their values, and a shift maps one onto the other when it
-# maps the values. Generated workloads give the same form without building traces (TraceSet.structure).
-
-
-def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[int, ...]], npus: int
-                    ) -> tuple[bytes, tuple[Value, ...]] | None:
-    """(key, values) of the rank's trace, or None when its references cannot be read before the run (an
-    undeclared group, a send written into another rank's trace): such traces are simulated rank by rank."""
-    t = node_table(graph)
-    declared = dict(comm_groups)
-    types = graph.types
-    for i in np.flatnonzero(types == NodeType.METADATA_NODE).tolist():
-        for name, ranks in metadata_groups(graph, i) or ():
-            if str(name).isdigit():
-                declared[int(name)] = tuple(ranks) if ranks else tuple(range(npus))
-    slots: dict[Any, int] = {}
-    template: list[tuple[int, int]] = []
-    kinds: dict[Any, set[int]] = {}
-    wanted = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
-    for i in np.flatnonzero(np.isin(types, wanted)).tolist():
-        if t.is_cpu[i]:
-            continue
-        ntype = t.types[i]
-        if ntype == NodeType.COMM_COLL_NODE:
-            name = t.pg_name.get(i, "")
-            members = WORLD if name in ("", "0") else declared.get(int(name)) if name.isdigit() else None
-            if members is None:
-                return None
-            if len(members) == npus and members == tuple(range(npus)):
-                members = WORLD
-            value: Any = ("group", members)
-            kinds.setdefault(value, set()).add(t.comm_type[i])
-        else:
-            own, peer = (t.comm_src[i], t.comm_dst[i]) if ntype == NodeType.COMM_SEND_NODE else (
-                t.comm_dst[i], t.comm_src[i])
-            if own not in (NO_VALUE, rank) or not 0 <= peer < npus:
-                return None
-            value = ("peer", own == rank, peer)
-        template.append((i, slots.setdefault(value, len(slots))))
-    values = tuple(("group", tuple(sorted(kinds[v])), v[1]) if v[0] == "group" else v for v in slots)
-    key = hashlib.blake2b(behaviour_key(graph, references=False) + repr(template).encode(), digest_size=20).digest()
-    return key, values
 
 
 @dataclass(slots=True)
@@ -275,15 +224,18 @@ class QuotientEngine(CheckedEngine):
 
     def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
         fn, arg, inserted, parent, offset, eid = payload
-        now = self.env.now
+        now = self.env._now
         if now != self._seen_tick:
             self._seen_tick = now
             self._seen = {}
         seen = self._seen
-        for owner, label in offset if isinstance(offset, tuple) else ((None, offset),):
-            origin = (parent, label)
-            if seen.setdefault((inserted, owner), origin) != origin:
-                self.ambiguous = True
+        if offset.__class__ is tuple:
+            for owner, label in offset:
+                origin = (parent, label)
+                if seen.setdefault((inserted, owner), origin) != origin:
+                    self.ambiguous = True
+        elif seen.setdefault((inserted, None), (parent, offset)) != (parent, offset):
+            self.ambiguous = True
         self._current = eid
         self.insert_offset = offset
         fn(arg)

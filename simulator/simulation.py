@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compute.roofline import Roofline
 from network.backends import QUOTIENT_BACKENDS, SYMMETRIC_BACKENDS, make_backend
@@ -17,12 +17,9 @@ from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
 from simulator.checks import COMPUTE_MODELS, ComputeModel, check_workload, compute_model
 from simulator.chunk_order import ChunkOrders
-from simulator.collectives.hardware import HardwareProfile, load_profile, profile_names
-from simulator.collectives.nccl import ALGORITHMS, algorithm_name
 from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, check_memory_fits
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
-from simulator.nccl_run import NcclRun
 from simulator.quotient import Quotient, QuotientEngine, QuotientMessaging, find_quotient, quotient_of
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult, format_ns
@@ -33,6 +30,10 @@ from workload.errors import InputError, shown
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, TraceSet
 from workload.validate import validate
+
+if TYPE_CHECKING:  # the nccl collective model is imported when a run asks for it
+    from simulator.collectives.hardware import HardwareProfile
+    from simulator.nccl_run import NcclRun
 
 VERSION = "0.1.0"
 SEMANTICS = ("astra-sim", "corrected")
@@ -121,6 +122,11 @@ class Simulation:
 
     def _check_collective_model(self) -> None:
         opts = self.options
+        if opts.collective_model == "astra-sim" and opts.hw_profile is None and opts.nccl_algorithm is None:
+            return
+        from simulator.collectives.hardware import load_profile, profile_names
+        from simulator.collectives.nccl import ALGORITHMS, algorithm_name
+
         if opts.collective_model not in COLLECTIVE_MODELS:
             raise InputError(f"unknown collective model {shown(opts.collective_model)}; valid: "
                              f"{', '.join(COLLECTIVE_MODELS)}")
@@ -272,6 +278,8 @@ class Simulation:
         engine = (QuotientEngine(len(quotient.orders)) if quotient is not None else CheckedEngine() if symmetric
                   else Engine())
         if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
+            from simulator.nccl_run import NcclRun
+
             backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus),
                                           opts.nccl_algorithm, self.warn)
         else:

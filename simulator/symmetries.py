@@ -30,10 +30,11 @@ import numpy as np
 from simulator.collectives.registry import parse_algorithm
 from simulator.config import SystemConfig
 from simulator.node_table import COLLECTIVE_KINDS
+from workload.protoscan import sorted_distinct
 
 ROTATION, XOR, HALF, FIXED = "rotation", "xor", "half", "fixed"  # what an algorithm lets a symmetry do
 WORLD: tuple[int, ...] = ()  # the member list of a collective on all NPUs
-Value = tuple[Any, ...]  # a rank's reference to other ranks (simulator/quotient.py: rank_references)
+Value = tuple[Any, ...]  # a rank's reference to other ranks (simulator/references.py: rank_references)
 
 
 def algorithm_relation(name: str) -> str:
@@ -181,10 +182,10 @@ class Network:
             old, new = self.coord[d], self.coord[d][sigma]
             image = np.full(n, -1, dtype=np.int64)
             image[old] = new
-            if not np.array_equal(image[old], new) or len(np.unique(image)) != n:
+            if not np.array_equal(image[old], new) or len(sorted_distinct(image)) != n:
                 return False
             positions = np.arange(n)
-            shift = np.unique((image - positions) % n)
+            shift = sorted_distinct((image - positions) % n)
             if self.topology[d] == "Ring" and len(shift) != 1:
                 return False
             relation = None if world is None else world[d] or ROTATION
