@@ -23,7 +23,8 @@ from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, ch
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
 from simulator.nccl_run import NcclRun
-from simulator.quotient import Quotient, QuotientEngine, QuotientMessaging, find_quotient, quotient_of
+from simulator.quotient import Quotient, find_quotient, finer, quotient_of
+from simulator.quotient_run import Diverged, QuotientEngine, QuotientMessaging
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult
 from simulator.symmetry import symmetry_blockers
@@ -97,6 +98,8 @@ class Simulation:
         self.backend: Any = None
         self._orders = ChunkOrders()
         self._fold_failure = ""  # why the last folded run could not be exact
+        self._culprits: frozenset[int] = frozenset()  # and the generators of its quotient that caused it
+        self._built: dict[int, Any] = {}  # representatives' graphs of a generated workload, by rank
         self.compute = ComputeModel(None, None)
         self.warn = warn or (lambda message: None)
         self.hw_profile: HardwareProfile | None = None
@@ -187,7 +190,7 @@ class Simulation:
         result = None
         reason = "; ".join(blockers) if blockers else "--engine message"
         if quotient is not None or (opts.engine != "message" and not blockers):
-            result = self._folded(graphs, roofline, started, quotient)
+            result = self._folded(graphs, roofline, started, quotient, loader)
             if result is None:
                 reason = self._fold_failure
                 if quotient is not None and self.traces.structure is not None:
@@ -209,11 +212,24 @@ class Simulation:
             result.engine_reason = f"every rank: {reason}"
         return result
 
-    def _folded(self, graphs: list[Any], roofline: Roofline | None, started: float, quotient: Quotient | None
-                ) -> SimulationResult | None:
+    def _folded(self, graphs: list[Any], roofline: Roofline | None, started: float, quotient: Quotient | None,
+                loader: TraceLoader) -> SimulationResult | None:
         """The run with one representative (``quotient`` None) or one per class; None when it cannot be exact
-        (``_fold_failure`` says why), and the caller simulates every rank."""
-        result = self._simulate(graphs, roofline, started, symmetric=quotient is None, quotient=quotient)
+        (``_fold_failure`` says why), and the caller simulates every rank. Where real ranks of a class would order
+        same-time events differently, a finer quotient (without the shifts that reverse them) is tried first."""
+        dropped: list[str] = []
+        while True:
+            result = self._simulate(graphs, roofline, started, symmetric=quotient is None, quotient=quotient)
+            if result is not None or quotient is None or not self._culprits:
+                break
+            names = [s.name for k, s in enumerate(quotient.shifts) if k in self._culprits]
+            dropped.append(f"not under {' or '.join(names)}: {self._fold_failure}")
+            quotient = finer(quotient, self._culprits)
+            if quotient is None:
+                self._fold_failure = "; ".join(dropped)
+                break
+            if self.traces.structure is not None:
+                graphs = self._representatives(loader, quotient)
         if result is None:
             if self.options.engine == "symmetric":
                 raise InputError(f"{self._fold_failure}, so representatives cannot give exact results (use --engine "
@@ -225,7 +241,8 @@ class Simulation:
         else:
             result.simulated_ranks = len(quotient.representatives)
             result.engine_reason = (f"{len(quotient.representatives):,} classes of {quotient.orbit_size:,} "
-                                    f"equivalent ranks under {quotient.described}")
+                                    f"equivalent ranks under {quotient.described}"
+                                    + "".join(f"; {why}" for why in dropped))
         return result
 
     def _fold_blocker(self) -> str | None:
@@ -259,7 +276,10 @@ class Simulation:
 
     def _representatives(self, loader: TraceLoader, quotient: Quotient) -> list[Any]:
         """Per rank, its representative's graph: only the representatives' traces are built and decoded."""
-        built = {r: loader.load(self.traces.file_for(r), r, self.traces.contents) for r in quotient.representatives}
+        built = self._built
+        for r in quotient.representatives:
+            if r not in built:
+                built[r] = loader.load(self.traces.file_for(r), r, self.traces.contents)
         return [built[rep] for rep in quotient.rep_of.tolist()]
 
     def _simulate(self, graphs: list[Any], roofline: Roofline | None, started: float, symmetric: bool,
@@ -268,8 +288,7 @@ class Simulation:
         (``quotient``); None if a folded run turns out ambiguous."""
         opts, npus = self.options, self.network.num_npus
         self._orders = ChunkOrders(enforce_order)
-        engine = (QuotientEngine(len(quotient.orders)) if quotient is not None else CheckedEngine() if symmetric
-                  else Engine())
+        engine = (QuotientEngine(quotient) if quotient is not None else CheckedEngine() if symmetric else Engine())
         if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
             backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus),
                                           opts.nccl_algorithm, self.warn)
@@ -306,11 +325,18 @@ class Simulation:
                 ranks[-1].system.phase_log = []
         if isinstance(messaging, QuotientMessaging):
             messaging.groups_of = {w.rank: w.groups for w in ranks}
-        for w in ranks:
-            w.wake()
-        monitor = self._run_events(engine, ranks, started)
+        try:
+            for w in ranks:
+                if isinstance(engine, QuotientEngine):
+                    engine.start_rank(w.rank)
+                w.wake()
+            monitor = self._run_events(engine, ranks, started)
+        except Diverged as e:  # real ranks of a class would order same-time events differently
+            self._fold_failure = str(e)
+            self._culprits = e.culprits
+            return None
         if folded and engine.ambiguous:  # type: ignore[attr-defined]
-            self._fold_failure = (f"same-time events make {'ranks of a class' if quotient else 'ranks'} diverge")
+            self._fold_failure = "same-time events make ranks diverge"
             return None
         if quotient is not None and not monitor.expired and any(w.finish_ns is None for w in ranks):
             self._fold_failure = "representatives did not finish"  # the full run finds out why (a real deadlock)
@@ -411,6 +437,8 @@ class Simulation:
                       "(children of zero-time nodes wait for an event that never comes); issuing them at "
                       f"{env.now} ns (use --semantics corrected to issue them at once)")
             for w in stalled:
+                if isinstance(engine, QuotientEngine):
+                    engine.start_rank(w.rank, stalled=True)
                 w.wake()
         engine.events_processed = count
         return monitor

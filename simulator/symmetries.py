@@ -233,31 +233,39 @@ def families(values: list[tuple[Value, ...]], npus: int, xor: bool) -> list[tupl
 
 
 class Invariance:
-    """Whether a permutation maps every rank's trace onto its image's (groups' members as ``relation`` allows)."""
+    """Whether a permutation maps every rank's trace onto its image's (groups' members as ``relation`` allows),
+    and then how it maps the communicator groups (by number: a group named in a rank's trace is mapped to the
+    group its image names in the same place)."""
 
     def __init__(self, keys: list[bytes], values: list[tuple[Value, ...]], relation: str) -> None:
         self.keys = keys
         self.values = values
         self.relation = relation
 
-    def holds(self, sigma: np.ndarray) -> bool:
+    def holds(self, sigma: np.ndarray) -> dict[int, int] | None:
+        """The map of group numbers ``sigma`` induces, or None when it is not a symmetry of the workload."""
         mapped: dict[tuple[tuple[int, ...], tuple[int, ...]], bool] = {}
+        groups: dict[int, int] = {}
         for r in range(len(sigma)):
             s = int(sigma[r])
             if self.keys[s] != self.keys[r]:
-                return False
+                return None
             for mine, theirs in zip(self.values[r], self.values[s], strict=True):
                 if mine[0] != theirs[0] or mine[1] != theirs[1]:
-                    return False
+                    return None
                 if mine[0] == "peer":
                     if int(sigma[mine[2]]) != theirs[2]:
-                        return False
+                        return None
                     continue
+                if groups.setdefault(mine[3], theirs[3]) != theirs[3]:
+                    return None  # one group's members would disagree on its image
                 key = (mine[2], theirs[2])
                 ok = mapped.get(key)
                 if ok is None:
                     image = tuple(int(sigma[m]) for m in mine[2])
                     ok = mapped[key] = members_mapped(self.relation, theirs[2], image)
                 if not ok:
-                    return False
-        return True
+                    return None
+        if len(set(groups.values())) != len(groups):
+            return None
+        return groups
