@@ -38,7 +38,19 @@ import numpy as np
 from simulator.canonical import behaviour_key
 from simulator.config import SystemConfig
 from simulator.node_table import NO_VALUE, node_table
-from simulator.symmetries import WORLD, XOR, Invariance, Network, Value, cycle_length, families, power, relations
+from simulator.symmetries import (
+    ANY,
+    WORLD,
+    XOR,
+    Invariance,
+    Network,
+    Value,
+    cycle_length,
+    families,
+    keeps_blocks,
+    power,
+    relations,
+)
 from workload.graph import TraceGraph
 from workload.groups import metadata_groups
 from workload.schema import NodeType
@@ -102,6 +114,11 @@ class Shift:
     order: int
     name: str
     groups_back: dict[int, int]
+
+    @property
+    def groups(self) -> dict[int, int]:
+        """How the shift maps group numbers (original -> image)."""
+        return {b: a for a, b in self.groups_back.items()}
 
 
 @dataclass(slots=True)
@@ -265,7 +282,8 @@ def finer(quotient: Quotient, dropped: frozenset[int] | set[int]) -> Quotient | 
 
 
 def find_quotient(graphs: list[TraceGraph], comm_groups: dict[int, tuple[int, ...]], npus_per_dim: Sequence[int],
-                  topology: Sequence[str], system: SystemConfig) -> Quotient | None:
+                  topology: Sequence[str], system: SystemConfig, blocks: Sequence[np.ndarray] = ()
+                  ) -> Quotient | None:
     """The largest free action of commuting shifts this workload and network allow (None: nothing folds)."""
     keys, values = [], []
     for r, g in enumerate(graphs):
@@ -274,20 +292,26 @@ def find_quotient(graphs: list[TraceGraph], comm_groups: dict[int, tuple[int, ..
             return None
         keys.append(found[0])
         values.append(found[1])
-    return quotient_of(keys, values, npus_per_dim, topology, system)
+    return quotient_of(keys, values, npus_per_dim, topology, system, blocks)
 
 
 def quotient_of(keys: list[bytes], values: list[tuple[Value, ...]], npus_per_dim: Sequence[int],
-                topology: Sequence[str], system: SystemConfig) -> Quotient | None:
-    """``find_quotient`` from each rank's (key, values) (see rank_references), without the traces."""
+                topology: Sequence[str], system: SystemConfig, blocks: Sequence[np.ndarray] = ()
+                ) -> Quotient | None:
+    """``find_quotient`` from each rank's (key, values) (see rank_references), without the traces. With
+    ``blocks`` (rank -> node, rank -> NIC: the NCCL model, which times a group by where its members sit), every
+    shift must map blocks onto blocks instead of following collective algorithms."""
     npus = len(keys)
-    allowed = relations(values, system, len(npus_per_dim))
-    if allowed is None:
-        return None
-    world, group = allowed
+    if blocks:
+        world, group = None, ANY
+    else:
+        allowed = relations(values, system, len(npus_per_dim))
+        if allowed is None:
+            return None
+        world, group = allowed
     invariance = Invariance(keys, values, group)
     network = Network(npus_per_dim, topology)
-    candidates = families(values, npus, xor=group == XOR)
+    candidates = families(values, npus, xor=group in (XOR, ANY))
     for d, n in enumerate(network.counts):
         if n > 1:
             candidates.append((f"translation along dimension {d + 1}", network.translation(d)))
@@ -305,7 +329,7 @@ def quotient_of(keys: list[bytes], values: list[tuple[Value, ...]], npus_per_dim
         for step in (d for d in range(1, full) if full % d == 0):
             sigma = power(base, step)
             order = full // step
-            if not network.preserves(sigma, world):
+            if not network.preserves(sigma, world) or not all(keeps_blocks(sigma, b) for b in blocks):
                 continue
             if any(not np.array_equal(sigma[s.sigma], s.sigma[sigma]) for s in shifts):
                 continue

@@ -53,7 +53,7 @@ class Diverged(Exception):
 class QuotientEngine(CheckedEngine):
     """A CheckedEngine for quotient runs (see the module docstring); stops the run with ``Diverged``."""
 
-    __slots__ = ("_chain", "_owns", "_reference", "_root", "identity", "insert_root", "quotient")
+    __slots__ = ("_chain", "_owns", "_pseudo", "_reference", "_root", "identity", "insert_root", "quotient")
 
     def __init__(self, quotient: Quotient) -> None:
         super().__init__()
@@ -64,6 +64,7 @@ class QuotientEngine(CheckedEngine):
         self._chain = hash((-1, 0))  # the chain of the events scheduled now
         self.insert_root: int | None = None  # the root of events scheduled on behalf of insert_offset
         self._owns: dict[int, Offset] = {}
+        self._pseudo = -1 - len(quotient.rep_of)  # parents of what start_context starts (start_rank: -1 - rank)
 
     def own(self, rank: int) -> Offset:  # type: ignore[override]
         """The offset of a representative's own events (one object per rank: compared by identity first)."""
@@ -79,6 +80,26 @@ class QuotientEngine(CheckedEngine):
         self._root = self.insert_root = rank
         self._reference = self.insert_offset = self.own(rank)
         self._chain = hash(("stalled", self.env._now)) if stalled else hash((-1, 0))
+
+    def start_context(self, rank: int, offset: Offset | None, tag: Any) -> None:
+        """What runs next starts events of ``rank`` afresh, on behalf of ``offset`` (None: the rank's own), in a
+        shared event whose parts run in rank order, as the full run orders them (simulator/nccl_flows.py);
+        ``tag`` names that event."""
+        self._pseudo -= 1
+        self._current = self._pseudo
+        self._root = self.insert_root = rank
+        self._reference = self.insert_offset = self.own(rank) if offset is None else offset
+        self._chain = hash(tag)
+        # the part touches its owners as an event would: parts of one shared event are ordered by their ranks
+        self._touch((None, None, tag, self._current, self._reference, None, self._chain, rank))
+
+    def call_first(self, delay: int, fn: Callback, arg: Any = None) -> None:
+        """An event before every other of its time, touching no rank (the NCCL model's completions, which then
+        start each rank's part with start_context)."""
+        self._next_id += 1
+        now = self.env._now
+        payload = (fn, arg, now, self._current, (), self._next_id, self._chain, None)
+        heappush(self._queue, (now + delay, 0, next(self._eid), self._checked_dispatch, payload))
 
     def frame_root(self, offset: Offset) -> int | None:
         """The root of an event on behalf of ``offset``, scheduled by code acting on the instance of the first
@@ -106,7 +127,19 @@ class QuotientEngine(CheckedEngine):
         heappush(self._queue, (now + delay, 1, next(self._eid), self._checked_dispatch, payload))
 
     def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
-        fn, arg, inserted, parent, offset, eid, chain, root = payload
+        fn, arg, _, _, offset, eid, chain, root = payload
+        now = self.env._now
+        if offset:
+            self._touch(payload)
+        self._current = eid
+        self.insert_offset = self._reference = offset
+        self.insert_root = self._root = root
+        self._chain = hash((now, chain))
+        fn(arg)
+
+    def _touch(self, payload: tuple[Any, ...]) -> None:
+        """Check an event (payload) against the same-time events before it that touched its owners."""
+        _, _, inserted, parent, offset, _, chain, root = payload
         now = self.env._now
         if now != self._seen_tick:
             self._seen_tick = now
@@ -124,11 +157,6 @@ class QuotientEngine(CheckedEngine):
                     self._compare(chain, root, first, chain, root, label)
             elif before[3] != parent or _label(before, owner) != label:
                 self._compare(before[6], before[7], _label(before, owner), chain, root, label)
-        self._current = eid
-        self.insert_offset = self._reference = offset
-        self.insert_root = self._root = root
-        self._chain = hash((now, chain))
-        fn(arg)
 
     def _compare(self, c1: int, r1: int | None, l1: tuple[int, ...], c2: int, r2: int | None, l2: tuple[int, ...]
                  ) -> None:

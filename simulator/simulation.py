@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from compute.roofline import Roofline
 from network.backends import QUOTIENT_BACKENDS, SYMMETRIC_BACKENDS, make_backend
 from network.config import NetworkConfig
@@ -22,6 +24,7 @@ from simulator.collectives.nccl import ALGORITHMS, algorithm_name
 from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, check_memory_fits
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
+from simulator.nccl_classes import NcclClasses
 from simulator.nccl_run import NcclRun
 from simulator.quotient import Quotient, find_quotient, finer, quotient_of
 from simulator.quotient_run import Diverged, QuotientEngine, QuotientMessaging
@@ -248,7 +251,7 @@ class Simulation:
     def _fold_blocker(self) -> str | None:
         """Why classes of equivalent ranks cannot be folded here (None: they can)."""
         if self.hw_profile is not None:
-            return "the classes of equivalent ranks are not folded with --collective-model nccl yet"
+            return "replayed communication" if self.system.replay_only else None
         if self.options.backend not in QUOTIENT_BACKENDS or self.network.fabric is not None:
             return (f"classes of equivalent ranks are folded on the {' and '.join(QUOTIENT_BACKENDS)} backends "
                     "without a fabric")
@@ -261,8 +264,25 @@ class Simulation:
         blocker = self._fold_blocker()
         if blocker is not None:
             return blocker
-        found = find_quotient(graphs, self.comm_groups, self.network.npus_count, self.network.topology, system)
+        found = find_quotient(graphs, self.comm_groups, *self._fold_network(), system, self._fold_blocks())
         return found if found is not None else "no shift of ranks maps the workload and the network onto themselves"
+
+    def _fold_network(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """The network symmetries must keep: the network's, or with --collective-model nccl, none but the
+        profile's nodes and NICs (_fold_blocks)."""
+        if self.hw_profile is not None:
+            return (self.network.num_npus,), ("Switch",)
+        return tuple(self.network.npus_count), tuple(self.network.topology)
+
+    def _fold_blocks(self) -> tuple[np.ndarray, ...]:
+        """With --collective-model nccl: rank -> node, rank -> NIC, which every symmetry must map onto themselves."""
+        if self.hw_profile is None:
+            return ()
+        ranks = np.arange(self.network.num_npus)
+        gpn = self.hw_profile.gpus_per_node
+        out = self.hw_profile.scale_out
+        nics = out.nics_per_node if out is not None else 1
+        return ranks // gpn, (ranks // gpn) * nics + (ranks % gpn) * nics // gpn
 
     def _generated_quotient(self, system: SystemConfig) -> Quotient | None:
         """For a generated workload that describes its ranks (TraceSet.structure): the classes, found without
@@ -271,8 +291,8 @@ class Simulation:
         if structure is None or self.options.engine == "message" or self.comm_groups or self._fold_blocker():
             return None
         described = [structure(r) for r in range(self.network.num_npus)]
-        return quotient_of([k for k, _ in described], [v for _, v in described], self.network.npus_count,
-                           self.network.topology, system)
+        return quotient_of([k for k, _ in described], [v for _, v in described], *self._fold_network(), system,
+                           self._fold_blocks())
 
     def _representatives(self, loader: TraceLoader, quotient: Quotient) -> list[Any]:
         """Per rank, its representative's graph: only the representatives' traces are built and decoded."""
@@ -290,8 +310,13 @@ class Simulation:
         self._orders = ChunkOrders(enforce_order)
         engine = (QuotientEngine(quotient) if quotient is not None else CheckedEngine() if symmetric else Engine())
         if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
-            backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus),
-                                          opts.nccl_algorithm, self.warn)
+            classes = None
+            if quotient is not None:
+                out = self.hw_profile.scale_out
+                classes = NcclClasses(quotient, self.hw_profile.gpus_per_node, out.nics_per_node if out else 1)
+            simulated_ranks = quotient.representatives if quotient is not None else (0,) if symmetric else range(npus)
+            backend = self.nccl = NcclRun(engine, self.hw_profile, npus, simulated_ranks, opts.nccl_algorithm,
+                                          self.warn, classes)
         else:
             backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric, classes=quotient)
         if opts.timeline and hasattr(backend, "enable_history"):
@@ -325,6 +350,8 @@ class Simulation:
                 ranks[-1].system.phase_log = []
         if isinstance(messaging, QuotientMessaging):
             messaging.groups_of = {w.rank: w.groups for w in ranks}
+            if self.nccl is not None and self.nccl.classes is not None:
+                self.nccl.classes.groups_of = messaging.groups_of
         try:
             for w in ranks:
                 if isinstance(engine, QuotientEngine):

@@ -32,6 +32,7 @@ from simulator.config import SystemConfig
 from simulator.node_table import COLLECTIVE_KINDS
 
 ROTATION, XOR, HALF, FIXED = "rotation", "xor", "half", "fixed"  # what an algorithm lets a symmetry do
+ANY = "any"  # a model that sees only where a group's members sit, not their order (--collective-model nccl)
 WORLD: tuple[int, ...] = ()  # the member list of a collective on all NPUs
 Value = tuple[Any, ...]  # a rank's reference to other ranks (simulator/quotient.py: rank_references)
 
@@ -112,6 +113,8 @@ def members_mapped(relation: str, listed: tuple[int, ...], mapped: tuple[int, ..
     """Whether a group's members, mapped by a permutation (``mapped``), run its collectives as ``listed`` does."""
     if mapped == listed:
         return True
+    if relation == ANY:
+        return sorted(listed) == sorted(mapped)
     if relation == ROTATION:
         return is_rotation(listed, mapped)
     if relation == XOR:
@@ -120,6 +123,13 @@ def members_mapped(relation: str, listed: tuple[int, ...], mapped: tuple[int, ..
         n = len(listed)
         return n % 2 == 0 and mapped == listed[n // 2:] + listed[:n // 2]
     return False
+
+
+def keeps_blocks(sigma: np.ndarray, blocks: np.ndarray) -> bool:
+    """Whether ``sigma`` maps blocks onto blocks (``blocks``: rank -> its block, such as its node or NIC)."""
+    image = np.full(int(blocks.max()) + 1, -1, dtype=np.int64)
+    image[blocks] = blocks[sigma]
+    return bool(np.array_equal(image[blocks], blocks[sigma]))
 
 
 def cycle_length(sigma: np.ndarray) -> int | None:
