@@ -4,6 +4,7 @@ message engine's, rank by rank."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -61,7 +62,7 @@ def test_a_ring_of_sends_is_a_genuine_tie(tmp_path: Path, options: dict[str, str
 
 def alike(ranks: list[Any]) -> list[bool]:
     """Whether each rank's results equal the previous rank's (rank numbers aside)."""
-    return [replace(a, rank=0) == replace(b, rank=0) for a, b in zip(ranks, ranks[1:], strict=False)]
+    return [replace(a, rank=0) == replace(b, rank=0) for a, b in itertools.pairwise(ranks)]
 
 
 @pytest.mark.parametrize("options", [{}, NCCL], ids=["astra-sim", "nccl"])
