@@ -121,3 +121,20 @@ def test_the_nccl_model_folds_a_3d_layout_to_one_rank_per_stage(tmp_path: Path) 
                          "latency": [500.0, 1000.0]}, collective_model="nccl", hw_profile="hgx-h100")
     assert fast.simulated_ranks == 2, fast.engine_reason
     assert fast.collectives and all(c.choices for c in fast.collectives)
+
+
+def test_the_cli_says_how_many_ranks_ran_under_the_nccl_model(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text(json.dumps({"generate": "llm", **SMALL, "tp": 2, "pp": 2, "dp": 4, "global_batch": 8}))
+    network = tmp_path / "n.yml"
+    network.write_text('{"topology": ["Switch", "Switch"], "npus_count": [8, 2], "bandwidth": [400, 50], '
+                       '"latency": [500, 1000]}')
+    args = ["--workload", str(workload), "--network", str(network), "--device", "H100", "--collective-model", "nccl",
+            "--hw-profile", "hgx-h100"]
+    folded = run_cli(*args)
+    full = run_cli(*args, "--engine", "message")
+    assert folded.returncode == 0 and full.returncode == 0, folded.stderr + full.stderr
+    assert "engine: 2 of 16 rank(s) simulated (2 classes of 8 equivalent ranks under " in folded.stdout
+    assert folded.stdout.splitlines()[0] == full.stdout.splitlines()[0]  # the same end-to-end time
