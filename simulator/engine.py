@@ -41,6 +41,11 @@ class Engine:
         # 1: simpy's NORMAL priority, as a Timeout's; the unique id decides ties, so callbacks are never compared
         heappush(self._queue, (self.env._now + delay, 1, next(self._eid), fn, arg))
 
+    def call_first(self, delay: int, fn: Callback, arg: Any = None) -> None:
+        """Run ``fn(arg)`` ``delay`` ns from now, before every event of that time scheduled with call_later
+        (priority 0, as simpy's URGENT)."""
+        heappush(self._queue, (self.env._now + delay, 0, next(self._eid), fn, arg))
+
     def scheduler(self) -> tuple[list[Any], Any]:
         """The heap and the id counter, for a hot path that pushes ``(now + delay, 1, next(ids), fn, arg)`` itself
         (what ``call_later`` does, without the call); an id drawn early and pushed later keeps the event's place
@@ -137,6 +142,12 @@ class CheckedEngine(Engine):
         now = self.env._now
         payload = (fn, arg, now, self._current, off, self._next_id)
         heappush(self._queue, (now + delay, 1, next(self._eid), self._dispatch, payload))
+
+    def call_first(self, delay: int, fn: Callback, arg: Any = None) -> None:
+        self._next_id += 1
+        now = self.env._now
+        payload = (fn, arg, now, self._current, self.insert_offset, self._next_id)
+        heappush(self._queue, (now + delay, 0, next(self._eid), self._checked_dispatch, payload))
 
     def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
         fn, arg, inserted, parent, offset, eid = payload

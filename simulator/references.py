@@ -21,9 +21,10 @@ from workload.schema import NodeType
 
 # A rank's references to other ranks, compactly: the distinct values its trace names, in order of first use.
 # A value is ("peer", own rank written, peer) for sends and receives, or ("group", collective types, members as
-# listed; WORLD for all NPUs) for collectives. Which node uses which value (the template) goes into the rank's
-# key, so two ranks with equal keys differ only in their values, and a shift maps one onto the other when it
-# maps the values. Generated workloads give the same form without building traces (TraceSet.structure).
+# listed (WORLD for all NPUs), group number (pg_name; 0 for all NPUs)) for collectives. Which node uses which
+# value (the template) goes into the rank's key, so two ranks with equal keys differ only in their values, and a
+# shift maps one onto the other when it maps the values. Generated workloads give the same form without building
+# traces (TraceSet.structure).
 
 
 def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[int, ...]], npus: int
@@ -41,12 +42,14 @@ def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[i
     names = [t.pg_name.get(i, "") for i in coll]
     code_of_name: dict[str, int] = {}
     for name in dict.fromkeys(names):
-        members = WORLD if name in ("", "0") else declared.get(int(name)) if name.isdigit() else None
+        number = 0 if name in ("", "0") else int(name) if name.isdigit() else -1
+        members = WORLD if number == 0 else declared.get(number)
         if members is None:
             return None
         if len(members) == npus and members == tuple(range(npus)):
             members = WORLD
-        code_of_name[name] = distinct.setdefault(("group", members), len(distinct))
+        # a group is its number: two groups of the same ranks (data- and expert-parallel ones) stay apart
+        code_of_name[name] = distinct.setdefault(("group", members, number), len(distinct))
     nodes = [coll]
     codes = [np.array([code_of_name[n] for n in names], dtype=np.int64)]
     for which, own_column, peer_column in ((sends, t.comm_src, t.comm_dst), (recvs, t.comm_dst, t.comm_src)):
@@ -71,7 +74,7 @@ def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[i
     values: list[Value] = []
     for c in slot_of:
         if c in groups:
-            values.append(("group", tuple(sorted(kinds[c])), groups[c][1]))
+            values.append(("group", tuple(sorted(kinds[c])), groups[c][1], groups[c][2]))
         else:
             flag, peer = divmod(c - len(distinct), npus)
             values.append(("peer", bool(flag), peer))

@@ -255,24 +255,3 @@ def test_halving_doubling_on_groups_folds(tmp_path: Path) -> None:
     slow = simulate(tmp_path, traces, network, system, groups=groups, engine="message")
     assert fast.simulated_ranks == 1 and "exchange" in fast.engine_reason, fast.engine_reason
     assert fast.ranks == slow.ranks
-
-
-def test_a_fold_that_falls_back_is_said_in_the_engine_line_not_warned(tmp_path: Path) -> None:
-    """Interleaved stages with sequence parallelism tie same-time events of a class (a case the engine guards
-    against): every rank is simulated, the results are the message engine's, and the run says why in its engine
-    reason without a warning, since nothing in the input is wrong and nothing is lost."""
-    import json
-
-    from simulator.api import simulate as run
-
-    spec = {"generate": "llm", "num_layers": 4, "hidden_size": 256, "num_heads": 8, "num_kv_heads": 4,
-            "ffn_hidden_size": 512, "vocab_size": 1000, "seq_len": 64, "tp": 4, "pp": 2, "vp": 2, "global_batch": 4,
-            "sequence_parallel": True}
-    workload, network = tmp_path / "w.yaml", tmp_path / "n.yml"
-    workload.write_text(json.dumps(spec))
-    network.write_text(json.dumps({"topology": ["Switch"], "npus_count": [8], "bandwidth": [400.0],
-                                   "latency": [936.25]}))
-    warnings: list[str] = []
-    auto = run(str(workload), str(network), device="H100", warn=warnings.append)
-    assert auto.simulated_ranks == 8 and "same-time events" in auto.engine_reason and warnings == []
-    assert auto.ranks == run(str(workload), str(network), device="H100", engine="message").ranks
