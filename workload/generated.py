@@ -113,6 +113,12 @@ def _llm_parts(spec: dict[str, Any], where: str) -> tuple[argparse.Namespace, An
 
 
 def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
+    return llm_workload(spec, npus, where)[0]
+
+
+def llm_workload(spec: dict[str, Any], npus: int, where: str) -> tuple[TraceSet, Any, list[Any]]:
+    """(in-memory traces, validated plan, stage programs) of a ``generate: llm`` mapping for ``npus`` ranks, the
+    programs built once (tools that simulate the traces and need to know what each node is)."""
     from compute.devices import device as device_preset
     from workload.llm.build import build_programs
     from workload.llm.cli import plan_text
@@ -126,11 +132,11 @@ def _llm(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
                          f"{plan.pp}{cp}) but the network has {npus:,} NPUs: they must match")
     device = device_preset(args.device) if args.device else None
     metadata = {"generator": "astrasim-py generate: llm", "model": model.name, "plan": plan_text(plan)}
-    emitter = TraceEmitter(build_programs(model, plan, options), RankMap(plan, model, tail=options.iteration_tail),
-                           device, metadata)
+    programs = build_programs(model, plan, options)
+    emitter = TraceEmitter(programs, RankMap(plan, model, tail=options.iteration_tail), device, metadata)
     label = f"{where} ({model.name}, dp {plan.dp} tp {plan.tp} pp {plan.pp}, generated)"
     traces = _in_memory(label, npus, emitter.rank_bytes, shared=False)
-    return replace(traces, structure=emitter.structure)
+    return replace(traces, structure=emitter.structure), plan, programs
 
 
 def _microbenchmark(spec: dict[str, Any], npus: int, where: str) -> TraceSet:
@@ -184,6 +190,13 @@ def workload_traces(workload: str, npus: int) -> TraceSet:
     if spec is None:
         return resolve_workload(workload)
     return generated_traces(spec, npus, shown_path(workload))
+
+
+def llm_plan(spec: dict[str, Any], where: str) -> tuple[Any, Any]:
+    """(model, validated plan) of a ``generate: llm`` mapping, without building anything (an InputError says why
+    the generator refuses it)."""
+    _, model, plan, _ = _llm_parts(spec, where)
+    return model, plan
 
 
 def llm_programs(spec: dict[str, Any], where: str) -> tuple[Any, Any, list[Any]]:

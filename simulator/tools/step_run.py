@@ -23,7 +23,7 @@ from simulator.config import MemoryConfig, default_system
 from simulator.simulation import RunOptions, Simulation
 from simulator.tools.step_breakdown import NodeKinds, slowest_rank_breakdown
 from workload.errors import InputError
-from workload.generated import generated_traces, llm_programs
+from workload.generated import llm_plan, llm_programs, llm_workload
 
 
 def best_compute_model() -> str:
@@ -44,6 +44,7 @@ class Iteration:
     breakdown: dict[str, Any]
     flops_total: int = 0  # every FLOP of the generated trace (recompute included), all ranks
     collectives: list[dict[str, Any]] = field(default_factory=list)
+    trace_nodes: int = 0  # nodes of the iteration over all ranks (what simulating every rank has to hold)
 
 
 def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str,
@@ -53,8 +54,7 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     from workload.llm.summary import stage_flops
 
     started = time.process_time()
-    _, plan, programs = llm_programs(spec, label)
-    traces = generated_traces(spec, network.num_npus, label)
+    traces, plan, programs = llm_workload(spec, network.num_npus, label)
     compute_model = best_compute_model()
     extra = {"compute_model": compute_model} if compute_model != "roofline" else {}
     options = RunOptions(collective_model="nccl", hw_profile=profile, device=device, progress=progress,
@@ -66,15 +66,21 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     flops = sum(sum(stage_flops(p).values()) for p in programs) * per_stage
     collectives = [{"kind": c.kind, "count_per_rank": c.count_per_rank, "time_ns_per_rank": c.time_ns_per_rank,
                     "busbw_GBps": round(c.busbw_gbps, 3), "choices": list(c.choices)} for c in result.collectives]
+    nodes = sum(len(p.ops) for p in programs) * per_stage
     return Iteration(result.finish_ns, result.engine, result.simulated_ranks, result.engine_reason, compute_model,
                      time.process_time() - started,
-                     slowest_rank_breakdown(sim, result, NodeKinds.of_programs(programs)), flops, collectives)
+                     slowest_rank_breakdown(sim, result, NodeKinds.of_programs(programs)), flops, collectives, nodes)
 
 
 def iteration_nodes(spec: dict[str, Any], label: str = "generate: llm") -> int:
     """Trace nodes of one iteration over all ranks (what a run that simulates every rank has to hold)."""
     _, plan, programs = llm_programs(spec, label)
     return sum(len(p.ops) for p in programs) * (plan.world_size // plan.pp)
+
+
+def check_layout(spec: dict[str, Any], label: str = "generate: llm") -> None:
+    """Raise the generator's InputError if it refuses the ``generate: llm`` mapping (cheap: nothing is built)."""
+    llm_plan(spec, label)
 
 
 class CpuTimeExceeded(Exception):

@@ -16,7 +16,7 @@ from typing import Any
 from compute.devices import device as device_preset
 from simulator.collectives.hardware import load_profile
 from simulator.tools.step_breakdown import PP
-from simulator.tools.step_run import Iteration, iteration_nodes, simulate_iteration
+from simulator.tools.step_run import Iteration, simulate_iteration
 from simulator.tools.training_hardware import network_for
 from workload.errors import InputError
 
@@ -41,8 +41,7 @@ def predict(spec: dict[str, Any], npus: int, device_name: str, hw_profile: str |
         why = f"the {device.name} reference system; choose with --hw-profile"
     profile = load_profile(hw_profile)
     network = network_for(profile, npus, "trace generate llm --summary")
-    print(f"simulating one iteration of {npus:,} ranks ({iteration_nodes(spec):,} trace nodes) for the predicted step",
-          file=sys.stderr)
+    print(f"simulating one iteration of {npus:,} ranks for the predicted step", file=sys.stderr)
     it = simulate_iteration(spec, network, hw_profile, device.name, warn, "trace generate llm", progress=True)
     return it, profile.name, why
 

@@ -21,6 +21,7 @@ from simulator.tools.training_table import TrainingRow, alternative_note, flag, 
 from workload.errors import InputError
 
 READY, NEEDS, UNSUPPORTED = "ready", "needs", "unsupported"
+ACCOUNTING_SOURCES = ("megatron_bridge_perf", "nemo_2407")  # frameworks with Megatron-Bridge's recipes
 
 
 @dataclass(slots=True)
@@ -167,6 +168,23 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     return reqs
 
 
+def _pipeline_split(row: TrainingRow, plan: RowPlan, dims: dict[str, int], layers: int | None
+                    ) -> list[tuple[str, Any]]:
+    """Megatron-Bridge's recipes count the embedding and the loss as pipeline layers where the transformer layers
+    alone do not fill every virtual stage equally (Llama 3.1 405B: 126 + 2 on 8 x 8 stages; Qwen3 235B: 94 + 2 on
+    8 x 2); the tables do not say so, so it is taken where the plain split cannot run and the accounted one can."""
+    pp, vp = dims["pp"], dims["vp"]
+    if pp == 1 or layers is None or row.source_id not in ACCOUNTING_SOURCES:
+        return []
+    plain = layers % pp == 0 and (layers // pp) % vp == 0
+    if plain or (layers + 2) % (pp * vp):
+        return []
+    plan.defaults_used.append(f"the embedding and the loss each count as a layer in the pipeline split: {layers} + 2 "
+                              f"places over {pp} x {vp} virtual stages (Megatron-Bridge's recipes set "
+                              "account_for_embedding/loss_in_pipeline_split where the layers alone do not split)")
+    return [("account_for_embedding", True), ("account_for_loss", True)]
+
+
 def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int) -> tuple[int, int] | None:
     gbs = whole(row, "global_batch")
     if gbs is None:
@@ -205,7 +223,7 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
         return plan.refuse(NEEDS, "; ".join(chosen.needs))
     if chosen.problem:
         return plan.refuse(UNSUPPORTED, chosen.problem)
-    reqs = _requirements(row, fw, plan, dims)
+    reqs = _requirements(row, fw, plan, dims) + _pipeline_split(row, plan, dims, chosen.fields.get("num_layers"))
     batch = _batch(row, fw, plan, dims["dp"])
     if batch is None:
         return plan

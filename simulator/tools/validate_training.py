@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from simulator.tools.step_breakdown import PP
-from simulator.tools.step_run import Iteration, iteration_nodes, run_limited
+from simulator.tools.step_run import Iteration, check_layout, iteration_nodes, run_limited
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, RowPlan, plan_row
 from simulator.tools.training_metrics import METRICS
 from simulator.tools.training_table import read_tables
@@ -220,25 +220,27 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     for i, row in enumerate(rows):
         plan = plan_row(row, args.hw_profile)
         runnable = plan.status == READY or (args.approximate and plan.status == NEEDS and plan.approximable)
-        status, reason, iteration, nodes = plan.status, plan.reason, None, None
+        status, reason, iteration = plan.status, plan.reason, None
         if runnable:
             try:
-                nodes = iteration_nodes(plan.spec, row.row_id)
+                check_layout(plan.spec, row.row_id)
                 status = "planned" if plan.status == READY else "planned (approximate)"
             except InputError as e:  # the generator refuses the layout (e.g. layers that do not split evenly)
                 runnable, status, reason = False, UNSUPPORTED, str(e)
+        nodes = None
         if runnable and not args.plan_only:
             if not args.quiet:
-                print(f"[{i + 1}/{len(rows)}] {row.row_id}: simulating {plan.n_gpus} ranks ({nodes:,} nodes) ...",
-                      file=sys.stderr)
+                print(f"[{i + 1}/{len(rows)}] {row.row_id}: simulating {plan.n_gpus} ranks ...", file=sys.stderr)
             got = run_limited(plan.spec, plan.network, plan.profile, plan.device, row.row_id,  # type: ignore[arg-type]
                               args.time_limit, int(args.memory_limit * 2**30))
             if isinstance(got, str):
                 status, reason = FAILED, got
                 if "limit" in got:
+                    nodes = iteration_nodes(plan.spec, row.row_id)
                     reason += f" ({plan.n_gpus} ranks, {nodes:,} trace nodes: beyond what one run simulates here)"
             else:
                 iteration = got
+                nodes = got.trace_nodes
                 status = SIMULATED if plan.status == READY else APPROXIMATE
         results.append(row_json(plan, status, reason if iteration is None else "", iteration))
         results[-1]["trace_nodes"] = nodes

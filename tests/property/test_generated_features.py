@@ -1,6 +1,7 @@
 """Generated LLM workloads with the step's features (context parallelism, virtual stages, TP overlap, buckets,
-FSDP, FP8, recompute, the iteration tail, expert tensor parallelism): the folded run (TraceSet.structure, one rank
-per class) equals the message engine rank by rank, to the nanosecond, and every rank finishes."""
+FSDP, FP8, recompute, the iteration tail, expert tensor parallelism, the embedding and loss in the pipeline split):
+the folded run (TraceSet.structure, one rank per class) equals the message engine rank by rank, to the nanosecond,
+and every rank finishes."""
 
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ def featured_layouts(draw: st.DrawFn) -> dict:
     else:
         spec["reshard_after_forward"] = draw(st.booleans())
         spec["fsdp_grad_sync"] = draw(st.sampled_from(["every", "last"]))
+    if pp > 1 and draw(st.booleans()):  # embedding and loss as pipeline layers: two layers fewer fill the stages
+        spec.update(num_layers=2 * pp * vp - 2, account_for_embedding=True, account_for_loss=True)
     etp = 1 if sp or tp == 1 else tp  # without sequence parallelism the experts split as the tensor-parallel ranks
     if moe and (tp * cp * dp) % (2 * etp) == 0:
         spec.update(num_experts=4, top_k=2, ep=2, etp=etp)

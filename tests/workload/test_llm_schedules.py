@@ -184,7 +184,30 @@ def test_first_and_last_stage_layer_counts_as_megatron() -> None:
     assert chunks == [[0], [1, 2, 3], [4, 5, 6], [7], [8], [9, 10, 11], [12, 13, 14], [15]]
 
 
+def test_embedding_and_loss_accounted_in_the_pipeline_split() -> None:
+    """Megatron-Core's account_for_embedding/loss_in_pipeline_split: layers + 2 places split equally over the
+    virtual stages, the embedding taking one in the first chunk of the first stage and the loss one in the last
+    chunk of the last stage (Llama 3.1 405B: 126 layers on 8 x 8 virtual stages of 2 places)."""
+    plan = ParallelPlan(pp=8, vp=8, num_micro_batches=16, account_for_embedding=True, account_for_loss=True)
+    plan.validate(replace(SMALL, num_layers=126))
+    assert plan.stage_layer_counts(126) == [15, 16, 16, 16, 16, 16, 16, 15]
+    chunks = [list(plan.chunk_layers(126, s, c)) for c in range(8) for s in range(8)]
+    assert [x for chunk in chunks for x in chunk] == list(range(126))
+    assert chunks[0] == [0] and chunks[-1] == [125] and all(len(c) == 2 for c in chunks[1:-1])
+    plan = ParallelPlan(pp=2, account_for_loss=True)
+    assert plan.stage_layer_counts(7) == [4, 3]
+    programs = build_programs(replace(SMALL, num_layers=7), plan)
+    assert [list(p.layers) for p in programs] == [[0, 1, 2, 3], [4, 5, 6]]
+    # a chunk of the embedding alone (no transformer layer) runs
+    plan = ParallelPlan(pp=2, vp=2, num_micro_batches=2, account_for_embedding=True, account_for_loss=True)
+    plan.validate(replace(SMALL, num_layers=2))
+    assert [list(plan.chunk_layers(2, s, c)) for c in range(2) for s in range(2)] == [[], [0], [1], []]
+    assert all(p.ops for p in build_programs(replace(SMALL, num_layers=2), plan))
+
+
 @pytest.mark.parametrize(("plan", "layers", "message"), [
+    (dict(pp=4, account_for_loss=True, account_for_embedding=True), 11, r"11 layers \+ 2 \(embedding/loss\) do not"),
+    (dict(pp=2, account_for_loss=True, last_stage_layers=3), 9, "contradict accounting"),
     (dict(pp=4, first_stage_layers=3), 10, "do not split evenly over the other 3 stages"),
     (dict(pp=1, last_stage_layers=3), 10, "need pp >= 2"),
     (dict(pp=3, first_stage_layers=5, last_stage_layers=5), 10, "every pipeline stage needs at least one layer"),

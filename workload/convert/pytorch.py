@@ -14,14 +14,13 @@ pattern are taken in natural order of their names (rank2 before rank10).
 from __future__ import annotations
 
 import argparse
-import gc
 import glob
 import gzip
 import os
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
+from workload.collector import collector_paused
 from workload.convert.pytorch_build import RankBuilder, Report, find_units, register_groups
 from workload.convert.pytorch_groups import GroupTable
 from workload.convert.pytorch_kineto import DeviceTrace, load_kineto, pair_traces
@@ -65,21 +64,8 @@ def convert(host_paths: list[str], prefix: str, kineto_paths: list[str] | None =
             warn: Warn | None = None) -> list[str]:
     """Convert one host trace per rank (with optional Kineto traces) and write ``<prefix>.<rank>.et``;
     returns the paths written, in rank order."""
-    with _collector_paused():
+    with collector_paused():
         return _convert(host_paths, prefix, kineto_paths, warn or (lambda message: None))
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    # Traces decode into millions of small acyclic objects; the cyclic garbage collector would rescan them
-    # all again and again (several times slower) and has nothing to free.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _convert(host_paths: list[str], prefix: str, kineto_paths: list[str] | None, warn: Warn) -> list[str]:

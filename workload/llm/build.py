@@ -12,6 +12,7 @@ tail workload/llm/tail.py's.
 
 from __future__ import annotations
 
+from workload.collector import collector_paused
 from workload.llm import costs
 from workload.llm.costs import Kernel
 from workload.llm.gradients import GradientSync
@@ -36,7 +37,8 @@ def build_programs(model: ModelConfig, plan: ParallelPlan, options: TrainingOpti
                    ) -> list[StageProgram]:
     """The program of every pipeline stage (plan and model already validated)."""
     options = options or TrainingOptions()
-    return [_StageBuilder(model, plan, options, s).build() for s in range(plan.pp)]
+    with collector_paused():
+        return [_StageBuilder(model, plan, options, s).build() for s in range(plan.pp)]
 
 
 def stage_group_kinds(model: ModelConfig, plan: ParallelPlan, options: TrainingOptions, stage: int) -> set[str]:

@@ -61,6 +61,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="layers on the first pipeline stage (the others split the rest evenly)")
     p.add_argument("--decoder-last-pipeline-num-layers", type=int, metavar="N",
                    help="layers on the last pipeline stage")
+    p.add_argument("--account-for-embedding-in-pipeline-split", dest="account_for_embedding", action="store_true",
+                   help="the embedding counts as a layer in the pipeline split (Megatron-Core; with "
+                        "--account-for-loss-in-pipeline-split, how Megatron-Bridge splits 126 layers on 8 x 8 stages)")
+    p.add_argument("--account-for-loss-in-pipeline-split", dest="account_for_loss", action="store_true",
+                   help="the output layer and loss count as a layer in the pipeline split")
     p.add_argument("--ep", "--expert-model-parallel-size", dest="ep", type=int, default=1,
                    help="expert-parallel ranks (experts sharded over data-parallel ranks)")
     p.add_argument("--etp", "--expert-tensor-parallel-size", dest="etp", type=int,
@@ -190,6 +195,7 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
                         recompute=args.recompute, cp_comm_type="all_gather" if args.cp_comm_type == "allgather"
                         else args.cp_comm_type, first_stage_layers=args.decoder_first_pipeline_num_layers,
                         last_stage_layers=args.decoder_last_pipeline_num_layers,
+                        account_for_embedding=args.account_for_embedding, account_for_loss=args.account_for_loss,
                         microbatch_group_size=args.microbatch_group_size, layout=layout)
 
 

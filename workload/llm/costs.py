@@ -20,6 +20,7 @@ the operator class and precision), which the trace writer stores as Chakra attri
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from compute.shapes import AttentionShape, GemmShape, OpShape, dtype_for_bytes
 
@@ -81,19 +82,31 @@ class Matmul:
 
     def forward(self) -> Kernel:
         """Y = X W: (tokens x k) @ (k x n), per expert for grouped matmuls."""
-        return self._kernel(self.name, self._rows, self.n, self.k)
+        return _pass_kernel(self, "forward")
 
     def dgrad(self) -> Kernel:
         """dX = dY W^T: (tokens x n) @ (n x k)."""
-        return self._kernel(self.name + "_dgrad", self._rows, self.k, self.n)
+        return _pass_kernel(self, "dgrad")
 
     def wgrad(self) -> Kernel:
         """dW = X^T dY: (k x tokens) @ (tokens x n), reducing over the tokens."""
-        return self._kernel(self.name + "_wgrad", self.k, self.n, self._rows)
+        return _pass_kernel(self, "wgrad")
 
     @property
     def _rows(self) -> int:
         return -(-self.tokens // self.weights)
+
+
+@lru_cache(maxsize=4096)
+def _pass_kernel(matmul: Matmul, which: str) -> Kernel:
+    """The (immutable) kernel of one pass of ``matmul``: a generator asks for the same few shapes once per layer
+    and micro-batch, millions of times in a large iteration."""
+    rows = matmul._rows
+    if which == "forward":
+        return matmul._kernel(matmul.name, rows, matmul.n, matmul.k)
+    if which == "dgrad":
+        return matmul._kernel(matmul.name + "_dgrad", rows, matmul.k, matmul.n)
+    return matmul._kernel(matmul.name + "_wgrad", matmul.k, matmul.n, rows)
 
 
 def attention_flops(batch: int, seq_len: int, heads: int, head_dim: int) -> int:

@@ -45,6 +45,8 @@ class ParallelPlan:
     cp_comm_type: str = "p2p"
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    account_for_embedding: bool = False  # the embedding takes a layer's place in the pipeline split
+    account_for_loss: bool = False  # the output layer and loss take a layer's place in the pipeline split
     microbatch_group_size: int | None = None  # Megatron's microbatch_group_size_per_vp_stage; None = pp
     layout: tuple[str, ...] = DIMENSIONS
 
@@ -82,9 +84,18 @@ class ParallelPlan:
         """The vocabulary padded to a multiple of tp, as vocabulary-parallel embeddings need."""
         return -(-model.vocab_size // self.tp) * self.tp
 
+    @property
+    def accounted_layers(self) -> int:
+        """Pipeline places the embedding and the loss take (Megatron-Core's account_for_embedding_in_pipeline_split
+        and account_for_loss_in_pipeline_split)."""
+        return int(self.account_for_embedding) + int(self.account_for_loss)
+
     def stage_layer_counts(self, num_layers: int) -> list[int]:
         """Transformer layers per pipeline stage: the given first and last stage counts and the rest split evenly
-        (Megatron-LM), else stage_layers' split."""
+        (Megatron-LM); with the embedding and loss accounted, every virtual stage holds the same number of places
+        and those two take one each; else stage_layers' split."""
+        if self.accounted_layers:
+            return [sum(chunks) for chunks in self._virtual_layer_counts(num_layers)]
         first, last = self.first_stage_layers, self.last_stage_layers
         if first is None and last is None:
             return [len(stage_layers(num_layers, self.pp, s)) for s in range(self.pp)]
@@ -97,12 +108,23 @@ class ParallelPlan:
             counts[-1] = last
         return counts
 
+    def _virtual_layer_counts(self, num_layers: int) -> list[list[int]]:
+        """Transformer layers of every (stage, chunk)."""
+        if self.accounted_layers:
+            per = (num_layers + self.accounted_layers) // (self.pp * self.vp)
+            counts = [[per] * self.vp for _ in range(self.pp)]
+            counts[0][0] -= int(self.account_for_embedding)
+            counts[-1][-1] -= int(self.account_for_loss)
+            return counts
+        return [[n // self.vp] * self.vp for n in self.stage_layer_counts(num_layers)]
+
     def chunk_layers(self, num_layers: int, stage: int, chunk: int) -> range:
         """The layers of model chunk ``chunk`` of ``stage``: with virtual stages, every stage's layers are split
         into ``vp`` chunks and the pipeline runs chunk 0 of every stage, then chunk 1, ... (Megatron-LM)."""
-        per_chunk = [n // self.vp for n in self.stage_layer_counts(num_layers)]
-        start = chunk * sum(per_chunk) + sum(per_chunk[:stage])
-        return range(start, start + per_chunk[stage])
+        counts = self._virtual_layer_counts(num_layers)
+        start = sum(counts[s][c] for c in range(self.vp) for s in range(self.pp) if c * self.pp + s
+                    < chunk * self.pp + stage)
+        return range(start, start + counts[stage][chunk])
 
     def validate(self, model: ModelConfig) -> None:
         """Raise InputError (one line) if the plan cannot run ``model``."""
@@ -175,6 +197,18 @@ class ParallelPlan:
     def _validate_pipeline(self, model: ModelConfig) -> None:
         where = f"plan for {model.name}"
         first, last = self.first_stage_layers, self.last_stage_layers
+        if self.accounted_layers:
+            places = model.num_layers + self.accounted_layers
+            if first is not None or last is not None:
+                raise InputError(f"{where}: first/last stage layer counts contradict accounting the embedding or "
+                                 "loss in the pipeline split (Megatron-LM refuses both)")
+            if places % (self.pp * self.vp):
+                raise InputError(f"{where}: {model.num_layers} layers + {self.accounted_layers} (embedding/loss) do "
+                                 f"not split evenly over pp={self.pp}" + (f" x vp={self.vp}" if self.vp > 1 else "")
+                                 + " virtual stages")
+            if self.vp > 1:
+                self._validate_interleaving(where)
+            return
         if first is not None or last is not None:
             given = [v for v in (first, last) if v is not None]
             if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in given):
@@ -191,12 +225,17 @@ class ParallelPlan:
                                  f"(got {self.stage_layer_counts(model.num_layers)})")
         if self.vp == 1:
             return
+        counts = self.stage_layer_counts(model.num_layers)
+        if self.pp > 1 and any(n % self.vp for n in counts):
+            raise InputError(f"{where}: the layers per stage {counts} are not divisible by vp={self.vp} (every "
+                             "model chunk holds the same number of layers; Megatron-Core's "
+                             "--account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split "
+                             "count those as layers)")
+        self._validate_interleaving(where)
+
+    def _validate_interleaving(self, where: str) -> None:
         if self.pp < 2:
             raise InputError(f"{where}: virtual pipeline stages (vp={self.vp}) need pp >= 2")
-        counts = self.stage_layer_counts(model.num_layers)
-        if any(n % self.vp for n in counts):
-            raise InputError(f"{where}: the layers per stage {counts} are not divisible by vp={self.vp} (every "
-                             "model chunk holds the same number of layers)")
         m, g = self.num_micro_batches, self.group_size
         if not self.pp <= g <= m:
             raise InputError(f"{where}: the interleaved schedule runs groups of {g} micro-batches, which must be "

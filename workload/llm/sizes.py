@@ -9,6 +9,9 @@ GEMMs are FP8 (the output layer and the router stay in the model's dtype, as Meg
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
+
 from workload.llm import costs
 from workload.llm.costs import Matmul
 from workload.llm.model import ModelConfig
@@ -75,14 +78,13 @@ class StageSizes:
 
     def rows(self, matmul_: Matmul, parts: int) -> list[Matmul]:
         """``matmul_`` split into ``parts`` GEMMs over its rows (the chunks of an overlapped GEMM; the FLOPs add up)."""
-        base, extra = divmod(matmul_.tokens, parts)
-        return [_with_tokens(matmul_, base + (i < extra)) for i in range(parts)]
+        return list(_split_rows(matmul_, parts))
 
 
-def _with_tokens(matmul_: Matmul, tokens: int) -> Matmul:
-    from dataclasses import replace
-
-    return replace(matmul_, tokens=tokens)
+@lru_cache(maxsize=1024)
+def _split_rows(matmul_: Matmul, parts: int) -> tuple[Matmul, ...]:
+    base, extra = divmod(matmul_.tokens, parts)
+    return tuple(replace(matmul_, tokens=base + (i < extra)) for i in range(parts))
 
 
 def tensor_params(model: ModelConfig, plan: ParallelPlan) -> dict[str, tuple[str, int]]:
