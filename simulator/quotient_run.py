@@ -277,15 +277,21 @@ class QuotientMessaging(Messaging):
         entry.sent = True
         self.messages += 1
         own, own_root = clock.insert_offset, clock.insert_root
-        clock.insert_root = clock.frame_root(sender)  # the message's frame: the sender's own
+        root = clock._root  # the message's frame: the sender's own (frame_root, inlined for the usual case)
+        clock.insert_root = root if root is None or sender is clock._reference else clock.frame_root(sender)
         clock.insert_offset = with_sender if on_sent is not None else touched
         self.backend.transmit(src, dst, size_bytes, self._on_arrival, entry)
         clock.insert_offset, clock.insert_root = own, own_root
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
-        entry = self._match((tag, src, dst, size_bytes), False)
-        if entry.arrived:
-            self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
-            return
+        key = (tag, src, dst, size_bytes)
+        entry = self._waiting.get(key)
+        if entry is None:  # nothing sent yet: the common case, matched without a call (Messaging.recv)
+            self._waiting[key] = entry = Match()
+        else:
+            entry = self._match(key, False)
+            if entry.arrived:
+                self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
+                return
         entry.on_received = on_received
         entry.recv_arg = arg
