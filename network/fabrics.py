@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 from network.topology import Fabric
-from network.values import MAX_BANDWIDTH_GBPS, MAX_LATENCY_NS, check_size, choice, flag, key_names, number, whole
+from network.values import MAX_LATENCY_NS, MAX_BANDWIDTH_GiBps, check_size, choice, flag, key_names, number, whole
 from workload.errors import ConfigError, shown
 
 COMMON_KEYS = ("fabric", "logical_dims", "packet", "description")
@@ -52,7 +52,7 @@ def _number(value: Any, key: str, where: str, latency: bool = False) -> float:
         raise ConfigError(f"{where}: missing key '{key}'")
     if latency:
         return number(value, key, where, high=MAX_LATENCY_NS)
-    return number(value, key, where, high=MAX_BANDWIDTH_GBPS, positive=True)
+    return number(value, key, where, high=MAX_BANDWIDTH_GiBps, positive=True)
 
 
 def _per_kind(data: dict[str, Any], key: str, kinds: tuple[str, ...], where: str, default: Any = None
