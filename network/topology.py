@@ -58,7 +58,7 @@ class Fabric:
             raise ConfigError(f"{self.where}: a link from {self.names[a]} to itself")
         if not bandwidth_GiBps > 0 or bandwidth_GiBps == float("inf"):
             raise ConfigError(f"{self.where}: link {self.names[a]}-{self.names[b]}: bandwidth must be a positive "
-                              f"number of GB/s (got {bandwidth_GiBps})")
+                              f"number of GB/s with GB = 2^30 B (got {bandwidth_GiBps})")
         if not latency_ns >= 0 or latency_ns == float("inf"):
             raise ConfigError(f"{self.where}: link {self.names[a]}-{self.names[b]}: latency must be a non-negative "
                               f"number of ns (got {latency_ns})")
@@ -67,7 +67,7 @@ class Fabric:
             self.graph.add_edge(b, a, bandwidth_GiBps=float(bandwidth_GiBps), latency_ns=float(latency_ns))
 
     def link(self, a: int, b: int) -> tuple[float, float]:
-        """(bandwidth GB/s, latency ns) of the link a -> b."""
+        """(bandwidth in GB/s with GB = 2^30 B, latency in ns) of the link a -> b."""
         data = self.graph.edges[a, b]
         return data["bandwidth_GiBps"], data["latency_ns"]
 

@@ -43,7 +43,7 @@ def test_a_device_file_with_both_names_is_refused(tmp_path: Path) -> None:
     # the current key missing and the earlier one absent too: the error names the current key
     none = tmp_path / "none.yml"
     none.write_text(Path(device("H100").path).read_text().replace("memory_bw_GBps: 3350.0\n", ""))
-    with pytest.raises(ConfigError, match="none.yml: the device file misses memory_bw_GBps"):
+    with pytest.raises(ConfigError, match=r"none\.yml: the device file misses memory_bw_GBps"):
         device(str(none))
 
 
