@@ -196,7 +196,7 @@ class Simulation:
             raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
                              + "; ".join(blockers) + " (use --engine message)")
         result = None
-        reason = "; ".join(blockers) if blockers else "--engine message"
+        reason = "--engine message" if opts.engine == "message" or not blockers else "; ".join(blockers)
         if quotient is not None or (opts.engine != "message" and not blockers):
             result = self._folded(graphs, roofline, started, quotient, loader)
             if result is None:
