@@ -65,14 +65,19 @@ def test_upgraded_old_schema_traces_give_astra_sim_our_numbers(tmp_path: Path) -
 def test_astra_sim_stops_without_a_result_exactly_where_we_warn(tmp_path: Path,
                                                                 group_collectives: tuple[int, int]) -> None:
     """A collective over every rank after different numbers of group collectives on different ranks: ASTRA-sim
-    never finishes it where we warn that it would not pair it; elsewhere it prints our numbers."""
+    never finishes it where we warn that it would not pair it, elsewhere it prints our numbers; naming a group of
+    every rank instead (what --groups-file traces do), it prints our numbers in every case."""
     import json
 
     from tests.simulator.test_stream_numbers import GROUPS, PAIRING, write_traces
 
     prefix = write_traces(tmp_path, group_collectives, metadata=False)
+    (tmp_path / "named").mkdir()
+    named = write_traces(tmp_path / "named", group_collectives, pg_name="3", metadata=False)
     groups = tmp_path / "groups.json"
     groups.write_text(json.dumps({k: v for k, v in GROUPS.items() if len(v) < 4}))
+    all_groups = tmp_path / "all_groups.json"
+    all_groups.write_text(json.dumps(GROUPS))
     net, system, memory = interop.write_inputs(str(tmp_path), [("Ring", 4, 50, 500)])
     for backend, binary in BINARIES.items():
         theirs, _, _ = interop.run([binary, f"--workload-configuration={prefix}", f"--system-configuration={system}",
@@ -83,7 +88,10 @@ def test_astra_sim_stops_without_a_result_exactly_where_we_warn(tmp_path: Path,
         assert ours.returncode == 0, ours.stderr
         warned = PAIRING in ours.stderr
         assert warned == (group_collectives[0] != group_collectives[1]), ours.stderr
-        if warned:
-            assert not theirs, backend
-        else:
-            assert theirs == {int(r): (int(t), int(e)) for r, t, e in _FINISHED.findall(ours.stdout)}, backend
+        theirs_named, _, _ = interop.run([binary, f"--workload-configuration={named}",
+                                          f"--system-configuration={system}", f"--network-configuration={net}",
+                                          f"--remote-memory-configuration={memory}",
+                                          f"--comm-group-configuration={all_groups}"], str(tmp_path))
+        numbers = {int(r): (int(t), int(e)) for r, t, e in _FINISHED.findall(ours.stdout)}
+        assert theirs == ({} if warned else numbers), backend
+        assert theirs_named == numbers, backend  # a group of every rank: ASTRA-sim pairs it in issue order too
