@@ -252,6 +252,22 @@ def test_compare_explain_lists_every_candidate() -> None:
     assert done.returncode == 1 and "needs --hw-profile" in done.stderr
 
 
+def test_compare_explain_says_who_picked_when_it_was_not_the_lowest_estimate() -> None:
+    """A tuner plugin or an MSCCL program goes before the library's estimates: the header said 'the library picks
+    the lowest estimate' above p5's ring/LL128 (tuner) while tree/LL128's estimate was lower."""
+    repo = Path(__file__).resolve().parents[2]
+    done = run_cli("compare", "--network", "configs/network/hgx_h100_4x8.yml", "--hw-profile", "aws-p5-h100",
+                   "--collective", "all_reduce", "--explain", "256MiB", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    header, _, chosen, *rest = done.stdout.splitlines()
+    estimates = {tuple(line.split()[:2]): line for line in rest if line.split()[:1] in (["ring"], ["tree"])}
+    assert "<- chosen" in chosen and chosen.split()[:2] == ["ring", "LL128"] and ("tree", "LL128") in estimates
+    assert "the tuner plugin aws-ofi-nccl/p5 picks ring/LL128 over the library's lowest estimate (tree/LL128)" in header
+    done = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--hw-profile", "mi300x",
+                   "--collective", "all_reduce", "--explain", "64KiB", cwd=repo)
+    assert "the library runs its MSCCL program for this call before its estimates" in done.stdout.splitlines()[0]
+
+
 def _fit_and_predict(profile: str, tables: list[str], held: Any) -> dict[str, Any]:
     from dataclasses import replace
 
