@@ -262,6 +262,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     print(f"{PROG}: {len(points)} simulations on {network.describe()}, {model}", file=sys.stderr)
     outcomes = {p.index: o for p, o in run_points(points, "local", jobs)}
     rows = [Row(p.settings["algorithm"], p.settings["size"], outcomes[p.index]) for p in points]
+    _pass_on_warnings(rows, warn)
     for r in rows:
         others = sorted(set(_kinds(r)) - set(usable[r.algorithm]))
         if others:
@@ -286,6 +287,20 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         plot(args.plot, rows, title, args.metric)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0 if all(r.ok for r in rows) else 1
+
+
+def _pass_on_warnings(rows: list[Row], warn: Callable[[str], None]) -> None:
+    """Each distinct warning of the runs once, naming the runs that gave it (they were dropped: a comparison of
+    algorithms that all ran as one ring, or of compute timed at 1 ns, said nothing)."""
+    runs: dict[str, list[str]] = {}
+    for r in rows:
+        label = r.algorithm + (f" at {size_label(r.size_bytes)}" if r.size_bytes is not None else "")
+        for text in (r.outcome.get("warnings") or "").splitlines():
+            runs.setdefault(text, []).append(label)
+    for text, labels in runs.items():
+        shown = "every run" if len(labels) == len(rows) else ", ".join(labels[:4]) + (
+            f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+        warn(f"{shown}: {text}")
 
 
 def check_nccl_algorithms(names: list[str]) -> None:

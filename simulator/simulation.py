@@ -391,6 +391,12 @@ class Simulation:
                     f"deadlock in the packet network: {len(blocked)} link(s) wait for buffer room that never frees "
                     f"(a cycle of full queues, e.g. {', '.join(blocked[:4])}); {advice}")
             raise DeadlockError(deadlock_report(unfinished, messaging, self.nccl))
+        if setup.group_rings:
+            keys = ", ".join(f"'{k.replace('_', '-')}-implementation' {list(self.system.implementation(k))}"
+                             for k in sorted(setup.group_rings))
+            self.warn(f"collectives on communicator groups of fewer than all {npus} NPUs ran as one ring over the "
+                      f"group's members, as ASTRA-sim runs them on a network of several dimensions: the system's "
+                      f"{keys} applies only to collectives over all NPUs")
         stats = [w.stats() for w in ranks]
         negative = [s.rank for s in stats if s.exposed_signed_ns < 0]
         if negative:

@@ -55,6 +55,7 @@ class SystemSetup:
     rendezvous: bool = False
     chunk_orders: ChunkOrders | None = None  # None: one simulated rank, which cannot disagree with itself
     custom: CustomAlgorithms = field(default_factory=CustomAlgorithms)  # custom collectives' ETs, read once
+    group_rings: set[str] = field(default_factory=set)  # kinds whose configured algorithms a group ran as a ring
 
     @property
     def total_npus(self) -> int:
@@ -286,6 +287,8 @@ class RankSystem:
         if not impls:
             self.topology(kind)  # raises the missing-implementation error
         if len(impls) > 1:
+            if any(name != "ring" for name in impls):
+                self.setup.group_rings.add(kind)
             impls = ("ring",)
         key = f"group{group.gid}:{kind}"
         topo = self._topologies.get(key)

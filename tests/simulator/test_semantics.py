@@ -216,6 +216,27 @@ def test_comm_group_collective_uses_only_its_members(tmp_path: Path) -> None:
     assert finish_times(result)[2:] == [1000, 1000] and result.ranks[0].finish_ns > 1000
 
 
+def test_a_group_that_runs_as_a_ring_instead_of_the_configured_algorithms_says_so(tmp_path: Path) -> None:
+    """On several dimensions a group of fewer than all NPUs runs one ring, as ASTRA-sim: the system's [direct,
+    direct] then changes nothing (compare --workload showed ring and direct equal to the ns), and now says so."""
+    net = {"topology": ["Switch", "Switch"], "npus_count": [2, 2], "bandwidth": [100.0, 25.0],
+           "latency": [500.0, 500.0]}
+    traces = [[coll(1, 0, 1 << 20, pg_name="1" if r < 2 else "2")] for r in range(4)]
+    finishes, said = [], []
+    for impl in ("ring", "direct"):
+        warnings: list[str] = []
+        result = simulate(tmp_path, traces, net, {"all-reduce-implementation": [impl, impl]},
+                          groups={1: (0, 1), 2: (2, 3)}, warn=warnings.append)
+        finishes.append(finish_times(result))
+        said.append([w for w in warnings if "ran as one ring over the group's members" in w])
+    assert finishes[0] == finishes[1]  # ASTRA-sim's numbers, unchanged
+    assert not said[0] and len(said[1]) == 1 and "'all-reduce-implementation' ['direct', 'direct']" in said[1][0]
+    warnings = []
+    simulate(tmp_path, [[coll(1, 0, 1 << 20)]] * 4, net, {"all-reduce-implementation": ["direct", "direct"]},
+             warn=warnings.append)
+    assert not any("one ring" in w for w in warnings)  # a collective over all NPUs runs the configured algorithms
+
+
 @pytest.mark.parametrize("problem,traces,pattern", [
     ("missing collective", [[coll(1, 0, 4096)]] * 3 + [[comp(1, 1)]], "rank 0 .* waits"),
     ("receive without send", [[comp(1, 1)], [recv(1, 0, 64, 3)]], "rank 1 .* waits for a send from rank 0 with tag 3"),
