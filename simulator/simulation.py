@@ -174,7 +174,7 @@ class Simulation:
         if quotient is not None:  # a generated workload: only the representatives' traces are ever built
             graphs = self._representatives(loader, quotient)
         else:
-            graphs = loader.load_set(self.traces, npus)
+            graphs = loader.load_set(self.traces, npus, _progress_line if opts.progress else None)
             if self.traces.shared and self.traces.contents is None:  # a file given, not a generator built in memory
                 self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
         check_workload(graphs, self.traces, system, self.network, self.compute, opts.strict, self.warn)
@@ -202,7 +202,8 @@ class Simulation:
             if result is None:
                 reason = self._fold_failure
                 if quotient is not None and self.traces.structure is not None:
-                    graphs = loader.load_set(self.traces, npus)  # every rank's own trace, after all
+                    graphs = loader.load_set(self.traces, npus,  # every rank's own trace, after all
+                                             _progress_line if opts.progress else None)
         if result is None:
             # ASTRA-sim's own networks keep its chunk order (chunk_order.py) unless ranks disagree into a deadlock
             enforce = (opts.semantics == "corrected" or self.network.fabric is not None
@@ -517,6 +518,10 @@ def _without_algorithms(system: SystemConfig, dims: int) -> SystemConfig:
 def network_stats(backend: Any) -> dict[str, Any]:
     stats = getattr(backend, "message_stats", None)
     return stats() if stats is not None else {}
+
+
+def _progress_line(line: str) -> None:
+    print(f"astrasim-py: {line}", file=sys.stderr, flush=True)
 
 
 class RunMonitor:
