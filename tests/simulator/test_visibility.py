@@ -183,6 +183,7 @@ def test_csv_exports(tmp_path: Path, reference: Path) -> None:
     assert len(ranks) == 8 and {"finish_ns", "comm_only_ns", "idle_ns"} <= set(ranks[0])
     colls = list(csv.DictReader((tmp_path / "stg.collectives.csv").open()))
     assert {c["collective"] for c in colls} == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all(int(c["count"]) > 0 for c in colls)  # one rank's count: a whole number ('2', was '2.0')
     links = list(csv.DictReader((tmp_path / "stg.links.csv").open()))
     assert links and {"link", "bytes", "busy_ns", "utilization", "max_queue"} <= set(links[0])
 
