@@ -328,3 +328,21 @@ def test_calibrated_times_stay_near_the_librarys_estimates(name: str) -> None:
             for size in (1 << 10, 1 << 16, 1 << 19, 1 << 22, 1 << 26, 1 << 30):
                 for c in model.plan(kind, size, Communicator.packed(ranks, nodes)).candidates:
                     assert 0.1 < c.time_us / c.library_us < 10, (kind, ranks, nodes, size, c)
+
+
+def test_a_fit_finds_the_efficiency_where_another_bound_hides_its_slope() -> None:
+    """OCI B300's 2-node rows (8 and 16 GiB, NVLS-tree) are slower than the prior; at the prior efficiency the
+    scale-up stage is the slower one, so the efficiency had no slope and the fit took a 4.5 ms start-up instead:
+    4 MiB then took 4.5 ms, 63x the library's estimate. A start at the efficiency the rows ask for finds it."""
+    from dataclasses import replace
+
+    table = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "unseen" / \
+        "oci_b300_1to2node_all_reduce_all_to_all.tsv"
+    profile = load_profile("oci-b300")
+    section = calibrate(profile, read_table(str(table)))
+    fitted = section["parameters"]["nvls_tree/Simple/inter"]
+    assert fitted["fill_us"] < 10 and fitted["efficiency"] < 0.8, fitted
+    assert section["residuals"][0]["max_abs_error_ge_1MiB"] < 0.05, section["residuals"]
+    model = CollectiveModel(replace(profile, calibration={"parameters": section["parameters"]}))
+    chosen = model.plan(ALL_REDUCE, 4 << 20, Communicator.packed(16, 2), "nvls_tree").chosen
+    assert chosen.time_us < 3 * chosen.library_us, chosen
