@@ -613,6 +613,7 @@ def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, nccl: 
             kind = f"rendezvous handshake for {'a collective' if kind_id - HANDSHAKE == COLLECTIVE else kind}"
         pending_from.setdefault(dst, []).append(f"{kind} message of {size} B from rank {src} ({state})")
     lines = [f"deadlock: the simulation ran out of events with {len(unfinished)} rank(s) unfinished"]
+    stuck_sends = 0
     for w in unfinished[:16]:
         g = w.graph
         ongoing = sorted(set(w.start_ns))
@@ -622,6 +623,10 @@ def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, nccl: 
             if i in w.waiting_recv:
                 src, size, tag = w.waiting_recv[i]
                 what += f" waits for a send from rank {src} with tag {tag} and {size} bytes"
+            elif w.table.types[i] == NodeType.COMM_SEND_NODE and w.system.rendezvous:
+                stuck_sends += 1
+                what += (f" waits for rank {w.table.comm_dst[i]} to post its receive (tag {w.table.comm_tag[i]}), "
+                         "as --rendezvous-protocol has every send wait")
             elif i in w.collectives:
                 waits = [m for m in pending_from.get(w.rank, []) if m.startswith("collective")]
                 if nccl is not None:
@@ -634,6 +639,9 @@ def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, nccl: 
         lines.append(f"  rank {w.rank} ({w.path}): " + "; ".join(parts) + more + extra)
     if len(unfinished) > 16:
         lines.append(f"  ... and {len(unfinished) - 16} more rank(s)")
-    lines.append("check that every rank issues the same collectives in the same order, and that every receive "
-                 "has a send with the same tag and size")
+    if stuck_sends:
+        lines.append("with --rendezvous-protocol a send waits until its receive is posted: ranks that each send to "
+                     "the other before receiving wait for ever (without it, sends are eager and complete)")
+    lines.append(("else, " if stuck_sends else "") + "check that every rank issues the same collectives in the same "
+                 "order, and that every receive has a send with the same tag and size")
     return "\n".join(lines)

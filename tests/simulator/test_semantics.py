@@ -248,6 +248,19 @@ def test_deadlocks_are_reported_per_rank(tmp_path: Path, problem: str, traces: l
     assert "deadlock" in str(info.value)
 
 
+def test_a_deadlock_of_rendezvous_sends_says_what_the_sends_wait_for(tmp_path: Path) -> None:
+    """Two ranks that each send before receiving finish with eager sends and wait for ever with
+    --rendezvous-protocol; the report named the sends but not what they wait for, and advised checking tags and
+    sizes, which match (interleaved 1F1B traces with tensor parallelism end this way)."""
+    traces = [[send(1, 1 - r, 1 << 20, 5), recv(2, 1 - r, 1 << 20, 5, [1])] for r in range(2)]
+    assert min(finish_times(simulate(tmp_path, traces, engine="message"))) > 0
+    with pytest.raises(DeadlockError) as info:
+        simulate(tmp_path, traces, engine="message", rendezvous=True)
+    text = str(info.value)
+    assert "node 1 ('s', COMM_SEND_NODE) waits for rank 1 to post its receive (tag 5)" in text
+    assert "ranks that each send to the other before receiving wait for ever" in text
+
+
 @pytest.mark.parametrize("traces,system,groups,pattern", [
     ([[coll(1, 0, 64, pg_name="9")]] * 2, {}, {}, "communicator group 9 is not defined"),
     ([[coll(1, 0, 64, pg_name="1")]] * 2, {}, {1: (1,)}, "does not include it"),
