@@ -180,3 +180,22 @@ def test_shipped_sweeps_load() -> None:
     sizes = {p.stem: len(load_sweep(str(p)).points) for p in (REPO / "configs" / "sweeps").glob("*.yaml")}
     assert sizes["torus_allreduce"] == POINTS >= 200
     assert all(n > 0 for n in sizes.values())
+
+
+@pytest.mark.slow
+def test_the_commands_in_each_shipped_sweep_file_run(tmp_path: Path) -> None:
+    """Each file's header says how to run it and plot it; llm_layouts' plot stopped with 'several points share
+    each x and hue value' (tp 8 comes twice in its zipped layouts): the commands are run as written."""
+    import shlex
+
+    for sweep in sorted((REPO / "configs" / "sweeps").glob("*.yaml")):
+        lines = sweep.read_text().splitlines()
+        header = [line[1:].strip() for line in lines[:next(i for i, t in enumerate(lines) if not t.startswith("#"))]]
+        commands = " ".join(header).replace("\\ ", "").split("astrasim-py ")[1:]
+        assert commands and commands[0].startswith("sweep "), sweep.name
+        for command in commands:
+            args = [a.replace("results/", f"{tmp_path}/") for a in shlex.split(command)]
+            if args[0] == "plot":
+                args += ["--out", str(tmp_path / f"{sweep.stem}.png")]
+            done = run_cli(*args, cwd=REPO, timeout=900)
+            assert done.returncode == 0, (sweep.name, command, done.stderr[-800:])
