@@ -199,3 +199,25 @@ def test_the_commands_in_each_shipped_sweep_file_run(tmp_path: Path) -> None:
                 args += ["--out", str(tmp_path / f"{sweep.stem}.png")]
             done = run_cli(*args, cwd=REPO, timeout=900)
             assert done.returncode == 0, (sweep.name, command, done.stderr[-800:])
+
+
+def test_sweep_says_which_points_ran_with_warnings(tmp_path: Path) -> None:
+    """Warnings were stored in the database only: generated LLM layouts without a device (compute of about 0 ns)
+    said '2 of 2 points ok' and nothing else; with a device there is nothing to say."""
+    spec: dict[str, Any] = {
+        "name": "warned",
+        "base": {"workload": {"generate": "llm", "preset": "gpt3-1.3b", "num_layers": 2, "tp": 2, "pp": 2, "dp": 2,
+                              "global_batch": 4},
+                 "network": {"topology": ["Switch", "Switch"], "npus_count": [4, 2], "bandwidth": [400.0, 50.0],
+                             "latency": [500.0, 1000.0]}},
+        "axes": {"workload.micro_batch_size": [1, 2]}}
+    said = []
+    for name, options in (("plain", {}), ("device", {"device": "H100"})):
+        sweep = tmp_path / f"{name}.yaml"
+        sweep.write_text(yaml.safe_dump({**spec, "base": {**spec["base"], "options": options}}))
+        done = run_cli("sweep", str(sweep), "--out", str(tmp_path / name), "--jobs", "1")
+        assert done.returncode == 0, done.stderr
+        said.append(done.stderr)
+    assert "2 of the points ok ran with warnings (the 'warnings' column has every one):" in said[0]
+    assert "  #0: " in said[0] and "have no recorded duration" in said[0]
+    assert "ran with warnings" not in said[1]
