@@ -196,7 +196,7 @@ class Simulation:
             raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
                              + "; ".join(blockers) + " (use --engine message)")
         result = None
-        reason = "; ".join(blockers) if blockers else "--engine message"
+        reason = "--engine message" if opts.engine == "message" or not blockers else "; ".join(blockers)
         if quotient is not None or (opts.engine != "message" and not blockers):
             result = self._folded(graphs, roofline, started, quotient, loader)
             if result is None:
@@ -252,7 +252,7 @@ class Simulation:
             result.simulated_ranks = len(quotient.representatives)
             result.engine_reason = (f"{len(quotient.representatives):,} classes of {quotient.orbit_size:,} "
                                     f"equivalent ranks under {quotient.described}"
-                                    + "".join(f"; {why}" for why in dropped))
+                                    + "".join(f"; {why}" for why in dropped) + _unfolded(quotient, dropped))
         return result
 
     def _fold_blocker(self) -> str | None:
@@ -506,6 +506,15 @@ class Simulation:
                                    "library": p.library, "library_version": p.library_version, "arch": p.arch,
                                    "path": p.path}
         return summary
+
+
+def _unfolded(quotient: Quotient, dropped: list[str]) -> str:
+    """Why two classes that run the same trace stay apart, when no dropped shift already says so."""
+    if quotient.alike is None or dropped:
+        return ""
+    a, b = quotient.alike
+    return (f"; ranks {a} and {b} run the same trace up to the ranks it names, but no shift of ranks found maps "
+            "one onto the other with their peers, communicator groups and network positions")
 
 
 def _without_algorithms(system: SystemConfig, dims: int) -> SystemConfig:
