@@ -21,7 +21,7 @@ from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 from workload.llm.program import Op, Program, StageProgram
-from workload.llm.schedules import one_f_one_b, stage_schedule
+from workload.llm.schedules import one_f_one_b, stage_receive_points, stage_schedule
 from workload.llm.sizes import StageSizes
 from workload.llm.tail import IterationTail
 from workload.llm.tensor_parallel import TensorParallel
@@ -95,18 +95,24 @@ class _StageBuilder:
     # --- passes --------------------------------------------------------------------------------------
     def build(self) -> StageProgram:
         self.grads.start()
-        for kind, mb, chunk in stage_schedule(self.p.pp, self.stage, self.p.num_micro_batches, self.vp,
-                                              self.p.group_size):
+        steps = (self.p.pp, self.stage, self.p.num_micro_batches, self.vp, self.p.group_size)
+        posted_after = stage_receive_points(*steps)
+        start, step_ends = self.prog.last_compute, []  # the last compute node before / after each step
+        for i, (kind, mb, chunk) in enumerate(stage_schedule(*steps)):
+            j = posted_after[i]
+            last = step_ends[j] if j >= 0 else start
+            recv_deps = [last] if last else []
             if kind == "F":
-                self._forward(mb, chunk)
+                self._forward(mb, chunk, recv_deps)
             else:
-                self._backward(mb, chunk)
+                self._backward(mb, chunk, recv_deps)
+            step_ends.append(self.prog.last_compute)
         self._step()
         layers: range | tuple[int, ...] = self.chunk_layers[0] if self.vp == 1 else tuple(
             x for r in self.chunk_layers for x in r)
         return StageProgram(self.stage, layers, self.prog.ops)
 
-    def _forward(self, mb: int, chunk: int) -> None:
+    def _forward(self, mb: int, chunk: int, recv_deps: list[int]) -> None:
         pre, prog, z = f"mb{mb}.fwd.", self.prog, self.z
         names = self._names(mb, chunk, "fwd")
         embeds, heads = self._holds(chunk)
@@ -121,7 +127,7 @@ class _StageBuilder:
             if heads:
                 self.tail.batch(pre, False, x)
             x = prog.p2p(names + "recv_activation", False, -1, self._tag(False, chunk, mb), z.act_local_bytes,
-                         [prog.last_compute] if prog.last_compute else [], "fwd")
+                         recv_deps, "fwd")
         for layer in self.chunk_layers[chunk]:
             if mb == 0:
                 x = x + self.grads.first_use(f"layer{layer}")
@@ -137,7 +143,7 @@ class _StageBuilder:
             prog.p2p(names + "send_activation", True, +1, self._tag(False, to_chunk, mb), z.act_local_bytes, x,
                      "fwd")
 
-    def _backward(self, mb: int, chunk: int) -> None:
+    def _backward(self, mb: int, chunk: int, recv_deps: list[int]) -> None:
         pre, prog, z, grads = f"mb{mb}.bwd.", self.prog, self.z, self.grads
         names = self._names(mb, chunk, "bwd")
         embeds, heads = self._holds(chunk)
@@ -154,7 +160,7 @@ class _StageBuilder:
                 grads.after_backward("root", g, mb)
         else:
             g = prog.p2p(names + "recv_gradient", False, +1, self._tag(True, chunk, mb), z.act_local_bytes,
-                         [prog.last_compute] if prog.last_compute else [], "bwd")
+                         recv_deps, "bwd")
         for layer in reversed(self.chunk_layers[chunk]):
             g = self.layers.backward(f"{pre}layer{layer}.", g, f"layer{layer}", mb)
             grads.after_backward(f"layer{layer}", g, mb)

@@ -12,6 +12,14 @@ Megatron-Core's forward_backward_pipelining_with_interleaving runs it:
 
 On a pipeline with equal stages and no communication time this leaves an idle bubble of (pp - 1) / (vp x m) of
 the ideal step, (pp - 1) / m without interleaving (tests/workload/test_llm_schedules.py simulates it).
+
+``receive_points`` says after which step a stage posts each step's receive. Megatron-LM's interleaved schedule
+(overlapping its point-to-point communication, the default) posts a forward's receive together with the send of
+the previous forward, and a backward's together with the send of the previous backward (the first backward's
+after the last warm-up forward); 1F1B posts each step's receive after the step before it. Posted later (after
+the other kind's step), a receive would wait for that step's tensor-parallel collectives, and those (one
+communication node at a time per rank, as ASTRA-sim runs them) for this stage's own unmatched send: under
+--rendezvous-protocol two stages would each wait for the other's receive for ever.
 """
 
 from __future__ import annotations
@@ -39,11 +47,15 @@ def schedule_table(num_micro_batches: int, num_chunks: int, group: int) -> list[
     return table
 
 
+def _interleaved_warmup(num_stages: int, stage: int, total: int, num_chunks: int, group: int) -> int:
+    return min((num_stages - stage - 1) * 2 + (num_chunks - 1) * group, total)
+
+
 def interleaved(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int, group: int) -> list[Step]:
     """Megatron-LM's interleaved 1F1B order of stage ``stage``."""
     table = schedule_table(num_micro_batches, num_chunks, group)
     total = len(table)
-    warmup = min((num_stages - stage - 1) * 2 + (num_chunks - 1) * group, total)
+    warmup = _interleaved_warmup(num_stages, stage, total, num_chunks, group)
 
     def forward(k: int) -> Step:
         mb, chunk = table[k]
@@ -66,3 +78,26 @@ def stage_schedule(num_stages: int, stage: int, num_micro_batches: int, num_chun
     if num_chunks == 1:
         return [(kind, mb, 0) for kind, mb in one_f_one_b(num_stages, stage, num_micro_batches)]
     return interleaved(num_stages, stage, num_micro_batches, num_chunks, num_stages if group is None else group)
+
+
+def receive_points(order: list[Step], warmup: int, interleaved_schedule: bool) -> list[int]:
+    """For each step of ``order``, the index of the step after which its input's receive is posted (-1: before
+    the first); ``warmup`` is the number of warm-up forwards (see the module's docstring)."""
+    if not interleaved_schedule:
+        return [i - 1 for i in range(len(order))]
+    last = {"F": -1, "B": warmup - 1}  # the first backward's receive comes after the last warm-up forward
+    points = []
+    for i, (kind, _, _) in enumerate(order):
+        points.append(last[kind] if i else -1)
+        last[kind] = i
+    return points
+
+
+def stage_receive_points(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int = 1,
+                         group: int | None = None) -> list[int]:
+    """``receive_points`` of ``stage_schedule``'s order."""
+    order = stage_schedule(num_stages, stage, num_micro_batches, num_chunks, group)
+    if num_chunks == 1:
+        return receive_points(order, min(num_stages - stage - 1, num_micro_batches), False)
+    group = num_stages if group is None else group
+    return receive_points(order, _interleaved_warmup(num_stages, stage, len(order) // 2, num_chunks, group), True)
