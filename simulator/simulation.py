@@ -33,6 +33,7 @@ from simulator.units import with_current_keys
 from workload.errors import InputError, shown
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, TraceSet
+from workload.traceset import print_progress as _progress_line
 from workload.validate import validate
 
 if TYPE_CHECKING:  # the nccl collective model is imported when a run asks for it
@@ -530,10 +531,6 @@ def _without_algorithms(system: SystemConfig, dims: int) -> SystemConfig:
 def network_stats(backend: Any) -> dict[str, Any]:
     stats = getattr(backend, "message_stats", None)
     return stats() if stats is not None else {}
-
-
-def _progress_line(line: str) -> None:
-    print(f"astrasim-py: {line}", file=sys.stderr, flush=True)
 
 
 class RunMonitor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -252,6 +253,11 @@ class TraceLoader:
 
 
 PROGRESS_FIRST_S, PROGRESS_EVERY_S = 5.0, 10.0  # as the run's own progress lines
+
+
+def print_progress(line: str) -> None:
+    """A progress line on stderr, as every long step of the tool prints them."""
+    print(f"astrasim-py: {line}", file=sys.stderr, flush=True)
 
 
 class Pace:

@@ -15,7 +15,7 @@ from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_fr
 from workload.llm.options import FSDP_GRAD_SYNC, MEGATRON_BUCKET, PRECISIONS, TrainingOptions
 from workload.llm.plan import DIMENSIONS, RECOMPUTE, ParallelPlan, RankMap, batch_split
 from workload.llm.presets import PRESETS, preset
-from workload.traceset import check_rank_count
+from workload.traceset import check_rank_count, print_progress
 
 # flag -> ModelConfig field (every field can be given or overridden on the command line)
 MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads": "num_heads",
@@ -127,6 +127,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--hw-profile", metavar="NAME|FILE.yml",
                    help="with --summary --device: the hardware profile of the predicted step (default: the device's "
                         "reference system, e.g. hgx-h100 for H100)")
+    o.add_argument("--quiet", action="store_true", help="no progress lines while the traces are written")
     add_output_limits(o)
 
 
@@ -260,7 +261,8 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     if prefix:
         metadata = {"generator": "astrasim-py trace generate llm", "model": model.name, "plan": plan_text(plan)}
         try:
-            TraceEmitter(programs, ranks, device, metadata, groups_file=args.groups_file).write(prefix)
+            TraceEmitter(programs, ranks, device, metadata, groups_file=args.groups_file).write(
+                prefix, None if args.quiet else print_progress)
         except TraceError as e:
             raise InputError(f"{what}: node {e.node_id}: {e.problem}: the model is too large for the trace "
                              "format's 64-bit fields") from None
