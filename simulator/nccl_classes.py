@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from simulator.quotient import Quotient
 from simulator.system import CommGroup
 
@@ -44,6 +46,7 @@ class NcclClasses:
         self._comms: dict[tuple[int, int], CommClass] = {}
         self._forward = [s.groups for s in quotient.shifts]
         self._resources: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}
+        self._nic_classes: dict[int, tuple[tuple[Any, ...], int]] = {}  # orbit -> its GPUs' NICs' class
 
     def comm(self, rank: int, gid: int, members: Sequence[int]) -> CommClass:
         """The class of communicator ``gid`` (RankWorkload's internal number) of representative ``rank``."""
@@ -89,20 +92,22 @@ class NcclClasses:
             if key[0] == "up":
                 found = (("up", q.rep_list[key[1]]), q.orbit_size)
             else:
+                _, node, nic = key
                 gpn, nics = self.gpus_per_node, self.nics_per_node
-                seen = {key}
-                frontier = [key]
-                while frontier:
-                    nxt = []
-                    for _, node, nic in frontier:
-                        gpu = node * gpn + -(-nic * gpn // nics)  # the first GPU on that NIC
-                        for s in q.shifts:
-                            image = int(s.sigma[gpu])
-                            found_key = ("nic", image // gpn, (image % gpn) * nics // gpn)
-                            if found_key not in seen:
-                                seen.add(found_key)
-                                nxt.append(found_key)
-                    frontier = nxt
-                found = (min(seen), len(seen))
+                found = self._nic_class(int(q.orbit_of[node * gpn + -(-nic * gpn // nics)]))  # its first GPU's
             self._resources[key] = found
+        return found
+
+    def _nic_class(self, orbit: int) -> tuple[tuple[Any, ...], int]:
+        """The class of the NICs of the GPUs of ``orbit``: the shifts map NICs to NICs, so the images of a NIC
+        are the NICs of its GPU's images (the smallest and how many). Built once per orbit that a
+        communicator uses, from the orbit's row of ranks, not by walking the shifts NIC by NIC (that took 140
+        ms per communicator on 16,384 ranks of Llama-3 405B)."""
+        found = self._nic_classes.get(orbit)
+        if found is None:
+            gpn, nics = self.gpus_per_node, self.nics_per_node
+            ranks = self.quotient.table[orbit]
+            codes = np.unique((ranks // gpn) * nics + (ranks % gpn) * nics // gpn)  # in (node, nic) order
+            first = int(codes[0])
+            found = self._nic_classes[orbit] = (("nic", first // nics, first % nics), len(codes))
         return found
