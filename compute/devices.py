@@ -111,6 +111,14 @@ def _key(name: str) -> str:
     return "".join(ch for ch in name.lower() if ch.isalnum())
 
 
+def same_gpu(device: Device, gpu: str) -> bool:
+    """Whether the GPU a hardware profile names (``gpu``: "H100-SXM5-80GB", "A100-SXM4-40GB") is ``device``: one
+    of its names or aliases, or a variant of its name (another memory size of the same chip)."""
+    key = _key(gpu)
+    names = [_key(n) for n in (device.name, *device.aliases)]
+    return key in names or key.startswith(_key(device.name))
+
+
 def device_names() -> list[str]:
     return [d.name for d in _shipped()]
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from compute.kernels import KernelModel
 from compute.roofline import Roofline
+from compute.shapes import DTYPES
 from compute.trace_timing import NodeTimes, describe, is_gpu_compute, node_times
 from network.config import NetworkConfig
 from simulator.collectives.registry import check_dimensions, check_supported, parse_algorithm
@@ -25,6 +26,10 @@ from workload.errors import InputError, TraceError
 from workload.graph import TraceGraph
 from workload.schema import NodeType
 from workload.traceset import TraceSet
+
+if TYPE_CHECKING:
+    from compute.devices import Device
+    from simulator.collectives.hardware import HardwareProfile
 
 COLLECTIVE_NAMES = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
 COMPUTE_MODELS = ("roofline", "kernels")
@@ -41,6 +46,7 @@ class ComputeModel:
     roofline: Roofline | None
     device: str | None  # the preset whose figures the roofline uses, if any
     kernels: KernelModel | None = None
+    hardware: Device | None = None  # that preset, when a device (not a system file's figures) times compute
 
     def summary(self) -> dict[str, Any]:
         """The effective compute configuration, as recorded with results."""
@@ -69,11 +75,12 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
             raise InputError("the kernels compute model needs a device: --device NAME or a device file (.yml); "
                              f"shipped: {', '.join(device_names())}")
         d = device(name)
-        return ComputeModel(Roofline(d.peak_tflops * 1e12, d.memory_bw_GBps * 1e9), d.name, KernelModel(d))
+        return ComputeModel(Roofline(d.peak_tflops * 1e12, d.memory_bw_GBps * 1e9), d.name, KernelModel(d), d)
     if system.replay_only or not (system.roofline_enabled or device_name):
         return ComputeModel(None, None)
     peak, bw = system.peak_perf_tflops, system.local_mem_bw_GBps
     name = device_name or system.device
+    preset = None
     if name:
         from compute.devices import device
 
@@ -82,7 +89,7 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
     if not peak or not bw:
         raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s, "
                          "GB = 10^9 B), or a device preset (--device or \"device\")")
-    return ComputeModel(Roofline(peak * 1e12, bw * 1e9), name)
+    return ComputeModel(Roofline(peak * 1e12, bw * 1e9), name, hardware=preset)
 
 
 def _roofline_way_out(system: SystemConfig) -> str:
@@ -104,6 +111,7 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
     seen: set[int] = set()
     short: list[str] = []  # collectives whose involved_dim names fewer dimensions than the network has
     counted: dict[int, tuple[int, int]] = {}  # a graph's untimed nodes (and those with FLOPs), as counted
+    slower = _SlowerPrecision(compute)
     for r, graph in enumerate(graphs):
         if id(graph) in seen:
             continue
@@ -128,6 +136,7 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
         coll = (types == NodeType.COMM_COLL_NODE) & ~np.asarray(t.is_cpu, dtype=bool)
         needs.update(np.asarray(t.comm_type)[coll].tolist())
         gpu_compute = is_gpu_compute(types, np.asarray(t.is_cpu, dtype=bool))
+        slower.add(graph, traces.file_for(r), gpu_compute)
         if compute.kernels is not None:
             times = node_times(graph, compute.kernels, gpu_compute, t.num_ops, t.tensor_size,
                                np.asarray(t.has_num_ops) | np.asarray(t.has_tensor_size))
@@ -155,6 +164,8 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
     if short:
         warn(f"{short[0]} names fewer dimensions than the network's {network.num_dims}: as in ASTRA-sim 2.x (which "
              "reads past the list), the missing dimensions are not involved; list every dimension to be explicit")
+    if slower.count:
+        warn(slower.message())
     kernel_message = describe(estimated, total_compute, example_path)
     if kernel_message:
         if strict:
@@ -167,6 +178,56 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
         warn(message)
     if not system.replay_only:
         _check_algorithms(needs, system, network, warn)
+
+
+def check_same_gpu(device: Device, profile: HardwareProfile, warn: Callable[[str], None]) -> None:
+    """Warn when the device timing compute and the hardware profile timing collectives are different GPUs."""
+    from compute.devices import device as named_device
+    from compute.devices import device_names, same_gpu
+    from simulator.collectives.hardware import load_profile, profile_names
+
+    if same_gpu(device, profile.gpu):
+        return
+    names = [n for n in profile_names() if same_gpu(device, load_profile(n).gpu)]
+    theirs = [n for n in device_names() if same_gpu(named_device(n), profile.gpu)]
+    fix = (f"--hw-profile {' or '.join(names)}" if names else f"a hardware profile of {device.name} GPUs") + \
+        (f", or --device {theirs[0]}" if theirs else f", or a device file of the {profile.gpu}")
+    warn(f"--device {device.name} and --hw-profile {profile.name} name different GPUs ({device.name} and "
+         f"{profile.gpu}): compute is timed on the {device.name}, collectives on {profile.name}'s {profile.gpu}; "
+         f"for one machine give {fix}")
+
+
+class _SlowerPrecision:
+    """GPU compute nodes in a precision the run's device lacks (FP8 on an A100), which run at its BF16 rate."""
+
+    def __init__(self, compute: ComputeModel) -> None:
+        self.device = compute.hardware
+        self.kernels = compute.kernels is not None
+        self.count = 0
+        self.dtypes: set[str] = set()
+        self.example = ""
+
+    def add(self, graph: TraceGraph, path: str, gpu_compute: np.ndarray) -> None:
+        d = self.device
+        if d is None or not graph.attrs.has("dtype"):
+            return
+        for i, dtype in graph.attrs.strings("dtype", strict=False).items():
+            if dtype in DTYPES and not d.has(dtype) and gpu_compute[i]:
+                self.count += 1
+                self.dtypes.add(dtype)
+                if not self.example:
+                    self.example = f"e.g. {path}: node {graph.node_id(i)} ({graph.name(i)!r})"
+
+    def message(self) -> str:
+        d = self.device
+        assert d is not None
+        names = "/".join(sorted(x.upper() for x in self.dtypes))
+        rate = d.math_dtype(sorted(self.dtypes)[0]).upper()
+        better = "--device NAME of a GPU with it (e.g. --device H100)"
+        if not self.kernels:
+            better += " and --compute-model kernels (the roofline model times every node at the BF16 peak)"
+        return (f"--device {d.name} has no {names} math: {self.count} GPU compute node(s) in {names} ({self.example}) "
+                f"run at its {rate} rate; to time them in {names}, give {better}")
 
 
 class _Untimed:

@@ -17,7 +17,7 @@ from network.backends import QUOTIENT_BACKENDS, SYMMETRIC_BACKENDS, make_backend
 from network.config import NetworkConfig
 from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
-from simulator.checks import COMPUTE_MODELS, ComputeModel, check_workload, compute_model
+from simulator.checks import COMPUTE_MODELS, ComputeModel, check_same_gpu, check_workload, compute_model
 from simulator.chunk_order import ChunkOrders
 from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, check_memory_fits
 from simulator.engine import CheckedEngine, Engine
@@ -163,6 +163,8 @@ class Simulation:
         loader = TraceLoader(drop_dangling=opts.drop_dangling, warn=self.warn)
         check_memory_fits(self.memory, npus)
         self.compute = compute_model(self.system, opts.device, opts.compute_model)
+        if self.hw_profile is not None and self.compute.hardware is not None:
+            check_same_gpu(self.compute.hardware, self.hw_profile, self.warn)
         if self.compute.kernels is not None and self.compute.kernels.device.calibrated == "assumed":
             d = self.compute.kernels.device
             source = d.calibration.get("derived_from", "another device")

@@ -255,6 +255,10 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     if plan.zero_stage and plan.dp == 1:
         warn(f"ZeRO stage {plan.zero_stage} with dp=1 shards nothing: no gradient or parameter collectives")
     device = device_preset(args.device) if args.device else None
+    if device is not None and options.fp8() and not device.has("fp8") and not args.summary:  # --summary simulates: it
+        warn(f"--precision fp8 with --device {device.name}, which has no FP8 math: its FP8 GEMMs run at the "  # says so
+             f"{device.math_dtype('fp8').upper()} rate, in the durations written here and when simulated with "
+             f"--device {device.name}; a GPU with FP8 (e.g. --device H100) runs them faster")
     started = time.perf_counter()
     programs = build_programs(model, plan, options)
     ranks = RankMap(plan, model, tail=options.iteration_tail)
