@@ -25,7 +25,7 @@ _MEMORY = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
 _NICS = re.compile(r"(\d+)\s*x\s[^,;]*?(\d+)\s*Gb/?s", re.IGNORECASE)
 NVLINK_ARCH = {"3": "ampere", "4": "hopper", "5": "blackwell"}  # NVLink generation -> the GPU architecture
 # shipped profiles in the order a row that leaves its network unstated prefers them (NVIDIA's reference systems)
-PREFERRED = ("dgx-a100", "hgx-h100", "hgx-h200", "dgx-b200", "mi300x", "mi325x", "mi355x")
+PREFERRED = ("dgx-a100", "hgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi355x")
 
 
 def gpu_model(text: str) -> str:
@@ -142,11 +142,14 @@ def choose_hardware(machine: StatedMachine, override: str | None = None) -> Hard
 def network_for(profile: HardwareProfile, npus: int, label: str) -> NetworkConfig:
     """Nodes of ``profile.gpus_per_node`` GPUs on one switch each, the nodes on a second switch level, with the
     profile's scale-up and per-GPU share of scale-out bandwidth (the collective model reads the profile itself;
-    the network sets the NPU count and the two levels)."""
+    the network sets the NPU count and the two levels). A node is the profile's NVLink domain: 8 GPUs of an HGX
+    board, or the 72 of an NVL72 rack (a run of up to 72 GPUs there is one domain)."""
     per_node = min(profile.gpus_per_node, npus)
     nodes = -(-npus // per_node)
     if per_node * nodes != npus:
-        raise InputError(f"{label}: {npus} GPUs do not fill whole nodes of {per_node}")
+        raise InputError(f"{label}: {npus} GPUs do not fill whole nodes of {per_node} ({profile.name}; how the run "
+                         f"spread them over its nodes is not stated: give a profile file whose gpus_per_node divides "
+                         f"{npus} with --hw-profile)")
     to_gib = 1e9 / 2**30  # profiles use GB = 10^9 B, network files GB = 2^30 B
     up = profile.scale_up
     topology, counts, bandwidth, latency = ["Switch"], [per_node], [up.bandwidth_GBps * to_gib], [up.latency_us * 1e3]
