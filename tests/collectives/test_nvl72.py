@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from compute.devices import device
-from simulator.collectives.hardware import load_profile
+from simulator.collectives.hardware import load_profile, parse_profile
 from simulator.collectives.nccl import ALL_REDUCE, NVLS, NVLS_TREE, RING, CollectiveModel, Communicator
 from tests.conftest import run_cli
+from workload.errors import ConfigError
 
 GIB = 1 << 30
 PROFILES = {"gb200-nvl72": ("GB200", 400.0), "gb300-nvl72": ("GB300", 800.0)}
@@ -76,3 +77,39 @@ def test_compare_on_an_nvl72_rack(tmp_path: Path) -> None:
     assert [r[-2] for r in rows] == ["nvls/Simple", "nvls/Simple"]
     busbw = [float(r[-4]) for r in rows]
     assert busbw[0] < busbw[1] and 700 < busbw[1] < 900
+
+
+def test_a_job_beyond_one_rack_lies_in_equal_slices_of_whole_trays() -> None:
+    """Megatron-Bridge asks Slurm for the largest number of 4-GPU trays per rack (at most 18) that divides the job's:
+    a node of the job's profile is that slice, with the NICs of its GPUs."""
+    rack = load_profile("gb200-nvl72")
+    slices = {n: (rack.for_job(n).gpus_per_node, rack.for_job(n).scale_out.nics_per_node)  # type: ignore[union-attr]
+              for n in (8, 64, 72, 128, 144, 256, 1024, 130)}
+    assert slices == {8: (72, 72), 64: (72, 72), 72: (72, 72), 128: (64, 64), 144: (72, 72), 256: (64, 64),
+                      1024: (64, 64), 130: (72, 72)}
+    hgx = load_profile("dgx-b200")
+    assert hgx.for_job(128) is hgx  # one host per node: nothing to place
+    with pytest.raises(ConfigError, match="'gpus_per_host' \\(5\\) must divide 'gpus_per_node' \\(72\\)"):
+        parse_profile({**_raw("gb200-nvl72"), "gpus_per_host": 5}, "x.yml")
+
+
+def test_compare_explain_places_128_gpus_as_two_slices_of_64(tmp_path: Path) -> None:
+    net = tmp_path / "two_racks.yml"
+    net.write_text("topology: [ Switch, Switch ]\nnpus_count: [ 64, 2 ]\nbandwidth: [ 838.2, 46.6 ]\n"
+                   "latency: [ 600.0, 2500.0 ]\n")
+    done = run_cli("compare", "--network", str(net), "--hw-profile", "gb200-nvl72", "--collective", "all_reduce",
+                   "--explain", "1GiB")
+    assert done.returncode == 0, done.stderr
+    assert "on 128 GPUs, 2 node(s) of gb200-nvl72" in done.stdout
+    (chosen,) = [line.split() for line in done.stdout.splitlines() if "<- chosen" in line]
+    plan = CollectiveModel(load_profile("gb200-nvl72").for_job(128)).plan(ALL_REDUCE, GIB, Communicator(128, 2, 64))
+    assert chosen[:2] == [NVLS_TREE, "Simple"] and plan.chosen.algorithm == NVLS_TREE
+    assert float(chosen[-3]) == pytest.approx(plan.chosen.bus_bytes / plan.chosen.time_us / 1e3, abs=0.01)
+
+
+def _raw(name: str) -> dict[str, object]:
+    import yaml
+
+    from simulator.collectives.hardware import PROFILES_DIR
+
+    return yaml.safe_load((PROFILES_DIR / f"{name}.yml").read_text())
