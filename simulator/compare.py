@@ -158,7 +158,7 @@ def explain(args: argparse.Namespace, npus: int) -> int:
         size = _positive_size(args.explain)
     except ValueError as e:
         raise InputError(f"--explain: {e}") from None
-    profile = load_profile(args.hw_profile)
+    profile = load_profile(args.hw_profile).for_job(npus)
     nodes = -(-npus // profile.gpus_per_node)
     plan = CollectiveModel(profile).plan(args.collective, size, Communicator.of(range(npus), profile.gpus_per_node))
     print(f"{args.collective} of {size_label(size)} (nccl-tests size) on {npus} GPUs, {nodes} node(s) of "

@@ -152,7 +152,7 @@ class Simulation:
         if not opts.hw_profile:
             raise InputError("the nccl collective model needs a hardware profile (--hw-profile NAME or FILE.yml); "
                              f"shipped: {', '.join(profile_names())}")
-        self.hw_profile = load_profile(opts.hw_profile)
+        self.hw_profile = load_profile(opts.hw_profile).for_job(self.network.num_npus)  # a job's slice of a rack
         if opts.backend != DEFAULT_BACKEND:
             self.warn(f"the {opts.backend} backend has no effect with --collective-model nccl: the model times every "
                       "collective and send/receive")

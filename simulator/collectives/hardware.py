@@ -6,7 +6,8 @@ Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per di
 
     name: hgx-h200
     gpu: H200-SXM
-    gpus_per_node: 8
+    gpus_per_node: 8            # a node is one NVLink domain (8 on an HGX board, 72 on an NVL72 rack)
+    gpus_per_host: 4            # optional: a domain of several hosts (NVL72: 4-GPU compute trays); see for_job
     library: nccl               # nccl | rccl
     library_version: "2.27.7"
     arch: hopper                # the library's tuning constants: volta, ampere, hopper, blackwell, cdna3, cdna4
@@ -29,7 +30,7 @@ Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per di
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -121,20 +122,38 @@ class HardwareProfile:
     sources: tuple[str, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)
     path: str = ""
+    gpus_per_host: int | None = None  # hosts (schedulable machines) of a multi-host NVLink domain; None: one host
+
+    def for_job(self, npus: int) -> HardwareProfile:
+        """The profile as a job of ``npus`` GPUs sees it. On a domain of several hosts a job beyond one domain is
+        placed in equal slices of whole hosts, as Slurm's ``--segment`` places it (Megatron-Bridge's launcher asks
+        for the largest number of hosts per domain that divides the job's): 128 GPUs on NVL72 racks of 18 4-GPU
+        trays are two slices of 64. A node of the returned profile is such a slice, with its share of the NICs."""
+        host = self.gpus_per_host
+        if host is None or npus <= self.gpus_per_node or npus % host:
+            return self
+        hosts = npus // host
+        per_slice = next(d for d in range(self.gpus_per_node // host, 0, -1) if hosts % d == 0) * host
+        if per_slice == self.gpus_per_node:
+            return self
+        out = self.scale_out
+        if out is not None:
+            out = replace(out, nics_per_node=max(1, out.nics_per_node * per_slice // self.gpus_per_node))
+        return replace(self, gpus_per_node=per_slice, scale_out=out)
 
     def parameters(self) -> dict[str, dict[str, float]]:
         """Calibrated timing parameters by candidate key ("ring/LL/intra"), as checked on loading."""
         return self.calibration.get("parameters", {})
 
 
-_TOP = {"name", "description", "gpu", "gpus_per_node", "library", "library_version", "arch", "scale_up", "scale_out",
-        "msccl", "tuner", "algorithms", "protocols", "assumptions", "sources", "calibration"}
+_TOP = {"name", "description", "gpu", "gpus_per_node", "gpus_per_host", "library", "library_version", "arch",
+        "scale_up", "scale_out", "msccl", "tuner", "algorithms", "protocols", "assumptions", "sources", "calibration"}
 _UP = {"fabric", "links_per_gpu", "link_bandwidth_GBps", "latency_us", "nvls"}
 _OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp", "efficiency", "path_efficiency",
         "buffsize_bytes", "nvls_chunk_bytes"}
 _MSCCL = {"collective", "gpus", "protocol", "min_bytes", "max_bytes", "chunks_per_loop", "channels"}
-_OPTIONAL = {"description", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls", "msccl", "tuner",
-             "algorithms", "protocols",
+_OPTIONAL = {"description", "gpus_per_host", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls",
+             "msccl", "tuner", "algorithms", "protocols",
              "efficiency", "path_efficiency", "buffsize_bytes", "nvls_chunk_bytes"}
 MSCCL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all")
 MSCCL_PROTOCOLS = ("LL", "LL128", "Simple")
@@ -230,6 +249,9 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
     up = _section(top["scale_up"], "scale_up", where, _UP)
     out = top.get("scale_out")
     gpus = whole(top["gpus_per_node"], "gpus_per_node", where, high=1024)
+    host = None if top.get("gpus_per_host") is None else whole(top["gpus_per_host"], "gpus_per_host", where, high=gpus)
+    if host is not None and gpus % host:
+        raise ConfigError(f"{where}: 'gpus_per_host' ({host}) must divide 'gpus_per_node' ({gpus})")
     scale_out = None
     if out is not None:
         out = _section(out, "scale_out", where, _OUT)
@@ -275,4 +297,5 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
         assumptions=texts(top.get("assumptions"), "assumptions", where),
         sources=texts(top.get("sources"), "sources", where),
         calibration=calibration,
-        path=path)
+        path=path,
+        gpus_per_host=host)

@@ -22,7 +22,7 @@ from workload.errors import InputError
 
 # the hardware profile a device's summary uses unless --hw-profile names one (the vendor's reference system)
 DEVICE_PROFILES = {"A100": "dgx-a100", "H100": "hgx-h100", "H200": "hgx-h200", "B200": "dgx-b200",
-                   "MI300X": "mi300x"}
+                   "GB200": "gb200-nvl72", "GB300": "gb300-nvl72", "MI300X": "mi300x"}
 
 
 def _s(ns: float) -> str:

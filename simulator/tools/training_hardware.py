@@ -25,7 +25,7 @@ _MEMORY = re.compile(r"(\d+)\s*GB\b", re.IGNORECASE)
 _NICS = re.compile(r"(\d+)\s*x\s[^,;]*?(\d+)\s*Gb/?s", re.IGNORECASE)
 NVLINK_ARCH = {"3": "ampere", "4": "hopper", "5": "blackwell"}  # NVLink generation -> the GPU architecture
 # shipped profiles in the order a row that leaves its network unstated prefers them (NVIDIA's reference systems)
-PREFERRED = ("dgx-a100", "hgx-h100", "hgx-h200", "dgx-b200", "mi300x", "mi325x", "mi355x")
+PREFERRED = ("dgx-a100", "hgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi355x")
 
 
 def gpu_model(text: str) -> str:
@@ -75,7 +75,8 @@ def disagreements(machine: StatedMachine, profile: HardwareProfile) -> list[str]
         out.append(f"{machine.memory_GB} GB vs {profile.gpu}")
     if machine.nvlink_arch is not None and machine.nvlink_arch != profile.arch:
         out.append(f"NVLink of {machine.nvlink_arch} GPUs vs {profile.arch}")
-    if machine.gpus_per_node is not None and machine.gpus_per_node != profile.gpus_per_node:
+    if machine.gpus_per_node is not None and machine.gpus_per_node not in (profile.gpus_per_node,
+                                                                           profile.gpus_per_host):
         out.append(f"{machine.gpus_per_node} GPUs per node vs {profile.gpus_per_node}")
     out_ = profile.scale_out
     if machine.nics_per_node is not None and (out_ is None or out_.nics_per_node != machine.nics_per_node
@@ -106,7 +107,8 @@ def choose_hardware(machine: StatedMachine, override: str | None = None) -> Hard
     if override is not None:
         profile = load_profile(override)
         differs = disagreements(machine, profile)
-        if machine.gpus_per_node is not None and machine.gpus_per_node != profile.gpus_per_node:
+        if machine.gpus_per_node is not None and machine.gpus_per_node not in (profile.gpus_per_node,
+                                                                               profile.gpus_per_host):
             return HardwareChoice(None, None, problem=f"the row has {machine.gpus_per_node} GPUs per node, profile "
                                                       f"{profile.name} {profile.gpus_per_node}")
         if differs:
@@ -142,11 +144,16 @@ def choose_hardware(machine: StatedMachine, override: str | None = None) -> Hard
 def network_for(profile: HardwareProfile, npus: int, label: str) -> NetworkConfig:
     """Nodes of ``profile.gpus_per_node`` GPUs on one switch each, the nodes on a second switch level, with the
     profile's scale-up and per-GPU share of scale-out bandwidth (the collective model reads the profile itself;
-    the network sets the NPU count and the two levels)."""
+    the network sets the NPU count and the two levels). A node is the profile's NVLink domain: 8 GPUs of an HGX
+    board, or the 72 of an NVL72 rack (a run of up to 72 GPUs is one domain; a larger one lies in equal slices of
+    whole trays, HardwareProfile.for_job)."""
+    profile = profile.for_job(npus)
     per_node = min(profile.gpus_per_node, npus)
     nodes = -(-npus // per_node)
     if per_node * nodes != npus:
-        raise InputError(f"{label}: {npus} GPUs do not fill whole nodes of {per_node}")
+        raise InputError(f"{label}: {npus} GPUs do not fill whole nodes of {per_node} ({profile.name}; how the run "
+                         f"spread them over its nodes is not stated: give a profile file whose gpus_per_node divides "
+                         f"{npus} with --hw-profile)")
     to_gib = 1e9 / 2**30  # profiles use GB = 10^9 B, network files GB = 2^30 B
     up = profile.scale_up
     topology, counts, bandwidth, latency = ["Switch"], [per_node], [up.bandwidth_GBps * to_gib], [up.latency_us * 1e3]

@@ -38,7 +38,7 @@ MATCHING = {
     "mi325x_roce_1to8node_ring_all_reduce_rccl.tsv": "mi325x",
 }
 SHIPPED = ("dgx-a100", "azure-ndv4-a100", "hgx-h100", "gcp-a3-mega", "hgx-h200", "dgx-b200", "aws-p6-b200",
-           "mi300x", "mi325x", "mi355x")
+           "gb200-nvl72", "gb300-nvl72", "mi300x", "mi325x", "mi355x")
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 
 

@@ -60,3 +60,11 @@ def test_prediction_figures_agree_with_each_other() -> None:
     mfu = float(re.search(r"MFU ([0-9.]+)%", text).group(1)) / 100  # type: ignore[union-attr]
     expected = summary["flops_6pt"] / (iteration.step_time_ns / 1e9 * 8 * device("A100").peak_tflops * 1e12)
     assert mfu == pytest.approx(expected, abs=6e-4)
+
+
+def test_gb200_predicts_on_its_nvl72_rack_and_no_slower_than_b200() -> None:
+    """Same B200 kernel curves and NVLink 5, higher datasheet peaks: the GB200 step is not longer than the B200's."""
+    gb200, profile, why = predict(SPEC, 8, "GB200", None)
+    b200, _, _ = predict(SPEC, 8, "B200", None)
+    assert profile == "gb200-nvl72" and "GB200 reference system" in why
+    assert 0 < gb200.step_time_ns <= b200.step_time_ns

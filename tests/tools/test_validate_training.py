@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from simulator.collectives.hardware import load_profile
 from simulator.tools import training_features
-from simulator.tools.training_hardware import choose_hardware, stated_machine
+from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, plan_row
 from simulator.tools.training_metrics import megatron_core_flops, sc21_flops
 from simulator.tools.training_table import COLUMNS, TrainingRow, leading_number, read_tables
@@ -35,8 +36,8 @@ ROWS: list[dict[str, str]] = [
      "TP": "1", "PP": "1", "EP": "8", "global_batch": "512", "micro_batch": "4", "n_gpus": "8", "gpu": "B200",
      "gpus_per_node": "8", "tokens_per_s_per_gpu": "30000"},
     # a machine without a shipped profile
-    {"source_id": "megatron_bridge_perf", "row_id": "gb200", "model": "LLAMA3_8B", "seq_len": "8192", "TP": "1",
-     "PP": "1", "global_batch": "128", "micro_batch": "2", "n_gpus": "8", "gpu": "GB200", "precision": "BF16",
+    {"source_id": "megatron_bridge_perf", "row_id": "gaudi2", "model": "LLAMA3_8B", "seq_len": "8192", "TP": "1",
+     "PP": "1", "global_batch": "128", "micro_batch": "2", "n_gpus": "8", "gpu": "Gaudi2", "precision": "BF16",
      "tokens_per_s_per_gpu": "30000"},
 ]
 
@@ -79,8 +80,8 @@ def test_cli_simulates_the_rows_it_can_and_says_why_not_for_the_others(report: d
     assert set(b["compute_ns_by_class"]) == {"matmul", "attention", "elementwise", "optimizer"}
     assert b["exposed_comm_ns_by_kind"]["tp"] > 0
     assert by_id["mamba"]["status"] == NEEDS and "Mamba-2 layers" in by_id["mamba"]["reason"]
-    assert by_id["gb200"]["status"] == UNSUPPORTED and "no shipped hardware profile for GB200" in \
-        by_id["gb200"]["reason"]
+    assert by_id["gaudi2"]["status"] == UNSUPPORTED and "no shipped hardware profile for GAUDI2" in \
+        by_id["gaudi2"]["reason"]
     assert "needs: Mamba-2 layers" in report["stdout"] and "unsupported: no shipped hardware profile" in \
         report["stdout"]
 
@@ -186,6 +187,28 @@ def test_hardware_matching() -> None:
     assert "no shipped hardware profile for H100" in match("H100", "2x 100Gb/s Ethernet")
     assert "4 GPUs per node" in match("TPU-v5p", per_node=4, override="hgx-h100")
     assert match("GB200", override="dgx-b200") == "dgx-b200"
+    # NVL72 racks: a node is the 72-GPU NVLink domain, one NIC per GPU
+    assert match("GB200") == "gb200-nvl72" and match("GB300") == "gb300-nvl72"
+    assert match("NVIDIA GB300", "72x ConnectX-8 800 Gb/s InfiniBand", 72) == "gb300-nvl72"
+    assert "gb200-nvl72: NICs 8x 400 Gb/s vs 72x 400 Gb/s" in match("GB200", "8x 400 Gb/s InfiniBand")
+    choice = choose_hardware(stated_machine("GB200", "NVLink5", "", None))
+    assert choice.device == "GB200" and "gb200-nvl72" in choice.defaults_used[0]
+
+
+def test_nvl72_networks_are_racks_joined_by_their_nics() -> None:
+    gb200 = load_profile("gb200-nvl72")
+    one = network_for(gb200, 64, "row")  # a run of up to 72 GPUs is one NVLink domain
+    assert (one.topology, one.npus_count) == (("Switch",), (64,))
+    two = network_for(load_profile("gb300-nvl72"), 144, "row")
+    assert (two.topology, two.npus_count) == (("Switch", "Switch"), (72, 2))
+    assert two.bandwidth_GiBps[1] == pytest.approx(100e9 / 2**30)  # one 800 Gb/s NIC per GPU, in GiB/s
+    # beyond one rack: equal slices of whole 4-GPU trays (Megatron-Bridge's Slurm --segment), each with its NICs
+    sliced = network_for(gb200, 128, "row")
+    assert (sliced.npus_count, sliced.bandwidth_GiBps[1]) == ((64, 2), pytest.approx(50e9 / 2**30))
+    with pytest.raises(InputError, match=r"130 GPUs do not fill whole nodes of 72 .*gb200-nvl72.*--hw-profile"):
+        network_for(gb200, 130, "row")  # not whole trays
+    # a table that counts the 4-GPU tray as its node still means the rack
+    assert choose_hardware(stated_machine("GB200", "", "", 4)).profile.name == "gb200-nvl72"  # type: ignore[union-attr]
 
 
 def test_table_fields_keep_the_sources_text() -> None:
