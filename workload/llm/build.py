@@ -97,11 +97,10 @@ class _StageBuilder:
         self.grads.start()
         steps = (self.p.pp, self.stage, self.p.num_micro_batches, self.vp, self.p.group_size)
         posted_after = stage_receive_points(*steps)
-        start, step_ends = self.prog.last_compute, []  # the last compute node before / after each step
+        step_ends: list[int] = []  # the last compute node after each step
         for i, (kind, mb, chunk) in enumerate(stage_schedule(*steps)):
-            j = posted_after[i]
-            last = step_ends[j] if j >= 0 else start
-            recv_deps = [last] if last else []
+            j = posted_after[i]  # posted after the step before: after whatever compute precedes the receive
+            recv_deps = None if j == i - 1 else [step_ends[j]] if step_ends[j] else []
             if kind == "F":
                 self._forward(mb, chunk, recv_deps)
             else:
@@ -112,7 +111,13 @@ class _StageBuilder:
             x for r in self.chunk_layers for x in r)
         return StageProgram(self.stage, layers, self.prog.ops)
 
-    def _forward(self, mb: int, chunk: int, recv_deps: list[int]) -> None:
+    def _recv_deps(self, posted_after: list[int] | None) -> list[int]:
+        """A receive's dependencies: ``posted_after`` (schedules.receive_points), else the last compute so far."""
+        if posted_after is not None:
+            return posted_after
+        return [self.prog.last_compute] if self.prog.last_compute else []
+
+    def _forward(self, mb: int, chunk: int, recv_deps: list[int] | None) -> None:
         pre, prog, z = f"mb{mb}.fwd.", self.prog, self.z
         names = self._names(mb, chunk, "fwd")
         embeds, heads = self._holds(chunk)
@@ -127,7 +132,7 @@ class _StageBuilder:
             if heads:
                 self.tail.batch(pre, False, x)
             x = prog.p2p(names + "recv_activation", False, -1, self._tag(False, chunk, mb), z.act_local_bytes,
-                         recv_deps, "fwd")
+                         self._recv_deps(recv_deps), "fwd")
         for layer in self.chunk_layers[chunk]:
             if mb == 0:
                 x = x + self.grads.first_use(f"layer{layer}")
@@ -143,7 +148,7 @@ class _StageBuilder:
             prog.p2p(names + "send_activation", True, +1, self._tag(False, to_chunk, mb), z.act_local_bytes, x,
                      "fwd")
 
-    def _backward(self, mb: int, chunk: int, recv_deps: list[int]) -> None:
+    def _backward(self, mb: int, chunk: int, recv_deps: list[int] | None) -> None:
         pre, prog, z, grads = f"mb{mb}.bwd.", self.prog, self.z, self.grads
         names = self._names(mb, chunk, "bwd")
         embeds, heads = self._holds(chunk)
@@ -160,7 +165,7 @@ class _StageBuilder:
                 grads.after_backward("root", g, mb)
         else:
             g = prog.p2p(names + "recv_gradient", False, +1, self._tag(True, chunk, mb), z.act_local_bytes,
-                         recv_deps, "bwd")
+                         self._recv_deps(recv_deps), "bwd")
         for layer in reversed(self.chunk_layers[chunk]):
             g = self.layers.backward(f"{pre}layer{layer}.", g, f"layer{layer}", mb)
             grads.after_backward(f"layer{layer}", g, mb)
