@@ -57,6 +57,8 @@ FEATURES: dict[str, Feature] = {
     "megatron_buckets": Feature("Megatron-Core's gradient bucket size", (("ddp_bucket_size", "megatron"),),
                                 minor=True),
     "grad_reduce_in_fp32": Feature("gradient reduction in fp32", (("grad_reduce_in_fp32", True),), minor=True),
+    "unfused_attention": Feature("attention core without a fused kernel (scores materialised, before "
+                                 "FlashAttention)", (("attention_backend", "unfused"),)),
     "iteration_tail": Feature("iteration tail (data loading, gradient clipping, logging)",
                               (("iteration_tail", True),), minor=True),
 }
@@ -75,6 +77,7 @@ class Framework:
     precision: tuple[str, str]
     grad_reduce_in_fp32: tuple[bool, str]
     megatron_buckets: bool  # Megatron-Core's DDP (gradient buckets of max(40M, 1M x dp x cp) parameters)
+    attention: tuple[str, str] = ("flash", "fused FlashAttention-style kernels (Transformer Engine)")
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -94,14 +97,16 @@ _MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM 
                       ("bf16", "16-bit mixed precision (the MFU/peak the source quotes is the BF16/FP16 one)"),
                       (True, "Megatron-LM reduces bf16 gradients in fp32"), True)
 _FP16_GRADS = (False, "Megatron-LM of the time: 16-bit gradients")
+_UNFUSED = ("unfused", "Megatron-LM before FlashAttention (2021-2022): QK^T and AV as batched GEMMs around a fused "
+                       "scaled-masked softmax")
 FRAMEWORKS: dict[str, Framework] = {
     "megatron_sc21_t1": Framework("Megatron-LM (2021)", _MEGATRON_MBS,
                                   (False, "not in Megatron-LM in 2021"), (False, "not in Megatron-LM in 2021"),
                                   (False, "not in Megatron-LM in 2021"), _MEGATRON.recompute, _MEGATRON.precision,
-                                  _FP16_GRADS, False),
+                                  _FP16_GRADS, False, _UNFUSED),
     "korthikanti22_t5": Framework("Megatron-LM (2022)", _MEGATRON_MBS, (False, "Megatron-LM (2022) default: off"),
                                   _MEGATRON.sequence_parallel, (False, "Megatron-LM (2022): not used"),
-                                  _MEGATRON.recompute, _MEGATRON.precision, _FP16_GRADS, False),
+                                  _MEGATRON.recompute, _MEGATRON.precision, _FP16_GRADS, False, _UNFUSED),
     "megatron_readme_h100": _MEGATRON,
     "nemo_2407": _NEMO,
     "megatron_bridge_perf": _BRIDGE,
