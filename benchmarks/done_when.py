@@ -1,7 +1,7 @@
 """Issue 13's "done when" figures in one table, each beside the ASTRA-sim time it compares to.
 
     python benchmarks/done_when.py [--astra-sim DIR] [--stg-trace PREFIX --stg-groups FILE] [--full]
-                                   [--base DIR]
+                                   [--base DIR] [--repeat N] [--cold]
 
 Rows (``--full`` adds the long ones: minutes each):
 
@@ -22,6 +22,11 @@ ASTRA-sim times are measured in this run when ``--astra-sim DIR`` (or $ASTRA_SIM
 AstraSim_Analytical_Congestion_{Unaware,Aware} binaries: CPU seconds (user + sys) of both programs, on the same
 files. Otherwise they are the wall-clock times of ../shared/reference/astra-sim-2x/README.md (a quiet 2-core
 machine, where CPU and wall time agree for both single-threaded programs).
+
+Ours: CPU seconds of a fresh process, start-up and imports included; each file-based row is the median of
+``--repeat`` runs (3). The children read compiled modules, as an installed copy does (pip compiles at install);
+``--cold`` runs a copy of the code without bytecode under PYTHONDONTWRITEBYTECODE, so that every run compiles
+this code base's modules (what a fresh checkout costs in an environment that sets it).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,19 +62,30 @@ GPT80 = {"num_layers": 80, "hidden_size": 8192, "num_heads": 64, "ffn_hidden_siz
          "seq_len": 2048, "tp": 8, "pp": 4, "dp": 8, "global_batch": 64}
 LLAMA405 = {"preset": "llama3-405b", "tp": 8, "pp": 16, "seq_len": 8192, "micro_batch_size": 1}
 LLAMA405_NET = [("Switch", 8, 450, 500), ("Switch", None, 50, 2000)]
+# the children run as an installed copy does: pip compiles its modules at install, so a run reads bytecode
+# (PYTHONDONTWRITEBYTECODE in this environment would make every child compile every module again; --cold does so)
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+CHILD_CWD = REPO  # where the children import the code from
+PACKAGES = ("compute", "configs", "network", "simulator", "workload")
+REPEAT = 3  # runs of each file-based row (--repeat)
 BINARIES = {"analytical-unaware": "AstraSim_Analytical_Congestion_Unaware",
             "analytical-aware": "AstraSim_Analytical_Congestion_Aware"}
 
 
-def ours(args: list[str], out: str) -> dict:
-    """Run this checkout's CLI in a fresh process: CPU seconds, peak RSS, the JSON result."""
-    p = subprocess.run([sys.executable, "-c", _CHILD, *args, "--json", out, "--quiet"], capture_output=True,
-                       text=True, cwd=REPO)
-    if p.returncode != 0:
-        return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
-    last = p.stderr.strip().splitlines()[-1].split()
+def ours(args: list[str], out: str, repeat: int = 1) -> dict:
+    """Run this checkout's CLI in ``repeat`` fresh processes: the median CPU seconds, the largest peak RSS, the
+    JSON result (the children read compiled modules, or with --cold compile this code base's in every run)."""
+    runs = []
+    for _ in range(repeat):
+        p = subprocess.run([sys.executable, "-c", _CHILD, *args, "--json", out, "--quiet"], capture_output=True,
+                           text=True, cwd=CHILD_CWD, env=CHILD_ENV)
+        if p.returncode != 0:
+            return {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
+        last = p.stderr.strip().splitlines()[-1].split()
+        runs.append((float(last[1]), int(last[3]) / 1024))
     with open(out) as f:
-        return {"cpu_s": float(last[1]), "rss_mb": int(last[3]) / 1024, "result": json.load(f)}
+        return {"cpu_s": statistics.median(c for c, _ in runs), "rss_mb": max(m for _, m in runs),
+                "result": json.load(f), "runs": len(runs)}
 
 
 def astra(folder: str | None, backend: str, workload: str, system: str, network: str, memory: str,
@@ -138,7 +155,7 @@ def allreduce_row(table: Table, tmp: str, bins: str | None) -> None:
     memory = os.path.join(tmp, "memory.json")
     with open(memory, "w") as f:
         json.dump({"memory-type": "NO_MEMORY_EXPANSION"}, f)
-    r = ours(["--workload", prefix, "--network", network, "--system", system], os.path.join(tmp, "ar.json"))
+    r = ours(["--workload", prefix, "--network", network, "--system", system], os.path.join(tmp, "ar.json"), REPEAT)
     a = astra(bins, "analytical-unaware", prefix, system, network, memory, None)
     astra_s, source = compare(a, README_S["allreduce"])
     exact = "error" not in r and r["result"]["finish_ns"] == 46_129_156
@@ -164,7 +181,7 @@ def stg8_rows(table: Table, tmp: str, bins: str | None) -> None:
         args = ["--workload", os.path.join(case, "workload", "trace"), "--network", os.path.join(case, "network.yml"),
                 "--system", path, "--memory", os.path.join(case, "memory.json"), "--comm-groups",
                 os.path.join(case, "comm_groups.json"), "--backend", backend]
-        r = ours(args, os.path.join(tmp, f"stg8.{short}.json"))
+        r = ours(args, os.path.join(tmp, f"stg8.{short}.json"), REPEAT)
         a = astra(bins, backend, os.path.join(case, "workload", "trace"), path, os.path.join(case, "network.yml"),
                   os.path.join(case, "memory.json"), os.path.join(case, "comm_groups.json"))
         exact = "error" not in r and Counter(
@@ -188,7 +205,7 @@ def stg80_rows(table: Table, tmp: str, bins: str | None, trace: str, groups: str
     memory = os.path.join(STG_CASE.format("unaware"), "memory.json")
     for short, backend in (("unaware", "analytical-unaware"), ("aware", "analytical-aware")):
         r = ours(["--workload", trace, "--comm-groups", groups, "--network", network, "--system", system_path,
-                  "--memory", memory, "--backend", backend], os.path.join(tmp, f"stg80.{short}.json"))
+                  "--memory", memory, "--backend", backend], os.path.join(tmp, f"stg80.{short}.json"), REPEAT)
         a = astra(bins, backend, trace, system_path, network, memory, groups)
         astra_s, source = compare(a, README_S["gpt80"] if short == "unaware" else None)
         exact = None if a is None or "error" in r else same_as(r["result"], a["ranks"])
@@ -249,6 +266,7 @@ def message_engine_row(base: str, trace: str | None, groups: str | None) -> int:
 
 
 def main() -> int:
+    global REPEAT, CHILD_CWD
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--astra-sim", default=os.environ.get("ASTRA_SIM_BIN"),
                         help="folder of ASTRA-sim's analytical binaries (default: $ASTRA_SIM_BIN)")
@@ -257,9 +275,23 @@ def main() -> int:
     parser.add_argument("--full", action="store_true", help="also the long rows (message engine at 1,024 ranks, "
                                                             "the 200-point sweep)")
     parser.add_argument("--base", help="an earlier checkout: the message engine's speed-up per message")
+    parser.add_argument("--repeat", type=int, default=REPEAT, help="runs of each file-based row, median CPU time "
+                                                                   f"(default {REPEAT})")
+    parser.add_argument("--cold", action="store_true", help="children compile this code base's modules in every "
+                                                            "run (a fresh checkout with PYTHONDONTWRITEBYTECODE)")
     args = parser.parse_args()
+    REPEAT = max(1, args.repeat)
+    if args.cold:  # a copy of the code without bytecode, none written: each child compiles this code base's modules
+        CHILD_CWD = tempfile.mkdtemp(prefix="astrasim-py-cold-")
+        for name in PACKAGES:
+            shutil.copytree(os.path.join(REPO, name), os.path.join(CHILD_CWD, name),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        CHILD_ENV["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:  # compile once, as an install does, so that no row pays for it
+        subprocess.run([sys.executable, "-c", "import simulator.cli"], cwd=REPO, env=CHILD_ENV, check=False)
     print(f"ASTRA-sim: {'binaries in ' + args.astra_sim if args.astra_sim else 'times from the reference README'}; "
-          "ours: CPU s (user + sys) of a fresh process, start-up included")
+          f"ours: CPU s (user + sys) of a fresh process, start-up included, median of {REPEAT} runs for the "
+          f"file-based rows, {'modules compiled in each run' if args.cold else 'modules compiled beforehand'}")
     table = Table()
     with tempfile.TemporaryDirectory() as tmp:
         allreduce_row(table, tmp, args.astra_sim)
@@ -269,6 +301,8 @@ def main() -> int:
         llm_rows(table, tmp, args.full)
         if args.full:
             sweep_row(table)
+    if args.cold:
+        shutil.rmtree(CHILD_CWD, ignore_errors=True)
     failed = table.missed
     if args.base:
         failed += message_engine_row(args.base, args.stg_trace, args.stg_groups) != 0

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from simulator.collectives.calibration import Measurement, calibrate, predict, read_tables, summarize
+from simulator.collectives.calibration import ERROR_MEASURES, Measurement, calibrate, predict, read_tables, summarize
 from simulator.collectives.hardware import load_profile
 from simulator.collectives.nccl import CollectiveModel
 
@@ -67,7 +67,7 @@ def main() -> int:
     p.add_argument("--shared", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
     args = p.parse_args()
     folder = os.path.join(args.shared, "reference", "hardware", "nccl-tests")
-    print("geomean |predicted/published - 1| of busbw per size band; max: the largest error at >= 1 MiB")
+    print(f"busbw per size band: {ERROR_MEASURES} (at >= 1 MiB)")
     print(f"{'held out':<56} {'rows':>5} {'>=64KiB':>8} {'<64KiB':>8} {'max':>7}   {'fitted part':>8} {'<64KiB':>8}")
     for title, name, tables, split in CASES:
         profile = load_profile(name)

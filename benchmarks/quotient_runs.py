@@ -26,7 +26,7 @@ _CHILD = ("import sys; from simulator.cli import main; status = main(sys.argv[1:
           "print('peak RSS KiB', hwm[0], file=sys.stderr); sys.exit(status)")
 
 # name, generator mapping, network (topology, npus, GB/s, ns per dimension), ASTRA-sim seconds (None: no such
-# run), verify against the message engine with --verify
+# run), verify against the message engine with --verify[, more command-line options]
 CASES = [
     ("Llama-3 8B, 128 ranks (tp4 pp4 dp8), 8 x 16 switches",
      {"preset": "llama3-8b", "tp": 4, "pp": 4, "dp": 8, "global_batch": 64},
@@ -46,10 +46,29 @@ CASES = [
      {"preset": "llama3-405b", "tp": 8, "pp": 16, "dp": 128, "seq_len": 8192, "global_batch": 2048,
       "micro_batch_size": 1},
      [("Switch", 8, 450, 500), ("Switch", 2048, 50, 2000)], None, False),
+    ("Llama-3 70B, 256 ranks (tp8 pp4 cp2 dp4, ring attention, seq 8192)",
+     {"preset": "llama3-70b", "tp": 8, "pp": 4, "cp": 2, "dp": 4, "seq_len": 8192, "global_batch": 32},
+     [("Switch", 8, 400, 936.25), ("Switch", 32, 46.566, 2500)], None, True),
+    ("Llama-3 8B, 16 ranks (tp2 pp4 vp2 dp2, SP, TP comm overlap)",
+     {"preset": "llama3-8b", "tp": 2, "pp": 4, "vp": 2, "dp": 2, "sequence_parallel": True, "tp_comm_overlap": True,
+      "global_batch": 32},
+     [("Switch", 8, 400, 936.25), ("Switch", 2, 46.566, 2500)], None, True),
+    ("Mixtral 8x7B, 16 ranks (tp2 pp2 dp4 ep4, SP)",
+     {"preset": "mixtral-8x7b", "tp": 2, "pp": 2, "dp": 4, "ep": 4, "sequence_parallel": True,
+      "global_batch": 64},
+     [("Switch", 8, 400, 936.25), ("Switch", 2, 46.566, 2500)], None, True),
+    ("Llama-3 8B, 128 ranks (tp4 pp4 dp8), NCCL model (hgx-h100)",
+     {"preset": "llama3-8b", "tp": 4, "pp": 4, "dp": 8, "global_batch": 64},
+     [("Switch", 8, 400, 500), ("Switch", 16, 50, 1000)], None, True,
+     ["--collective-model", "nccl", "--hw-profile", "hgx-h100"]),
+    ("Llama-3 70B, 1,024 ranks (tp8 pp8 dp16, ZeRO 1, SP), NCCL model (hgx-h200)",
+     {"preset": "llama3-70b", "tp": 8, "pp": 8, "dp": 16, "zero": 1, "sequence_parallel": True, "global_batch": 64},
+     [("Switch", 8, 400, 500), ("Switch", 128, 50, 1000)], None, False,
+     ["--collective-model", "nccl", "--hw-profile", "hgx-h200"]),
 ]
 
 
-def run(folder: str, name: str, spec: dict, dims: list, engine: str) -> dict:
+def run(folder: str, name: str, spec: dict, dims: list, engine: str, options: tuple[str, ...] = ()) -> dict:
     slug = "".join(ch if ch.isalnum() else "_" for ch in name)[:60]
     workload = os.path.join(folder, f"{slug}.yaml")
     with open(workload, "w") as f:
@@ -60,7 +79,7 @@ def run(folder: str, name: str, spec: dict, dims: list, engine: str) -> dict:
                    "bandwidth": [d[2] for d in dims], "latency": [d[3] for d in dims]}, f)
     out = os.path.join(folder, f"{slug}.{engine}.json")
     cmd = [sys.executable, "-c", _CHILD, "--workload", workload, "--network", network, "--device", "H100",
-           "--engine", engine, "--json", out, "--quiet"]
+           "--engine", engine, "--json", out, "--quiet", *options]
     started = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     wall = time.perf_counter() - started
@@ -77,17 +96,18 @@ def main() -> int:
                                                               "compare every rank")
     parser.add_argument("--only", default="", help="run only the cases whose name contains this")
     args = parser.parse_args()
-    print(f"{'case':<66} {'ranks':>6} {'simulated':>9} {'wall s':>7} {'RSS MB':>7} {'ASTRA s':>8} {'speed-up':>8}"
+    print(f"{'case':<78} {'ranks':>6} {'simulated':>9} {'wall s':>7} {'RSS MB':>7} {'ASTRA s':>8} {'speed-up':>8}"
           f"  {'message engine':>18}")
     failures = 0
     with tempfile.TemporaryDirectory() as folder:
-        for name, spec, dims, astra_s, verify in CASES:
+        for name, spec, dims, astra_s, verify, *more in CASES:
             if args.only not in name:
                 continue
-            r = run(folder, name, spec, dims, "auto")
+            options = tuple(more[0]) if more else ()
+            r = run(folder, name, spec, dims, "auto", options)
             if "error" in r:
                 failures += 1
-                print(f"{name:<66} ERROR {r['error']}")
+                print(f"{name:<78} ERROR {r['error']}")
                 continue
             res = r["result"]
             ranks, simulated = len(res["ranks"]), res["run"]["simulated_ranks"]
@@ -95,7 +115,7 @@ def main() -> int:
             speedup = f"{astra_s / r['wall_s']:.0f}x" if astra_s else "-"
             check = ""
             if args.verify and verify:
-                m = run(folder, name, spec, dims, "message")
+                m = run(folder, name, spec, dims, "message", options)
                 if "error" in m:
                     check = f"ERROR {m['error']}"
                     failures += 1
@@ -103,7 +123,7 @@ def main() -> int:
                     same = m["result"]["ranks"] == res["ranks"]
                     failures += not same
                     check = f"{m['wall_s']:.1f} s, {'identical' if same else 'DIFFERENT'}"
-            print(f"{name:<66} {ranks:>6,} {simulated:>9,} {r['wall_s']:>7.2f} {r['rss_mb']:>7.0f} {astra:>8} "
+            print(f"{name:<78} {ranks:>6,} {simulated:>9,} {r['wall_s']:>7.2f} {r['rss_mb']:>7.0f} {astra:>8} "
                   f"{speedup:>8}  {check:>18}", flush=True)
     print("(*) ASTRA-sim's 18.5 s is its run of symbolic_tensor_graph's trace of this layout (not shared here); "
           "ours is the same model and layout from `generate: llm`, so the two are comparable in size, not identical")

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from simulator.collectives.calibration import Prediction, predict, read_table, summarize
+from simulator.collectives.calibration import ERROR_MEASURES, Prediction, predict, read_table, summarize
 from simulator.collectives.hardware import load_profile
 from simulator.collectives.nccl import CollectiveModel
 
@@ -100,6 +100,7 @@ def main() -> int:
                       f"{q.algorithm}/{q.protocol}")
     pooled = [replace(q, row=replace(q.row, table="pooled")) for preds in found.values() for q in preds]
     print(line(f"pooled ({args.set})", "", summarize(pooled)[0]))
+    print(f"({ERROR_MEASURES})")
     return 0
 
 

@@ -24,13 +24,15 @@ dimension and non-increasing in peak FLOP/s and bandwidth; the efficiency (roofl
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compute.devices import Device
-from compute.kernel_params import GemmParams
 from compute.shapes import DTYPE_BYTES, AttentionShape, GemmShape, OpShape
+
+if TYPE_CHECKING:  # a run that does not time kernels imports neither
+    from compute.devices import Device
+    from compute.kernel_params import GemmParams
 
 MEMORY_CLASSES_BY_OP = {"elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer"}
 

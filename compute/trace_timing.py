@@ -110,7 +110,8 @@ def describe(counts: NodeTimes, total: int, path: str) -> str:
         parts.append(f"{estimated:,} of {total:,} GPU compute nodes have no usable operator shape ({why}) and are "
                      "estimated from num_ops/tensor_size by a roofline at the device's kernel efficiencies")
     if counts.replayed:
-        parts.append(f"{counts.replayed:,} carry neither and replay their recorded durations")
+        parts.append(f"{counts.replayed:,} {'more' if estimated else f'of {total:,} GPU compute nodes'} carry "
+                     "neither an operator shape nor num_ops/tensor_size and replay their recorded durations")
     return (f"--compute-model kernels: {'; '.join(parts)} (e.g. {path}: {counts.example}); give compute nodes op_class "
             "and shape attributes, as `astrasim-py trace generate llm` writes them")
 

@@ -150,10 +150,10 @@ class Link:
 
 
 class _Message:
-    __slots__ = ("arg", "callback", "hop", "origin", "route", "size", "touches")
+    __slots__ = ("arg", "callback", "hop", "origin", "root", "route", "size", "touches")
 
     def __init__(self, size: int, route: list[Link], callback: Callback, arg: Any, origin: Any,
-                 touches: list[Any] | None = None) -> None:
+                 touches: list[Any] | None = None, root: int | None = None) -> None:
         self.size = size
         self.route = route
         self.hop = 0
@@ -161,6 +161,7 @@ class _Message:
         self.arg = arg
         self.origin = origin  # on whose behalf its events are scheduled (representative-rank runs only)
         self.touches = touches  # per hop, the (owner, label) of its link's events (quotient runs only)
+        self.root = root  # the rank its events descend from (quotient runs: simulator/quotient_run.py)
 
 
 class Classes(Protocol):
@@ -288,7 +289,7 @@ class CongestionAware:
             route = self.route(src, dst)
         if self._checked:  # a folded run: on whose behalf the message's events are scheduled
             msg = _Message(size_bytes, route, on_delivered, arg, self.engine.insert_offset,  # type: ignore[attr-defined]
-                           self._touches.get((src, dst)))
+                           self._touches.get((src, dst)), getattr(self.engine, "insert_root", None))
         else:
             msg = _Message(size_bytes, route, on_delivered, arg, None, None)
         self._enter(route[0], msg)
@@ -341,8 +342,8 @@ class CongestionAware:
             hop = msg.hop
             last = hop + 1 == len(msg.route)
             engine.call_later(int(link.latency_ns + serialization), self._arrived, msg,  # type: ignore[call-arg]
-                              offset=msg.origin if last else (msg.touches[hop + 1],))
-            engine.call_later(busy, self._free, link, offset=(msg.touches[hop],))  # type: ignore[call-arg]
+                              offset=msg.origin if last else (msg.touches[hop + 1],), root=msg.root)
+            engine.call_later(busy, self._free, link, offset=(msg.touches[hop],), root=msg.root)  # type: ignore
         elif msg.origin is not None:  # a representative-rank run: these events are the message's own
             current = engine.insert_offset  # type: ignore[attr-defined]
             engine.insert_offset = msg.origin  # type: ignore[attr-defined]

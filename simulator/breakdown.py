@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import reduce
+from itertools import chain
+from operator import add
 from typing import Any
 
 from simulator.recording import CollectiveRecord
@@ -60,30 +63,62 @@ class CollectiveSummary:
     choices: tuple[dict[str, Any], ...] = ()
 
 
+class _LogTotals:
+    """One rank's collective records summed per type: counts and sizes, and each record's bandwidth terms in order."""
+
+    __slots__ = ("alg", "bus", "chosen", "count", "size", "time")
+
+    def __init__(self, log: list[CollectiveRecord]) -> None:
+        self.count: dict[str, int] = defaultdict(int)
+        self.size: dict[str, int] = defaultdict(int)
+        self.time: dict[str, int] = defaultdict(int)
+        self.alg: dict[str, list[int]] = defaultdict(list)
+        self.bus: dict[str, list[float]] = defaultdict(list)
+        self.chosen: dict[str, dict[tuple[str, str, int], int]] = defaultdict(lambda: defaultdict(int))
+        for r in log:
+            if r.algorithm:
+                self.chosen[r.kind][(r.algorithm, r.protocol, r.channels)] += 1
+            self.count[r.kind] += 1
+            self.size[r.kind] += r.size_bytes
+            self.time[r.kind] += r.end_ns - r.start_ns
+            data = algorithm_bytes(r)
+            self.alg[r.kind].append(data)
+            self.bus[r.kind].append(data * BUS_FACTORS[r.kind](r.participants) if r.participants > 1 else 0.0)
+
+
 def summarize_collectives(logs: list[list[CollectiveRecord]]) -> list[CollectiveSummary]:
+    """Per collective type, the per-rank means over ``logs`` (one per rank, in rank order; ranks of a folded run
+    share their representative's list, read once). Bandwidths add every record's term in rank and record order,
+    as one loop over all records does, so a folded run's figures equal an unfolded one's to the last bit."""
     count: dict[str, int] = defaultdict(int)
     size: dict[str, int] = defaultdict(int)
     time: dict[str, int] = defaultdict(int)
-    alg: dict[str, float] = defaultdict(float)
-    bus: dict[str, float] = defaultdict(float)
     chosen: dict[str, dict[tuple[str, str, int], int]] = defaultdict(lambda: defaultdict(int))
+    read: dict[int, _LogTotals] = {}
+    ordered: list[_LogTotals] = []  # each rank's totals, in rank order
     for log in logs:
-        for r in log:
-            if r.algorithm:
-                chosen[r.kind][(r.algorithm, r.protocol, r.channels)] += 1
-            duration = r.end_ns - r.start_ns
-            count[r.kind] += 1
-            size[r.kind] += r.size_bytes
-            time[r.kind] += duration
-            data = algorithm_bytes(r)
-            alg[r.kind] += data
-            bus[r.kind] += data * BUS_FACTORS[r.kind](r.participants) if r.participants > 1 else 0.0
+        totals = read.get(id(log))
+        if totals is None:
+            totals = read[id(log)] = _LogTotals(log)
+        ordered.append(totals)
+        for kind, n in totals.count.items():
+            count[kind] += n
+            size[kind] += totals.size[kind]
+            time[kind] += totals.time[kind]
+        for kind, choices in totals.chosen.items():
+            for choice, n in choices.items():
+                chosen[kind][choice] += n
     ranks = max(len(logs), 1)
-    return [CollectiveSummary(kind, count[kind] / ranks, round(size[kind] / ranks), round(time[kind] / ranks),
-                              alg[kind] / time[kind] if time[kind] else 0.0,
-                              bus[kind] / time[kind] if time[kind] else 0.0,
-                              _choices(chosen[kind], ranks) if kind in chosen else ())
-            for kind in sorted(count)]
+    out = []
+    for kind in sorted(count):
+        # every record's term in rank and record order, added one by one as += would (never gathered in a list)
+        alg_sum = reduce(add, chain.from_iterable(t.alg.get(kind, ()) for t in ordered), 0.0)
+        bus_sum = reduce(add, chain.from_iterable(t.bus.get(kind, ()) for t in ordered), 0.0)
+        out.append(CollectiveSummary(kind, count[kind] / ranks, round(size[kind] / ranks), round(time[kind] / ranks),
+                                     alg_sum / time[kind] if time[kind] else 0.0,
+                                     bus_sum / time[kind] if time[kind] else 0.0,
+                                     _choices(chosen[kind], ranks) if kind in chosen else ()))
+    return out
 
 
 def _choices(counts: dict[tuple[str, str, int], int], ranks: int) -> tuple[dict[str, Any], ...]:
@@ -147,7 +182,8 @@ def activity(workloads: list[Any], finish_ns: int, bins: int = 200, per_rank_lim
                                        "comm": busy_fractions(iv.comm, finish_ns, bins),
                                        "memory": busy_fractions(iv.memory, finish_ns, bins)}
         per_rank.append({"rank": rank, **fractions})
-    mean = {c: [round(sum(r[c][b] for r in per_rank) / max(len(per_rank), 1), 4) for b in range(bins)]
-            for c in categories}
+    # each bin's sum over ranks in rank order (zip: the bins of every rank side by side, without a loop per value)
+    mean = {c: [round(sum(column) / max(len(per_rank), 1), 4) for column in zip(*(r[c] for r in per_rank), strict=True)]
+            if per_rank else [0.0] * bins for c in categories}
     return {"bins": bins, "bin_ns": finish_ns / bins, "mean": mean,
             "ranks": per_rank if len(per_rank) <= per_rank_limit else []}

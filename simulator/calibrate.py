@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import yaml
 
-from simulator.collectives.calibration import calibrate, read_tables
+from simulator.collectives.calibration import calibrate, check_fits, read_tables
 from simulator.collectives.hardware import load_profile
 from simulator.validate import format_summary
 from workload.files import read_yaml
@@ -38,6 +38,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     started = time.perf_counter()
     profile = load_profile(args.profile)
     rows = read_tables(args.tables)
+    check_fits(rows, profile)
     section = calibrate(profile, rows)
     data = read_yaml(profile.path, "hardware profile")
     data["calibration"] = section

@@ -13,21 +13,15 @@ import hashlib
 
 import numpy as np
 
-from simulator.node_table import node_table
+from simulator.node_table import TABLE_ATTRIBUTES, node_table
 from workload.graph import TraceGraph
 from workload.groups import metadata_groups
 from workload.schema import NodeType
+from workload.variants import dependency_positions
 
-
-def _positions(graph: TraceGraph, deps: np.ndarray) -> np.ndarray:
-    """Dependencies as positions in id order (-1: an id absent from the trace)."""
-    if not deps.size:
-        return np.zeros(0, dtype=np.int64)
-    at = np.searchsorted(graph.ids, deps)
-    inside = at < len(graph.ids)
-    found = inside.copy()
-    found[inside] = graph.ids[at[inside]] == deps[inside]
-    return np.where(found, at, -1).astype(np.int64)
+# the attributes that name other ranks (``behaviour_key`` without references leaves their values out)
+REFERENCE_ATTRIBUTES = frozenset(("comm_src", "comm_dst", "pg_name"))
+_STRUCTURAL = TABLE_ATTRIBUTES - REFERENCE_ATTRIBUTES
 
 
 def behaviour_key(graph: TraceGraph, references: bool = True) -> bytes:
@@ -38,6 +32,10 @@ def behaviour_key(graph: TraceGraph, references: bool = True) -> bytes:
     key = graph.cache.get(name)
     if key is not None:
         return key  # type: ignore[no-any-return]
+    variant = graph.variant
+    if variant is not None and not (variant.attributes & (TABLE_ATTRIBUTES if references else _STRUCTURAL)):
+        key = graph.cache[name] = behaviour_key(variant.template, references)  # it differs in nothing keyed
+        return key
     t = node_table(graph)
     h = hashlib.blake2b(digest_size=20)
     h.update(np.int64(graph.num_nodes).tobytes())
@@ -49,7 +47,7 @@ def behaviour_key(graph: TraceGraph, references: bool = True) -> bytes:
     h.update(repr(sorted(t.involved_dim.items())).encode())
     for ptr, deps in ((graph.data_ptr, graph.data_deps), (graph.ctrl_ptr, graph.ctrl_deps)):
         h.update(np.asarray(ptr, dtype=np.int64).tobytes())
-        h.update(_positions(graph, np.asarray(deps, dtype=np.uint64)).tobytes())
+        h.update(dependency_positions(graph.ids, np.asarray(deps, dtype=np.uint64)).astype(np.int64).tobytes())
     metadata = np.flatnonzero(graph.types == NodeType.METADATA_NODE).tolist()
     h.update(repr([(i, metadata_groups(graph, i)) for i in metadata] if references else metadata).encode())
     key = h.digest()

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from compute.devices import device, device_names
 from compute.kernels import KernelModel
 from compute.roofline import Roofline
 from compute.trace_timing import NodeTimes, describe, is_gpu_compute, node_times
@@ -29,6 +28,9 @@ from workload.traceset import TraceSet
 
 COLLECTIVE_NAMES = {0: "all_reduce", 2: "all_gather", 7: "reduce_scatter", 6: "all_to_all"}
 COMPUTE_MODELS = ("roofline", "kernels")
+# the attributes check_workload reads: a variant trace (workload/variants.py) that differs from its template in
+# none of them needs no check of its own
+_CHECKED_ATTRIBUTES = frozenset(("is_cpu_op", "comm_type", "num_ops", "tensor_size", "involved_dim"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,8 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
     if model not in COMPUTE_MODELS:
         raise InputError(f"unknown compute model {model!r}; valid: {', '.join(COMPUTE_MODELS)}")
     if model == "kernels" and not system.replay_only:
+        from compute.devices import device, device_names  # device presets: imported when a run names one
+
         name = device_name or system.device
         if not name:
             raise InputError("the kernels compute model needs a device: --device NAME or a device file (.yml); "
@@ -71,12 +75,22 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
     peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
     name = device_name or system.device
     if name:
+        from compute.devices import device
+
         preset = device(name)
         peak, bw, name = preset.peak_tflops, preset.memory_bw_gbps, preset.name
     if not peak or not bw:
         raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s, "
                          "GB = 10^9 B), or a device preset (--device or \"device\")")
     return ComputeModel(Roofline(peak * 1e12, bw * 1e9), name)
+
+
+def _roofline_way_out(system: SystemConfig) -> str:
+    """How to replay recorded durations instead: what turned the roofline model on is what to undo."""
+    if system.roofline_enabled:
+        return f"or set roofline-enabled to 0 in {system.path} to replay durations"
+    return ("--device turns the roofline model on: leave it out to replay the recorded durations, or add "
+            "--compute-model kernels, which replays nodes without them")
 
 
 def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: SystemConfig, network: NetworkConfig,
@@ -89,10 +103,19 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
     total_compute = 0
     seen: set[int] = set()
     short: list[str] = []  # collectives whose involved_dim names fewer dimensions than the network has
+    counted: dict[int, tuple[int, int]] = {}  # a graph's untimed nodes (and those with FLOPs), as counted
     for r, graph in enumerate(graphs):
         if id(graph) in seen:
             continue
         seen.add(id(graph))
+        variant = graph.variant
+        if (variant is not None and id(variant.template) in counted and compute.kernels is None
+                and not variant.attributes & _CHECKED_ATTRIBUTES):  # checked as its template, counted alike
+            count, with_flops = counted[id(variant.template)]
+            untimed.count += count
+            untimed.with_flops += with_flops
+            continue
+        before = (untimed.count, untimed.with_flops)
         try:
             t = node_table(graph)
         except TraceError as e:
@@ -121,13 +144,14 @@ def check_workload(graphs: Sequence[TraceGraph], traces: TraceSet, system: Syste
             if lacking.size:
                 i = int(lacking[0])
                 raise InputError(f"{traces.file_for(r)}: rank {r}: node {graph.node_id(i)} ({graph.name(i)!r}): the "
-                                 "roofline model needs 'num_ops' and 'tensor_size' on GPU compute nodes (or turn "
-                                 "roofline-enabled off to replay durations)")
+                                 "roofline model needs 'num_ops' and 'tensor_size' on GPU compute nodes "
+                                 f"({_roofline_way_out(system)})")
             untimed.add(graph, traces.file_for(r), gpu_compute & (np.asarray(t.tensor_size) == 0)
                         & (np.asarray(t.num_ops) > 0), flops=None)
         else:
             no_duration = gpu_compute & (graph.duration_micros == 0)
             untimed.add(graph, traces.file_for(r), no_duration, flops=no_duration & (np.asarray(t.num_ops) > 0))
+        counted[id(graph)] = (untimed.count - before[0], untimed.with_flops - before[1])
     if short:
         warn(f"{short[0]} names fewer dimensions than the network's {network.num_dims}: as in ASTRA-sim 2.x (which "
              "reads past the list), the missing dimensions are not involved; list every dimension to be explicit")

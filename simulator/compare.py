@@ -126,6 +126,14 @@ def per_dimension(text: str, dims: int) -> list[str]:
     return names
 
 
+def _positive_size(text: str) -> int:
+    """A size as nccl-tests takes it: at least one byte (0 B would time nothing: a busbw of infinity)."""
+    size = parse_size(text)
+    if size == 0:
+        raise ValueError("a size of 0 bytes moves nothing: give at least 1 byte")
+    return size
+
+
 def explain(args: argparse.Namespace, npus: int) -> int:
     """Every candidate of the library for one collective and size: its estimate (which picks) and the timing."""
     from simulator.collectives.hardware import load_profile
@@ -134,7 +142,7 @@ def explain(args: argparse.Namespace, npus: int) -> int:
     if not args.hw_profile or not args.collective:
         raise InputError("--explain needs --hw-profile and --collective")
     try:
-        size = parse_size(args.explain)
+        size = _positive_size(args.explain)
     except ValueError as e:
         raise InputError(f"--explain: {e}") from None
     profile = load_profile(args.hw_profile)
@@ -183,7 +191,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
             raise InputError(f"--collective {args.collective!r}: valid: {', '.join(KEYS)} (broadcast has no "
                              "algorithm choice)")
         try:
-            sizes = [parse_size(s) for s in args.sizes.split(",")]
+            sizes = [_positive_size(s) for s in args.sizes.split(",")]
         except ValueError as e:
             raise InputError(f"--sizes: {e}") from None
         sizes = list(dict.fromkeys(buffer_size(args.collective, s, network.num_npus, warn) for s in sizes))

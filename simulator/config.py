@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compute.devices import device
 from network.values import MAX_COUNT, MAX_DELAY_NS, MAX_RATE, choice, flag, key_names, number, whole
 from simulator.collectives.registry import parse_algorithm
 from workload.errors import ConfigError, InputError, shown
@@ -142,6 +141,8 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
     if "device" in data:
         if not isinstance(data["device"], str):
             raise ConfigError(f"{path}: 'device' must be a device preset name (got {shown(data['device'])})")
+        from compute.devices import device
+
         device(data["device"])  # an unknown name is an error listing the presets
         kw["device"] = data["device"]
     impls: dict[str, tuple[str, ...]] = {}

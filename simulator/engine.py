@@ -41,6 +41,11 @@ class Engine:
         # 1: simpy's NORMAL priority, as a Timeout's; the unique id decides ties, so callbacks are never compared
         heappush(self._queue, (self.env._now + delay, 1, next(self._eid), fn, arg))
 
+    def call_first(self, delay: int, fn: Callback, arg: Any = None) -> None:
+        """Run ``fn(arg)`` ``delay`` ns from now, before every event of that time scheduled with call_later
+        (priority 0, as simpy's URGENT)."""
+        heappush(self._queue, (self.env._now + delay, 0, next(self._eid), fn, arg))
+
     def scheduler(self) -> tuple[list[Any], Any]:
         """The heap and the id counter, for a hot path that pushes ``(now + delay, 1, next(ids), fn, arg)`` itself
         (what ``call_later`` does, without the call); an id drawn early and pushed later keeps the event's place
@@ -115,7 +120,7 @@ class CheckedEngine(Engine):
     rank to rank; the engine then sets ``ambiguous`` and the caller falls back to simulating every rank.
     """
 
-    __slots__ = ("_current", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
+    __slots__ = ("_current", "_dispatch", "_next_id", "_seen", "_seen_tick", "ambiguous", "insert_offset")
 
     def __init__(self) -> None:
         super().__init__()
@@ -125,6 +130,7 @@ class CheckedEngine(Engine):
         self._next_id = 0
         self._seen: dict[int, tuple[int, Any]] = {}
         self._seen_tick = -1
+        self._dispatch = self._checked_dispatch  # bound once: every event goes through it
 
     def own(self, rank: int) -> Any:
         """The offset of a rank's own events (the representative's: 0)."""
@@ -135,11 +141,17 @@ class CheckedEngine(Engine):
         off = self.insert_offset if offset is None else offset
         now = self.env._now
         payload = (fn, arg, now, self._current, off, self._next_id)
-        heappush(self._queue, (now + delay, 1, next(self._eid), self._checked_dispatch, payload))
+        heappush(self._queue, (now + delay, 1, next(self._eid), self._dispatch, payload))
+
+    def call_first(self, delay: int, fn: Callback, arg: Any = None) -> None:
+        self._next_id += 1
+        now = self.env._now
+        payload = (fn, arg, now, self._current, self.insert_offset, self._next_id)
+        heappush(self._queue, (now + delay, 0, next(self._eid), self._checked_dispatch, payload))
 
     def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
         fn, arg, inserted, parent, offset, eid = payload
-        now = self.env.now
+        now = self.env._now
         if now != self._seen_tick:
             self._seen_tick = now
             self._seen = {}

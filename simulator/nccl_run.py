@@ -8,157 +8,49 @@ One ``NcclRun`` per simulation, shared by every rank:
   members that disagree on the kind, size or members of a call are an InputError naming both ranks and nodes.
 - **Timing.** A started collective takes the chosen candidate's ``latency_us`` (a fixed delay, unaffected
   by other traffic), then a transfer job of ``transfer_us`` at full rate (simulator/collectives/nccl.py).
-- **Sharing.** Transfer jobs share resources in a fluid processor-sharing scheduler (``FlowScheduler``): each
-  member GPU's scale-up port ``("up", rank)`` when the communicator has 2+ members on that node, and every
-  NIC it crosses ``("nic", node, nic)`` when it spans nodes. A job progresses at 1 / (the largest number of
-  active jobs on any of its resources); rates are recomputed at every start and finish, event times are
-  whole nanoseconds. Two concurrent all-reduces on the same GPUs each take about twice as long; groups on
-  disjoint GPUs do not slow each other.
+- **Sharing.** Transfer jobs share resources in a fluid processor-sharing scheduler (simulator/nccl_flows.py):
+  each member GPU's scale-up port ``("up", rank)`` when the communicator has 2+ members on that node, and every
+  NIC it crosses ``("nic", node, nic)`` when it spans nodes. Two concurrent all-reduces on the same GPUs each
+  take about twice as long; groups on disjoint GPUs do not slow each other. Transfers that end at the same time
+  complete before other events of that time, member by member in rank order.
 - **Sends/receives** are timed as ``send_recv`` plans on the same scheduler (resources: both GPUs' scale-up
   ports on one node, else their NICs). ``NcclRun`` is the network backend of the run's Messaging, so sends
   and receives still match there (network/messaging.py).
 
 With one representative rank (the symmetric engine), a collective starts when the *simulated* members have
 issued it: every rank does the same at the same time, so concurrent collectives still share resources as
-they would with every rank simulated.
+they would with every rank simulated. With one rank per class (``classes``: simulator/nccl_classes.py), calls,
+jobs and resources go by class.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from simulator.collectives.algorithms import ALL_GATHER
 from simulator.collectives.hardware import HardwareProfile
 from simulator.collectives.nccl import SEND_RECV, Candidate, CollectiveModel, Communicator, Plan
+from simulator.nccl_classes import NcclClasses
+from simulator.nccl_flows import Completion, FlowScheduler
 from workload.errors import InputError
 
 Callback = Callable[[Any], None]
 Done = Callable[[Any, Candidate], None]  # fn(arg, the chosen candidate) when a collective completes
 
 
-class _Job:
-    __slots__ = ("arg", "finish", "fn", "id", "k", "remaining", "resources", "updated", "work")
-
-    def __init__(self, job_id: int, work: int, resources: tuple[int, ...], fn: Callback, arg: Any, now: int) -> None:
-        self.id = job_id
-        self.work = work
-        self.remaining = float(work)  # ns of transfer left at full rate
-        self.resources = resources
-        self.fn = fn
-        self.arg = arg
-        self.k = 0  # the job runs at rate 1 / k (k: most active jobs on any of its resources)
-        self.updated = now
-        self.finish = -1
-
-
-class FlowScheduler:
-    """Fluid processor sharing of resources by transfer jobs, with integer-ns completion events.
-
-    A job's rate is 1 / max over its resources of the number of active jobs using the resource. Only jobs
-    sharing a resource with a job that starts or finishes change rate, so only they are recomputed. Jobs due
-    at the same time finish together, in job-id order, before any callback runs.
-    """
-
-    __slots__ = ("_heap", "_next_id", "_wakes", "active", "call_later", "completed_work", "engine", "max_active",
-                 "started_work", "users")
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.call_later = engine.call_later
-        self.users: dict[int, dict[int, _Job]] = {}  # resource -> active jobs using it, by id
-        self.active: dict[int, _Job] = {}
-        self._heap: list[tuple[int, int]] = []  # (finish ns, job id); stale entries are skipped
-        self._wakes: set[int] = set()  # times an engine event is already due for
-        self._next_id = 0
-        self.started_work = 0  # ns of full-rate transfer started and completed (conservation checks)
-        self.completed_work = 0
-        self.max_active = 0
-
-    def start(self, work_ns: int, resources: tuple[int, ...], fn: Callback, arg: Any) -> None:
-        """Run a transfer of ``work_ns`` (at full rate) over ``resources``; ``fn(arg)`` when it is done."""
-        now = self.engine.now
-        if work_ns <= 0 or not resources:  # nothing to share: done after the transfer alone
-            self.call_later(max(0, work_ns), fn, arg)
-            return
-        job = _Job(self._next_id, work_ns, resources, fn, arg, now)
-        self._next_id += 1
-        self.started_work += work_ns
-        affected: dict[int, _Job] = {}
-        users = self.users
-        for r in resources:
-            on = users.get(r)
-            if on is None:
-                on = users[r] = {}
-            elif on:
-                affected.update(on)
-            on[job.id] = job
-        self.active[job.id] = job
-        if len(self.active) > self.max_active:
-            self.max_active = len(self.active)
-        if affected:
-            self._rerate(affected.values(), now)
-        self._rerate((job,), now)
-
-    def _rerate(self, jobs: Collection[_Job], now: int) -> None:
-        users = self.users
-        for j in jobs:
-            k = max(len(users[r]) for r in j.resources)
-            if k == j.k:
-                continue
-            if j.k:
-                j.remaining -= (now - j.updated) / j.k
-            j.updated = now
-            j.k = k
-            finish = now + max(0, round(j.remaining * k))
-            j.finish = finish
-            heapq.heappush(self._heap, (finish, j.id))
-            if finish not in self._wakes:
-                self._wakes.add(finish)
-                self.call_later(finish - now, self._wake, finish)
-
-    def _wake(self, t: int) -> None:
-        self._wakes.discard(t)
-        heap, active = self._heap, self.active
-        due: list[_Job] = []
-        while heap and heap[0][0] <= t:
-            finish, jid = heapq.heappop(heap)
-            j = active.get(jid)
-            if j is not None and j.finish == finish:
-                del active[jid]
-                due.append(j)
-        if not due:
-            return
-        users = self.users
-        affected: dict[int, _Job] = {}
-        for j in due:
-            self.completed_work += j.work
-            for r in j.resources:
-                on = users[r]
-                del on[j.id]
-                if on:
-                    affected.update(on)
-                else:
-                    del users[r]
-        for j in due:
-            affected.pop(j.id, None)
-        if affected:
-            self._rerate(affected.values(), t)
-        for j in due:
-            j.fn(j.arg)
-
-
 class _Comm:
-    """A communicator as the model sees it: members, layout, shared resources, plans by (kind, size)."""
+    """A communicator as the model sees it: members, layout, shared resources (and their weights in a run by
+    classes), plans by (kind, size)."""
 
-    __slots__ = ("communicator", "expected", "members", "resources", "timings")
+    __slots__ = ("communicator", "expected", "members", "resources", "timings", "weights")
 
     def __init__(self, members: tuple[int, ...], communicator: Communicator, resources: tuple[int, ...],
-                 expected: int) -> None:
+                 expected: int, weights: tuple[int, ...] | None = None) -> None:
         self.members = members
         self.communicator = communicator
         self.resources = resources
+        self.weights = weights
         self.expected = expected  # arrivals that start a call: the members simulated
         self.timings: dict[tuple[str, int], tuple[Plan, int, int]] = {}
 
@@ -176,7 +68,7 @@ class _Call:
         self.members = members
         self.seq = seq
         self.first = first  # (rank, where) of the first member to issue it, for errors
-        self.arrived: list[tuple[Done, Any]] = []
+        self.arrived: list[tuple[int, int, Done, Any]] = []  # (rank, its issue counter, fn, arg)
         self.ranks: list[int] = []
 
 
@@ -186,7 +78,8 @@ class NcclRun:
     name = "nccl"  # as a network backend
 
     def __init__(self, engine: Any, profile: HardwareProfile, npus: int, simulated: Collection[int],
-                 algorithm: str | None = None, warn: Callable[[str], None] | None = None) -> None:
+                 algorithm: str | None = None, warn: Callable[[str], None] | None = None,
+                 classes: NcclClasses | None = None) -> None:
         self.engine = engine
         self.profile = profile
         self.model = CollectiveModel(profile)
@@ -198,7 +91,10 @@ class NcclRun:
         self.npus = npus
         self.simulated = simulated
         self.world = tuple(range(npus))
-        self.scheduler = FlowScheduler(engine)
+        self.classes = classes
+        self.scheduler = FlowScheduler(engine, engine.start_context if classes is not None else None)
+        self._issued: dict[int, int] = {}  # rank -> collectives and sends it has issued (orders completions)
+        self._later: dict[str, Any] = {"offset": ()} if classes is not None else {}  # latencies touch no rank
         self._resource_ids: dict[tuple[Any, ...], int] = {}
         self._comms: dict[int, _Comm] = {}
         self._pending: dict[tuple[int, int], _Call] = {}
@@ -216,6 +112,9 @@ class NcclRun:
 
     def resources(self, members: Sequence[int]) -> tuple[int, ...]:
         """Scale-up ports of members sharing a node with another member; NICs crossed when it spans nodes."""
+        return tuple(self._resource(k) for k in self._resource_keys(members))
+
+    def _resource_keys(self, members: Sequence[int]) -> list[tuple[Any, ...]]:
         gpn, nics = self.gpus_per_node, self.nics_per_node
         by_node: dict[int, list[int]] = {}
         for r in members:
@@ -226,15 +125,29 @@ class NcclRun:
                 keys.extend(("up", r) for r in ranks)
         if len(by_node) > 1:
             keys.extend(dict.fromkeys(("nic", r // gpn, (r % gpn) * nics // gpn) for r in members))
-        return tuple(self._resource(k) for k in dict.fromkeys(keys))
+        return list(dict.fromkeys(keys))
+
+    def _new_comm(self, members: tuple[int, ...], expected: int, orbit: int = 1) -> _Comm:
+        """A communicator over ``members``; in a run by classes its resources are classes, each weighing the
+        resources it holds of the communicator's times ``orbit`` (the images of one job)."""
+        distinct = tuple(dict.fromkeys(members))
+        communicator = Communicator.of(distinct, self.gpus_per_node)
+        classes = self.classes
+        if classes is None:
+            return _Comm(members, communicator, self.resources(distinct), expected)
+        counts: dict[tuple[Any, ...], int] = {}
+        for key in self._resource_keys(distinct):
+            found, size = classes.resource(key)
+            counts[found] = counts.get(found, 0) + 1
+            self.scheduler.orbits[self._resource(found)] = size
+        return _Comm(members, communicator, tuple(self._resource(k) for k in counts), expected,
+                     tuple(n * orbit for n in counts.values()))
 
     def _comm(self, comm_id: int, members: tuple[int, ...]) -> _Comm:
         comm = self._comms.get(comm_id)
         if comm is not None and (comm.members is members or comm.members == members):
             return comm
-        distinct = tuple(dict.fromkeys(members))
-        expected = sum(1 for m in distinct if m in self.simulated)
-        comm = _Comm(members, Communicator.of(distinct, self.gpus_per_node), self.resources(distinct), expected)
+        comm = self._new_comm(members, sum(1 for m in dict.fromkeys(members) if m in self.simulated))
         if comm_id not in self._comms:
             self._comms[comm_id] = comm
         return comm
@@ -267,21 +180,31 @@ class NcclRun:
         key = (rank, comm_id)
         seq = self._seq.get(key, 0)
         self._seq[key] = seq + 1
-        call = self._pending.get((comm_id, seq))
+        classes = self.classes
+        found = classes.comm(rank, comm_id, members) if classes is not None else None
+        call_key = (comm_id, seq) if found is None else (found.key, seq)
+        call = self._pending.get(call_key)
         if call is None:
-            comm = self._comm(comm_id, members)
-            call = self._pending[(comm_id, seq)] = _Call(kind, size_bytes, comm, members, seq, (rank, where))
-        elif call.kind != kind or call.size != size_bytes or not (call.members is members
+            if found is None:
+                comm = self._comm(comm_id, members)
+            else:  # the class's canonical communicator, its calls made of every pair's
+                comm = self._comms.get(-1 - found.key)  # type: ignore[assignment]
+                if comm is None:
+                    comm = self._comms[-1 - found.key] = self._new_comm(found.members, found.pairs, found.orbit)
+            call = self._pending[call_key] = _Call(kind, size_bytes, comm, members, seq, (rank, where))
+        elif call.kind != kind or call.size != size_bytes or not (found is not None or call.members is members
                                                                   or call.members == members):
             raise InputError(self._mismatch(call, rank, comm_id, members, kind, size_bytes))
-        call.arrived.append((fn, arg))
+        counter = self._issued.get(rank, 0)
+        self._issued[rank] = counter + 1
+        call.arrived.append((rank, counter, fn, arg))
         call.ranks.append(rank)
         if len(call.arrived) >= call.comm.expected:
-            del self._pending[(comm_id, seq)]
+            del self._pending[call_key]
             self.collectives += 1
             plan, latency, transfer = self._timing(call.comm, kind, size_bytes)
-            self.engine.call_later(latency, self._begin, (transfer, call.comm.resources, self._complete,
-                                                           (call, plan.chosen)))
+            done: list[Completion] = [(r, c, f, (a, plan.chosen), None) for r, c, f, a in call.arrived]
+            self.engine.call_later(latency, self._begin, (transfer, call.comm, done), **self._later)
 
     def _mismatch(self, call: _Call, rank: int, comm_id: int, members: tuple[int, ...], kind: str, size: int
                   ) -> str:
@@ -297,15 +220,9 @@ class NcclRun:
                 "NCCL collectives synchronise their communicator, so every member must issue the same collectives "
                 "(kind and size) in the same order")
 
-    @staticmethod
-    def _complete(arg: tuple[_Call, Candidate]) -> None:
-        call, chosen = arg
-        for fn, a in call.arrived:
-            fn(a, chosen)
-
-    def _begin(self, arg: tuple[int, tuple[int, ...], Callback, Any]) -> None:
-        work, resources, fn, fn_arg = arg
-        self.scheduler.start(work, resources, fn, fn_arg)
+    def _begin(self, arg: tuple[int, _Comm, list[Completion]]) -> None:
+        work, comm, done = arg
+        self.scheduler.start(work, comm.resources, done, comm.weights)
 
     def waiting_for(self, rank: int) -> list[str]:
         """The collectives ``rank`` has issued that still wait for other members (deadlock reports)."""
@@ -322,12 +239,16 @@ class NcclRun:
         pair = (src, dst)
         comm = self._pairs.get(pair)
         if comm is None:
-            members = (src, dst)
-            comm = self._pairs[pair] = _Comm(members, Communicator.of(members, self.gpus_per_node),
-                                             self.resources(members), 2)
+            orbit = self.classes.quotient.orbit_size if self.classes is not None else 1
+            comm = self._pairs[pair] = self._new_comm(pair, 2, orbit)
         self.messages += 1
         _, latency, transfer = self._timing(comm, SEND_RECV, size_bytes)
-        self.engine.call_later(latency, self._begin, (transfer, comm.resources, on_delivered, arg))
+        counter = self._issued.get(src, 0)
+        self._issued[src] = counter + 1
+        # the delivery, in its own frame in a run by classes (simulator/quotient_run.py)
+        context = self.engine.insert_offset if self.classes is not None else None
+        self.engine.call_later(latency, self._begin, (transfer, comm, [(src, counter, on_delivered, (arg,), context)]),
+                               **self._later)
 
     def summary(self) -> dict[str, Any]:
         p = self.profile

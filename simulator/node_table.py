@@ -6,7 +6,9 @@ in flight per rank; receives take no slot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -47,40 +49,92 @@ class NodeTable:
     involved_dim: dict[int, list[bool]]
 
 
+# the attributes a NodeTable reads
+TABLE_ATTRIBUTES = frozenset(("is_cpu_op", "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag",
+                              "comm_priority", "tensor_size", "num_ops", "pg_name", "involved_dim"))
+
+
 def node_table(graph: TraceGraph) -> NodeTable:
-    """The graph's NodeTable, built once and cached on the graph (ranks sharing a graph share it)."""
+    """The graph's NodeTable, built once and cached on the graph (ranks sharing a graph share it). A variant
+    (workload/variants.py) shares its template's columns but those of the attributes whose values differ."""
     table = graph.cache.get("node_table")
     if table is not None:
         return table  # type: ignore[no-any-return]
+    variant = graph.variant
+    if variant is None:
+        table = NodeTable(**_columns(graph, TABLE_ATTRIBUTES, whole=True))
+    else:
+        base = node_table(variant.template)
+        changed = variant.attributes & TABLE_ATTRIBUTES
+        table = replace(base, **_patched(graph, base, changed, variant.occurrences)) if changed else base
+    graph.cache["node_table"] = table
+    return table
+
+
+def _patched(graph: TraceGraph, base: NodeTable, changed: Collection[str], occurrences: np.ndarray
+             ) -> dict[str, Any]:
+    """The columns of a variant's table that differ from its template's ``base``: the values of the attribute
+    ``occurrences`` that differ (each the first of its name on its node); which nodes have which attributes is
+    the template's."""
+    attrs = graph.attrs
+    out: dict[str, Any] = {}
+    name_ids = attrs.name_id[occurrences]
+    integers = attrs.integers_at(occurrences).tolist()  # meaningless for strings, which are read apart
+    text = attrs.buf.tobytes() if "pg_name" in changed else b""
+    for name in sorted(changed):
+        if name in ("is_cpu_op", "involved_dim"):  # rare (involved_dim never: lists are not read as values)
+            out.update(_columns(graph, (name,), whole=False))
+            continue
+        which = np.flatnonzero(name_ids == attrs.names.index(name)).tolist()
+        nodes = attrs.node[occurrences].tolist()
+        if name == "pg_name":  # strings (the template's are, and the fields are the same)
+            column: Any = dict(base.pg_name)
+            offsets, lengths = attrs.offset[occurrences].tolist(), attrs.length[occurrences].tolist()
+            for k in which:
+                column[nodes[k]] = text[offsets[k] : offsets[k] + lengths[k]].decode("utf-8", "replace")
+        else:
+            column = list(getattr(base, name))
+            for k in which:
+                column[nodes[k]] = integers[k]
+        out[name] = column
+    return out
+
+
+def _columns(graph: TraceGraph, which: Collection[str], whole: bool) -> dict[str, Any]:
+    """The NodeTable columns filled by the attributes ``which`` names (``whole``: every column)."""
     n = graph.num_nodes
     attrs = graph.attrs
     types = graph.types.astype(np.int64)
-    is_cpu = attrs.integers("is_cpu_op", n)[0] != 0
-    lanes = np.where(types == NodeType.COMP_NODE, COMPUTE_LANE, COMM_LANE)
-    lanes = np.where(types == NodeType.COMM_RECV_NODE, RECV_LANE, lanes)
-    lanes = np.where(is_cpu, CPU_LANE, lanes)
-    micros = graph.duration_micros
-    too_long = np.flatnonzero(micros > MAX_DURATION_MICROS)
-    if too_long.size:
-        i = int(too_long[0])
-        raise TraceError(f"duration_micros {int(micros[i])} is beyond the longest time the simulator represents "
-                         f"({MAX_DURATION_MICROS} µs, about 292 years)", node_id=graph.node_id(i))
-    duration = micros.astype(np.int64) * 1000 if graph.duration_ns is None else graph.duration_ns
-    replay = np.where(duration == 0, 1, duration)
-
-    def column(name: str) -> tuple[list[int], np.ndarray]:
+    out: dict[str, Any] = {}
+    if "is_cpu_op" in which:
+        is_cpu = attrs.integers("is_cpu_op", n)[0] != 0
+        lanes = np.where(types == NodeType.COMP_NODE, COMPUTE_LANE, COMM_LANE)
+        lanes = np.where(types == NodeType.COMM_RECV_NODE, RECV_LANE, lanes)
+        out["is_cpu"] = is_cpu.tolist()
+        out["lanes"] = np.where(is_cpu, CPU_LANE, lanes).tolist()
+    if whole:
+        micros = graph.duration_micros
+        too_long = np.flatnonzero(micros > MAX_DURATION_MICROS)
+        if too_long.size:
+            i = int(too_long[0])
+            raise TraceError(f"duration_micros {int(micros[i])} is beyond the longest time the simulator represents "
+                             f"({MAX_DURATION_MICROS} µs, about 292 years)", node_id=graph.node_id(i))
+        duration = micros.astype(np.int64) * 1000 if graph.duration_ns is None else graph.duration_ns
+        out["types"] = types.tolist()
+        out["replay_ns"] = np.where(duration == 0, 1, duration).tolist()
+    for name in ("num_ops", "tensor_size", "comm_type", "comm_size", "comm_src", "comm_dst", "comm_tag",
+                 "comm_priority"):
+        if name not in which:
+            continue
         values, present = attrs.integers(name, n, NO_VALUE)
-        return values.tolist(), present
-
-    num_ops, has_ops = column("num_ops")
-    tensor, has_tensor = column("tensor_size")
-    table = NodeTable(
-        types=types.tolist(), is_cpu=is_cpu.tolist(), lanes=lanes.tolist(), replay_ns=replay.tolist(),
-        comm_type=column("comm_type")[0], comm_size=column("comm_size")[0], comm_src=column("comm_src")[0],
-        comm_dst=column("comm_dst")[0], comm_tag=column("comm_tag")[0],
-        comm_priority=[0 if v == NO_VALUE else v for v in column("comm_priority")[0]],
-        tensor_size=tensor, num_ops=num_ops, has_num_ops=has_ops.tolist(), has_tensor_size=has_tensor.tolist(),
-        pg_name=attrs.strings("pg_name"), involved_dim=attrs.bool_lists("involved_dim"),
-    )
-    graph.cache["node_table"] = table
-    return table
+        column = values.tolist()
+        if name == "comm_priority":
+            column = [0 if v == NO_VALUE else v for v in column]
+        out[name] = column
+        if name in ("tensor_size", "num_ops"):
+            out[f"has_{name}"] = present.tolist()
+    if "pg_name" in which:
+        out["pg_name"] = attrs.strings("pg_name")
+    if "involved_dim" in which:
+        out["involved_dim"] = attrs.bool_lists("involved_dim")
+    return out

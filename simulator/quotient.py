@@ -19,87 +19,51 @@ when it is
 - compatible with those kept before: it commutes with them, and together they act freely (each rank is reached
   from its orbit's representative by exactly one combination of shifts).
 
-**The run.** Representatives (the smallest rank of each orbit) are simulated. When representative ``a`` sends
-to ``b = g(c)`` (``c`` a representative, ``g`` a combination of shifts), the image of that message under
-``g^-1`` is a message from ``g^-1(a)`` to ``c``: it is delivered to ``c`` at the time ``b`` would receive it,
-its tag translated to ``c``'s numbering of the communicator group. Everything a rank does happens alike on the
-ranks of its orbit, so results are copied to them.
-
-**Exactness guard.** Same-time events of one rank can only be ordered differently than in the full run when
-they were scheduled at the same time by different events; the engine (``QuotientEngine``) checks this per rank
-and the simulation then falls back to every rank, as it does when the quotient run does not finish.
+**The run.** Representatives (the smallest rank of each orbit) are simulated, and results copied to the ranks
+of their orbits; simulator/quotient_run.py delivers messages as the images of real ones and guards exactness:
+where real ranks of a class would order same-time events differently, the run is retried with a finer
+quotient (without the shifts that reverse them, ``finer``), then with every rank.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from network.backends import Callback, NetworkBackend
-from network.messaging import Messaging
-from simulator.canonical import behaviour_key
 from simulator.config import SystemConfig
-from simulator.engine import CheckedEngine
-from simulator.node_table import NO_VALUE, node_table
-from simulator.symmetries import WORLD, XOR, Invariance, Network, Value, cycle_length, families, power, relations
-from simulator.system import COLLECTIVE, HANDSHAKE, CommGroup
+from simulator.references import rank_references
+from simulator.symmetries import (
+    ANY,
+    XOR,
+    Invariance,
+    Network,
+    Value,
+    cycle_length,
+    families,
+    keeps_blocks,
+    power,
+    relations,
+)
 from workload.graph import TraceGraph
-from workload.groups import metadata_groups
-from workload.schema import NodeType
-
-GROUP_STREAMS = 1_000_000  # a communicator group's stream ids start at gid x this (simulator/system.py)
 
 
-# A rank's references to other ranks, compactly: the distinct values its trace names, in order of first use.
-# A value is ("peer", own rank written, peer) for sends and receives, or ("group", collective types, members as
-# listed; WORLD for all NPUs) for collectives. Which node uses which value (the template) goes into the rank's
-# key, so two ranks with equal keys differ only in their values, and a shift maps one onto the other when it
-# maps the values. Generated workloads give the same form without building traces (TraceSet.structure).
+@dataclass(slots=True)
+class Shift:
+    """One generator of a quotient: the permutation of ranks, its order, what it is, and how it maps the
+    communicator groups (by number) backwards (image -> original)."""
 
+    sigma: np.ndarray
+    order: int
+    name: str
+    groups_back: dict[int, int]
 
-def rank_references(graph: TraceGraph, rank: int, comm_groups: dict[int, tuple[int, ...]], npus: int
-                    ) -> tuple[bytes, tuple[Value, ...]] | None:
-    """(key, values) of the rank's trace, or None when its references cannot be read before the run (an
-    undeclared group, a send written into another rank's trace): such traces are simulated rank by rank."""
-    t = node_table(graph)
-    declared = dict(comm_groups)
-    types = graph.types
-    for i in np.flatnonzero(types == NodeType.METADATA_NODE).tolist():
-        for name, ranks in metadata_groups(graph, i) or ():
-            if str(name).isdigit():
-                declared[int(name)] = tuple(ranks) if ranks else tuple(range(npus))
-    slots: dict[Any, int] = {}
-    template: list[tuple[int, int]] = []
-    kinds: dict[Any, set[int]] = {}
-    wanted = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE, NodeType.COMM_COLL_NODE)
-    for i in np.flatnonzero(np.isin(types, wanted)).tolist():
-        if t.is_cpu[i]:
-            continue
-        ntype = t.types[i]
-        if ntype == NodeType.COMM_COLL_NODE:
-            name = t.pg_name.get(i, "")
-            members = WORLD if name in ("", "0") else declared.get(int(name)) if name.isdigit() else None
-            if members is None:
-                return None
-            if len(members) == npus and members == tuple(range(npus)):
-                members = WORLD
-            value: Any = ("group", members)
-            kinds.setdefault(value, set()).add(t.comm_type[i])
-        else:
-            own, peer = (t.comm_src[i], t.comm_dst[i]) if ntype == NodeType.COMM_SEND_NODE else (
-                t.comm_dst[i], t.comm_src[i])
-            if own not in (NO_VALUE, rank) or not 0 <= peer < npus:
-                return None
-            value = ("peer", own == rank, peer)
-        template.append((i, slots.setdefault(value, len(slots))))
-    values = tuple(("group", tuple(sorted(kinds[v])), v[1]) if v[0] == "group" else v for v in slots)
-    key = hashlib.blake2b(behaviour_key(graph, references=False) + repr(template).encode(), digest_size=20).digest()
-    return key, values
+    @property
+    def groups(self) -> dict[int, int]:
+        """How the shift maps group numbers (original -> image)."""
+        return {b: a for a, b in self.groups_back.items()}
 
 
 @dataclass(slots=True)
@@ -113,10 +77,15 @@ class Quotient:
     orders: tuple[int, ...]
     table: np.ndarray  # (orbit, mixed-radix exponents) -> rank
     described: str
+    shifts: list[Shift] = field(default_factory=list)  # the generators, in the order of the exponents
     _orders: np.ndarray = field(init=False, repr=False)
     _radix: np.ndarray = field(init=False, repr=False)
+    _exponents: np.ndarray = field(init=False, repr=False)  # every exponent vector, in mixed-radix order
     _relative: dict[tuple[int, int], int] = field(init=False, repr=False)
     _labels: dict[int, tuple[int, ...]] = field(init=False, repr=False)
+    _moved: dict[tuple[int, tuple[int, ...], tuple[int, ...]], int] = field(init=False, repr=False)
+    _kept: dict[tuple[int, int], frozenset[int]] = field(init=False, repr=False)
+    _groups: dict[tuple[int, tuple[int, ...]], int] = field(init=False, repr=False)
     rep_list: list[int] = field(init=False, repr=False)  # rep_of as a list (fast to index one rank)
 
     def label(self, rank: int) -> tuple[int, ...]:
@@ -135,14 +104,67 @@ class Quotient:
             found = self._relative[key] = int(self.table[self.orbit_of[a], int(e @ self._radix)])
         return found
 
+    def moved(self, rank: int, to: tuple[int, ...], since: tuple[int, ...]) -> int:
+        """``g_to g_since^-1 (rank)`` (``g_e``: the shifts with exponents e): where ``rank`` goes when the shift
+        ``since`` is undone and ``to`` is applied."""
+        key = (rank, to, since)
+        found = self._moved.get(key)
+        if found is None:
+            e = (self.coords[rank] + np.array(to, dtype=np.int64) - np.array(since, dtype=np.int64)) % self._orders
+            found = self._moved[key] = int(self.table[self.orbit_of[rank], int(e @ self._radix)])
+        return found
+
+    def group_image(self, number: int, label: tuple[int, ...]) -> int | None:
+        """The number of the group that ``g_label^-1`` maps group ``number`` to (None: a group no trace names)."""
+        key = (number, label)
+        found = self._groups.get(key)
+        if found is None:
+            found = number
+            for shift, times in zip(self.shifts, label, strict=True):
+                for _ in range(times):
+                    found = shift.groups_back.get(found)  # type: ignore[assignment]
+                    if found is None:
+                        return None
+            self._groups[key] = found
+        return found
+
+    def broken_by(self, u: int, v: int) -> frozenset[int]:
+        """The generators that can put ``v`` before ``u``: empty when every shift keeps ``u`` before ``v`` (the
+        order of ranks that decides same-time ties in the full run); else those whose powers alone reverse the
+        pair, or those of the smallest combination that does."""
+        key = (u, v)
+        found = self._kept.get(key)
+        if found is None:
+            e = self._exponents
+            first = self.table[self.orbit_of[u], ((self.coords[u] + e) % self._orders) @ self._radix]
+            second = self.table[self.orbit_of[v], ((self.coords[v] + e) % self._orders) @ self._radix]
+            reversed_ = first > second
+            if not reversed_.any():
+                found = frozenset()
+            elif reversed_[0]:  # even the representatives' own instances: the shifts that led there
+                involved = np.flatnonzero((self.coords[u] != 0) | (self.coords[v] != 0)).tolist()
+                found = frozenset(involved or range(len(self.orders)))
+            else:
+                support = e[reversed_] != 0
+                alone = [k for k in range(len(self.orders)) if (support.sum(axis=1) == 1)[support[:, k]].any()]
+                smallest = support[int(np.argmin(support.sum(axis=1)))]
+                found = frozenset(alone) if alone else frozenset(np.flatnonzero(smallest).tolist())
+            self._kept[key] = found
+        return found
+
     def __post_init__(self) -> None:
         self._orders = np.array(self.orders, dtype=np.int64)
         radix = np.ones(len(self.orders), dtype=np.int64)
         for k in range(len(self.orders) - 2, -1, -1):
             radix[k] = radix[k + 1] * self.orders[k + 1]
         self._radix = radix
+        size = math.prod(self.orders)
+        self._exponents = (np.arange(size)[:, None] // radix[None, :]) % self._orders[None, :]
         self._relative = {}
         self._labels = {}
+        self._moved = {}
+        self._kept = {}
+        self._groups = {}
         self.rep_list = self.rep_of.tolist()
 
     @property
@@ -150,9 +172,11 @@ class Quotient:
         return math.prod(self.orders)
 
 
-def _orbit_coordinates(gens: list[np.ndarray], orders: list[int], npus: int) -> Quotient | None:
-    """Orbits and exponent coordinates of the action generated by ``gens``; None unless it is free (every
+def _orbit_coordinates(shifts: list[Shift], npus: int) -> Quotient | None:
+    """Orbits and exponent coordinates of the action generated by ``shifts``; None unless it is free (every
     rank of an orbit reached by exactly one exponent vector, every orbit of size prod(orders))."""
+    gens = [s.sigma for s in shifts]
+    orders = [s.order for s in shifts]
     m = len(gens)
     size = math.prod(orders)
     coords = np.full((npus, m), -1, dtype=np.int64)
@@ -192,11 +216,19 @@ def _orbit_coordinates(gens: list[np.ndarray], orders: list[int], npus: int) -> 
     table = np.empty((len(reps), size), dtype=np.int64)
     table[orbit_of, coords @ radix] = np.arange(npus)
     rep_arr = np.array(reps, dtype=np.int64)
-    return Quotient(reps, rep_arr[orbit_of], orbit_of, coords, tuple(orders), table, "")
+    return Quotient(reps, rep_arr[orbit_of], orbit_of, coords, tuple(orders), table, ", ".join(s.name for s in shifts),
+                    list(shifts))
+
+
+def finer(quotient: Quotient, dropped: frozenset[int] | set[int]) -> Quotient | None:
+    """The quotient by the generators not ``dropped`` (None: none is left, or they no longer act freely)."""
+    kept = [s for k, s in enumerate(quotient.shifts) if k not in dropped]
+    return _orbit_coordinates(kept, len(quotient.rep_of)) if kept else None
 
 
 def find_quotient(graphs: list[TraceGraph], comm_groups: dict[int, tuple[int, ...]], npus_per_dim: Sequence[int],
-                  topology: Sequence[str], system: SystemConfig) -> Quotient | None:
+                  topology: Sequence[str], system: SystemConfig, blocks: Sequence[np.ndarray] = ()
+                  ) -> Quotient | None:
     """The largest free action of commuting shifts this workload and network allow (None: nothing folds)."""
     keys, values = [], []
     for r, g in enumerate(graphs):
@@ -205,29 +237,33 @@ def find_quotient(graphs: list[TraceGraph], comm_groups: dict[int, tuple[int, ..
             return None
         keys.append(found[0])
         values.append(found[1])
-    return quotient_of(keys, values, npus_per_dim, topology, system)
+    return quotient_of(keys, values, npus_per_dim, topology, system, blocks)
 
 
 def quotient_of(keys: list[bytes], values: list[tuple[Value, ...]], npus_per_dim: Sequence[int],
-                topology: Sequence[str], system: SystemConfig) -> Quotient | None:
-    """``find_quotient`` from each rank's (key, values) (see rank_references), without the traces."""
+                topology: Sequence[str], system: SystemConfig, blocks: Sequence[np.ndarray] = ()
+                ) -> Quotient | None:
+    """``find_quotient`` from each rank's (key, values) (see rank_references), without the traces. With
+    ``blocks`` (rank -> node, rank -> NIC: the NCCL model, which times a group by where its members sit), every
+    shift must map blocks onto blocks instead of following collective algorithms."""
     npus = len(keys)
-    allowed = relations(values, system, len(npus_per_dim))
-    if allowed is None:
-        return None
-    world, group = allowed
+    if blocks:
+        world, group = None, ANY
+    else:
+        allowed = relations(values, system, len(npus_per_dim))
+        if allowed is None:
+            return None
+        world, group = allowed
     invariance = Invariance(keys, values, group)
     network = Network(npus_per_dim, topology)
-    candidates = families(values, npus, xor=group == XOR)
+    candidates = families(values, npus, xor=group in (XOR, ANY))
     for d, n in enumerate(network.counts):
         if n > 1:
             candidates.append((f"translation along dimension {d + 1}", network.translation(d)))
         if world is not None and world[d] == XOR:  # halving-doubling there: its XOR maps (n is a power of two)
             candidates += [(f"exchange of positions {1 << b} apart along dimension {d + 1}", network.xor(d, 1 << b))
                            for b in range(max(n.bit_length() - 2, 0))]  # the last bit is the half rotation
-    gens: list[np.ndarray] = []
-    orders: list[int] = []
-    names: list[str] = []
+    shifts: list[Shift] = []
     best: Quotient | None = None
     for name, base in candidates:
         full = cycle_length(base)
@@ -238,125 +274,19 @@ def quotient_of(keys: list[bytes], values: list[tuple[Value, ...]], npus_per_dim
         for step in (d for d in range(1, full) if full % d == 0):
             sigma = power(base, step)
             order = full // step
-            if not network.preserves(sigma, world):
+            if not network.preserves(sigma, world) or not all(keeps_blocks(sigma, b) for b in blocks):
                 continue
-            if any(not np.array_equal(sigma[g], g[sigma]) for g in gens) or not invariance.holds(sigma):
+            if any(not np.array_equal(sigma[s.sigma], s.sigma[sigma]) for s in shifts):
                 continue
-            trial = _orbit_coordinates([*gens, sigma], [*orders, order], npus)
+            groups = invariance.holds(sigma)
+            if groups is None:
+                continue
+            shift = Shift(sigma, order, f"{name}{f' by {step}' if step > 1 else ''} (order {order})",
+                          {b: a for a, b in groups.items()})
+            trial = _orbit_coordinates([*shifts, shift], npus)
             if trial is None:
                 continue
-            gens.append(sigma)
-            orders.append(order)
-            names.append(f"{name}{f' by {step}' if step > 1 else ''} (order {order})")
+            shifts.append(shift)
             best = trial
             break
-    if best is None:
-        return None
-    best.described = ", ".join(names)
     return best
-
-
-class QuotientEngine(CheckedEngine):
-    """A CheckedEngine for quotient runs. An event's offset lists the state it touches and on whose behalf:
-    pairs (owner, label), the owner a representative rank or a class of links, the label the shift that takes
-    the real instance the event belongs to (the receiving rank, the link) to that representative. The events
-    one real event schedules keep their order in the image, so two same-time events of one owner can only be
-    ordered differently from the full run when they were scheduled by different events, or by one event on
-    behalf of different real instances (different labels)."""
-
-    __slots__ = ("identity",)
-
-    def __init__(self, orbit_rank: int = 1) -> None:
-        super().__init__()
-        self.identity: tuple[int, ...] = (0,) * orbit_rank  # the label of a representative's own events
-
-    def own(self, rank: int) -> tuple[tuple[Any, tuple[int, ...]], ...]:  # type: ignore[override]
-        return ((rank, self.identity),)
-
-    def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
-        fn, arg, inserted, parent, offset, eid = payload
-        now = self.env.now
-        if now != self._seen_tick:
-            self._seen_tick = now
-            self._seen = {}
-        seen = self._seen
-        for owner, label in offset if isinstance(offset, tuple) else ((None, offset),):
-            origin = (parent, label)
-            if seen.setdefault((inserted, owner), origin) != origin:
-                self.ambiguous = True
-        self._current = eid
-        self.insert_offset = offset
-        fn(arg)
-
-
-class QuotientMessaging(Messaging):
-    """Messaging among representatives: a send to any rank is delivered to that rank's representative as the
-    image of the message under the shifts that take the representative to it (see the module docstring)."""
-
-    __slots__ = ("_gids", "_translated", "groups_of", "quotient")
-
-    def __init__(self, clock: QuotientEngine, backend: NetworkBackend, quotient: Quotient) -> None:
-        super().__init__(clock, backend)
-        self.quotient = quotient
-        self.groups_of: dict[int, dict[int, CommGroup]] = {}  # representative -> its groups (RankWorkload.groups)
-        self._gids: dict[int, dict[frozenset[int], int]] = {}
-        self._translated: dict[tuple[int, int, int], int] = {}
-
-    def _members(self, rank: int, gid: int) -> tuple[int, ...] | None:
-        for group in self.groups_of.get(rank, {}).values():
-            if group.gid == gid:
-                return group.members
-        return None
-
-    def _gid(self, rank: int, members: frozenset[int]) -> int | None:
-        table = self._gids.get(rank)
-        if table is None or members not in table:
-            table = self._gids[rank] = {frozenset(g.members): g.gid for g in self.groups_of.get(rank, {}).values()}
-        return table.get(members)
-
-    def _tag(self, tag: int, src: int, dst: int, rep: int) -> int:
-        """The wire tag in ``rep``'s numbering of the communicator group (collective streams of a group)."""
-        kind, stream = tag & 3, tag >> 2
-        if stream < GROUP_STREAMS or kind not in (COLLECTIVE, COLLECTIVE + HANDSHAKE):
-            return tag
-        gid = stream // GROUP_STREAMS
-        key = (gid, src, dst)
-        theirs = self._translated.get(key)
-        if theirs is None:
-            q = self.quotient
-            members = self._members(src, gid)
-            if members is None:
-                return tag
-            found = self._gid(rep, frozenset(q.relative(m, dst) for m in members))
-            if found is None:  # the representative has not declared the image group (yet): not a symmetry here
-                self.clock.ambiguous = True  # type: ignore[attr-defined]
-                return tag
-            theirs = self._translated[key] = found
-        return 4 * (theirs * GROUP_STREAMS + stream % GROUP_STREAMS) + kind
-
-    def send(self, src: int, dst: int, size_bytes: int, tag: int, on_sent: Callback | None, arg: Any = None) -> None:
-        q = self.quotient
-        rep = q.rep_list[dst]
-        source = q.relative(src, dst)
-        wire = self._tag(tag, src, dst, rep)
-        entry = self._match((wire, source, rep, size_bytes), True)
-        entry.on_sent = on_sent
-        entry.send_arg = arg
-        entry.sent = True
-        self.messages += 1
-        clock = self.clock
-        own = clock.insert_offset  # type: ignore[attr-defined]
-        # the delivery touches the receiving representative on behalf of dst, and the sender when it completes
-        # a send of its own
-        touched = ((rep, q.label(dst)),)
-        clock.insert_offset = (*touched, (src, q.label(src))) if on_sent is not None else touched  # type: ignore
-        self.backend.transmit(src, dst, size_bytes, self._arrived, entry)
-        clock.insert_offset = own  # type: ignore[attr-defined]
-
-    def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
-        entry = self._match((tag, src, dst, size_bytes), False)
-        if entry.arrived:
-            self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
-            return
-        entry.on_received = on_received
-        entry.recv_arg = arg

@@ -8,7 +8,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from compute.roofline import Roofline
 from network.backends import QUOTIENT_BACKENDS, SYMMETRIC_BACKENDS, make_backend
@@ -17,15 +19,13 @@ from network.messaging import Messaging, MirroredMessaging
 from simulator.breakdown import activity, link_table, summarize_collectives
 from simulator.checks import COMPUTE_MODELS, ComputeModel, check_workload, compute_model
 from simulator.chunk_order import ChunkOrders
-from simulator.collectives.hardware import HardwareProfile, load_profile, profile_names
-from simulator.collectives.nccl import ALGORITHMS, algorithm_name
 from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, check_memory_fits
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
-from simulator.nccl_run import NcclRun
-from simulator.quotient import Quotient, QuotientEngine, QuotientMessaging, find_quotient, quotient_of
+from simulator.quotient import Quotient, find_quotient, finer, quotient_of
+from simulator.quotient_run import Diverged, QuotientEngine, QuotientMessaging
 from simulator.rank import RankWorkload
-from simulator.results import SimulationResult
+from simulator.results import SimulationResult, format_ns
 from simulator.symmetry import symmetry_blockers
 from simulator.system import COLLECTIVE, HANDSHAKE, RankSystem, SystemSetup, tag_kind
 from simulator.units import with_current_keys
@@ -33,6 +33,10 @@ from workload.errors import InputError, shown
 from workload.schema import NodeType
 from workload.traceset import TraceLoader, TraceSet
 from workload.validate import validate
+
+if TYPE_CHECKING:  # the nccl collective model is imported when a run asks for it
+    from simulator.collectives.hardware import HardwareProfile
+    from simulator.nccl_run import NcclRun
 
 VERSION = "0.1.0"
 SEMANTICS = ("astra-sim", "corrected")
@@ -97,6 +101,8 @@ class Simulation:
         self.backend: Any = None
         self._orders = ChunkOrders()
         self._fold_failure = ""  # why the last folded run could not be exact
+        self._culprits: frozenset[int] = frozenset()  # and the generators of its quotient that caused it
+        self._built: dict[int, Any] = {}  # representatives' graphs of a generated workload, by rank
         self.compute = ComputeModel(None, None)
         self.warn = warn or (lambda message: None)
         self.hw_profile: HardwareProfile | None = None
@@ -121,6 +127,11 @@ class Simulation:
 
     def _check_collective_model(self) -> None:
         opts = self.options
+        if opts.collective_model == "astra-sim" and opts.hw_profile is None and opts.nccl_algorithm is None:
+            return
+        from simulator.collectives.hardware import load_profile, profile_names
+        from simulator.collectives.nccl import ALGORITHMS, algorithm_name
+
         if opts.collective_model not in COLLECTIVE_MODELS:
             raise InputError(f"unknown collective model {shown(opts.collective_model)}; valid: "
                              f"{', '.join(COLLECTIVE_MODELS)}")
@@ -164,7 +175,7 @@ class Simulation:
             graphs = self._representatives(loader, quotient)
         else:
             graphs = loader.load_set(self.traces, npus)
-            if self.traces.shared:
+            if self.traces.shared and self.traces.contents is None:  # a file given, not a generator built in memory
                 self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
         check_workload(graphs, self.traces, system, self.network, self.compute, opts.strict, self.warn)
         if quotient is None:
@@ -187,7 +198,7 @@ class Simulation:
         result = None
         reason = "; ".join(blockers) if blockers else "--engine message"
         if quotient is not None or (opts.engine != "message" and not blockers):
-            result = self._folded(graphs, roofline, started, quotient)
+            result = self._folded(graphs, roofline, started, quotient, loader)
             if result is None:
                 reason = self._fold_failure
                 if quotient is not None and self.traces.structure is not None:
@@ -209,29 +220,44 @@ class Simulation:
             result.engine_reason = f"every rank: {reason}"
         return result
 
-    def _folded(self, graphs: list[Any], roofline: Roofline | None, started: float, quotient: Quotient | None
-                ) -> SimulationResult | None:
+    def _folded(self, graphs: list[Any], roofline: Roofline | None, started: float, quotient: Quotient | None,
+                loader: TraceLoader) -> SimulationResult | None:
         """The run with one representative (``quotient`` None) or one per class; None when it cannot be exact
-        (``_fold_failure`` says why), and the caller simulates every rank."""
-        result = self._simulate(graphs, roofline, started, symmetric=quotient is None, quotient=quotient)
+        (``_fold_failure`` says why), and the caller simulates every rank. Where real ranks of a class would order
+        same-time events differently, a finer quotient (without the shifts that reverse them) is tried first."""
+        dropped: list[str] = []
+        while True:
+            result = self._simulate(graphs, roofline, started, symmetric=quotient is None, quotient=quotient)
+            if result is not None or quotient is None or not self._culprits:
+                break
+            names = [s.name for k, s in enumerate(quotient.shifts) if k in self._culprits]
+            dropped.append(f"not under {' or '.join(names)}: {self._fold_failure}")
+            quotient = finer(quotient, self._culprits)
+            if quotient is None:
+                self._fold_failure = "; ".join(dropped)
+                break
+            if self.traces.structure is not None:
+                graphs = self._representatives(loader, quotient)
         if result is None:
             if self.options.engine == "symmetric":
                 raise InputError(f"{self._fold_failure}, so representatives cannot give exact results (use --engine "
                                  "message)")
-            self.warn(f"{self._fold_failure}; simulating every rank instead")
+            # no warning: the results are exact either way, nothing in the input is wrong, and the engine line
+            # (engine_reason) says why every rank was simulated
         elif quotient is None:
             result.simulated_ranks = 1
             result.engine_reason = "every rank behaves like rank 0, shifted: one representative"
         else:
             result.simulated_ranks = len(quotient.representatives)
             result.engine_reason = (f"{len(quotient.representatives):,} classes of {quotient.orbit_size:,} "
-                                    f"equivalent ranks under {quotient.described}")
+                                    f"equivalent ranks under {quotient.described}"
+                                    + "".join(f"; {why}" for why in dropped))
         return result
 
     def _fold_blocker(self) -> str | None:
         """Why classes of equivalent ranks cannot be folded here (None: they can)."""
         if self.hw_profile is not None:
-            return "the classes of equivalent ranks are not folded with --collective-model nccl yet"
+            return "replayed communication" if self.system.replay_only else None
         if self.options.backend not in QUOTIENT_BACKENDS or self.network.fabric is not None:
             return (f"classes of equivalent ranks are folded on the {' and '.join(QUOTIENT_BACKENDS)} backends "
                     "without a fabric")
@@ -244,8 +270,25 @@ class Simulation:
         blocker = self._fold_blocker()
         if blocker is not None:
             return blocker
-        found = find_quotient(graphs, self.comm_groups, self.network.npus_count, self.network.topology, system)
+        found = find_quotient(graphs, self.comm_groups, *self._fold_network(), system, self._fold_blocks())
         return found if found is not None else "no shift of ranks maps the workload and the network onto themselves"
+
+    def _fold_network(self) -> tuple[tuple[int, ...], tuple[str, ...]]:
+        """The network symmetries must keep: the network's, or with --collective-model nccl, none but the
+        profile's nodes and NICs (_fold_blocks)."""
+        if self.hw_profile is not None:
+            return (self.network.num_npus,), ("Switch",)
+        return tuple(self.network.npus_count), tuple(self.network.topology)
+
+    def _fold_blocks(self) -> tuple[np.ndarray, ...]:
+        """With --collective-model nccl: rank -> node, rank -> NIC, which every symmetry must map onto themselves."""
+        if self.hw_profile is None:
+            return ()
+        ranks = np.arange(self.network.num_npus)
+        gpn = self.hw_profile.gpus_per_node
+        out = self.hw_profile.scale_out
+        nics = out.nics_per_node if out is not None else 1
+        return ranks // gpn, (ranks // gpn) * nics + (ranks % gpn) * nics // gpn
 
     def _generated_quotient(self, system: SystemConfig) -> Quotient | None:
         """For a generated workload that describes its ranks (TraceSet.structure): the classes, found without
@@ -254,12 +297,15 @@ class Simulation:
         if structure is None or self.options.engine == "message" or self.comm_groups or self._fold_blocker():
             return None
         described = [structure(r) for r in range(self.network.num_npus)]
-        return quotient_of([k for k, _ in described], [v for _, v in described], self.network.npus_count,
-                           self.network.topology, system)
+        return quotient_of([k for k, _ in described], [v for _, v in described], *self._fold_network(), system,
+                           self._fold_blocks())
 
     def _representatives(self, loader: TraceLoader, quotient: Quotient) -> list[Any]:
         """Per rank, its representative's graph: only the representatives' traces are built and decoded."""
-        built = {r: loader.load(self.traces.file_for(r), r, self.traces.contents) for r in quotient.representatives}
+        built = self._built
+        for r in quotient.representatives:
+            if r not in built:
+                built[r] = loader.load(self.traces.file_for(r), r, self.traces.contents)
         return [built[rep] for rep in quotient.rep_of.tolist()]
 
     def _simulate(self, graphs: list[Any], roofline: Roofline | None, started: float, symmetric: bool,
@@ -268,11 +314,18 @@ class Simulation:
         (``quotient``); None if a folded run turns out ambiguous."""
         opts, npus = self.options, self.network.num_npus
         self._orders = ChunkOrders(enforce_order)
-        engine = (QuotientEngine(len(quotient.orders)) if quotient is not None else CheckedEngine() if symmetric
-                  else Engine())
+        engine = (QuotientEngine(quotient) if quotient is not None else CheckedEngine() if symmetric else Engine())
         if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
-            backend = self.nccl = NcclRun(engine, self.hw_profile, npus, (0,) if symmetric else range(npus),
-                                          opts.nccl_algorithm, self.warn)
+            from simulator.nccl_classes import NcclClasses
+            from simulator.nccl_run import NcclRun
+
+            classes = None
+            if quotient is not None:
+                out = self.hw_profile.scale_out
+                classes = NcclClasses(quotient, self.hw_profile.gpus_per_node, out.nics_per_node if out else 1)
+            simulated_ranks = quotient.representatives if quotient is not None else (0,) if symmetric else range(npus)
+            backend = self.nccl = NcclRun(engine, self.hw_profile, npus, simulated_ranks, opts.nccl_algorithm,
+                                          self.warn, classes)
         else:
             backend = make_backend(opts.backend, self.network, engine, symmetric=symmetric, classes=quotient)
         if opts.timeline and hasattr(backend, "enable_history"):
@@ -306,11 +359,20 @@ class Simulation:
                 ranks[-1].system.phase_log = []
         if isinstance(messaging, QuotientMessaging):
             messaging.groups_of = {w.rank: w.groups for w in ranks}
-        for w in ranks:
-            w.wake()
-        monitor = self._run_events(engine, ranks, started)
+            if self.nccl is not None and self.nccl.classes is not None:
+                self.nccl.classes.groups_of = messaging.groups_of
+        try:
+            for w in ranks:
+                if isinstance(engine, QuotientEngine):
+                    engine.start_rank(w.rank)
+                w.wake()
+            monitor = self._run_events(engine, ranks, started)
+        except Diverged as e:  # real ranks of a class would order same-time events differently
+            self._fold_failure = str(e)
+            self._culprits = e.culprits
+            return None
         if folded and engine.ambiguous:  # type: ignore[attr-defined]
-            self._fold_failure = (f"same-time events make {'ranks of a class' if quotient else 'ranks'} diverge")
+            self._fold_failure = "same-time events make ranks diverge"
             return None
         if quotient is not None and not monitor.expired and any(w.finish_ns is None for w in ranks):
             self._fold_failure = "representatives did not finish"  # the full run finds out why (a real deadlock)
@@ -388,7 +450,7 @@ class Simulation:
 
     def _event_loop(self, engine: Engine, ranks: list[RankWorkload], started: float) -> RunMonitor:
         env = engine.env
-        monitor = RunMonitor(ranks, started, self.options, env, self.backend)
+        monitor = RunMonitor(ranks, started, self.options, env, self.backend, time.perf_counter())
         count = 0
         last_progress = -1
         batch = 0x4000  # events between checks of the wall-time limit and progress lines
@@ -411,6 +473,8 @@ class Simulation:
                       "(children of zero-time nodes wait for an event that never comes); issuing them at "
                       f"{env.now} ns (use --semantics corrected to issue them at once)")
             for w in stalled:
+                if isinstance(engine, QuotientEngine):
+                    engine.start_rank(w.rank, stalled=True)
                 w.wake()
         engine.events_processed = count
         return monitor
@@ -452,17 +516,20 @@ def network_stats(backend: Any) -> dict[str, Any]:
 class RunMonitor:
     """Progress lines for long runs, with an estimate of the work left, and the --max-wall-time guard."""
 
-    def __init__(self, ranks: list[RankWorkload], started: float, options: RunOptions, env: Any, backend: Any
-                 ) -> None:
+    def __init__(self, ranks: list[RankWorkload], started: float, options: RunOptions, env: Any, backend: Any,
+                 events_started: float | None = None) -> None:
         self.ranks = ranks
         self.started = started
+        # the pace is measured from the first event, not from the run's start: building a large workload before
+        # it took seconds and made the first estimates 20x too long
+        self.events_started = started if events_started is None else events_started
         self.show = options.progress
         self.env = env
         self.backend = backend
         self.limit_s = options.max_wall_time_s
         self.deadline = started + options.max_wall_time_s if options.max_wall_time_s else None
         self.report_at = started + 5.0
-        self._last = (started, 0.0)  # (time, fraction of the work done) at the last progress line
+        self._last = (self.events_started, 0.0)  # (time, fraction of the work done) at the last progress line
         self.total_nodes = sum(w.feeder.num_nodes for w in ranks) or 1
         self.expired = False
         self.events = 0
@@ -487,9 +554,9 @@ class RunMonitor:
     def line(self, now: float) -> str:
         done_nodes = sum(w.feeder.finished for w in self.ranks)
         fraction = (done_nodes + self._collectives_under_way()) / self.total_nodes
-        elapsed = now - self.started
+        elapsed = now - self.events_started
         ranks_done = sum(w.finish_ns is not None for w in self.ranks)
-        parts = [f"simulated {self.env.now / 1e6:.3f} ms", f"{100 * fraction:.1f}% of trace nodes done",
+        parts = [f"simulated {format_ns(self.env.now)}", f"{100 * fraction:.1f}% of trace nodes done",
                  f"{ranks_done}/{len(self.ranks)} ranks finished"]
         hops = getattr(self.backend, "packet_hops", None)
         if hops:
@@ -504,7 +571,7 @@ class RunMonitor:
         self._last = (now, fraction)
         if fraction <= 0:
             return "no estimate of the time left until a first node finishes"
-        overall = (now - self.started) * (1 - fraction) / fraction
+        overall = (now - self.events_started) * (1 - fraction) / fraction
         if fraction <= last_fraction:
             return f"no trace node finished in the last {now - last_time:,.0f} s, so no estimate of the time left"
         recent = (now - last_time) * (1 - fraction) / (fraction - last_fraction)

@@ -30,10 +30,12 @@ import numpy as np
 from simulator.collectives.registry import parse_algorithm
 from simulator.config import SystemConfig
 from simulator.node_table import COLLECTIVE_KINDS
+from workload.protoscan import sorted_distinct
 
 ROTATION, XOR, HALF, FIXED = "rotation", "xor", "half", "fixed"  # what an algorithm lets a symmetry do
+ANY = "any"  # a model that sees only where a group's members sit, not their order (--collective-model nccl)
 WORLD: tuple[int, ...] = ()  # the member list of a collective on all NPUs
-Value = tuple[Any, ...]  # a rank's reference to other ranks (simulator/quotient.py: rank_references)
+Value = tuple[Any, ...]  # a rank's reference to other ranks (simulator/references.py: rank_references)
 
 
 def algorithm_relation(name: str) -> str:
@@ -112,6 +114,8 @@ def members_mapped(relation: str, listed: tuple[int, ...], mapped: tuple[int, ..
     """Whether a group's members, mapped by a permutation (``mapped``), run its collectives as ``listed`` does."""
     if mapped == listed:
         return True
+    if relation == ANY:
+        return sorted(listed) == sorted(mapped)
     if relation == ROTATION:
         return is_rotation(listed, mapped)
     if relation == XOR:
@@ -120,6 +124,13 @@ def members_mapped(relation: str, listed: tuple[int, ...], mapped: tuple[int, ..
         n = len(listed)
         return n % 2 == 0 and mapped == listed[n // 2:] + listed[:n // 2]
     return False
+
+
+def keeps_blocks(sigma: np.ndarray, blocks: np.ndarray) -> bool:
+    """Whether ``sigma`` maps blocks onto blocks (``blocks``: rank -> its block, such as its node or NIC)."""
+    image = np.full(int(blocks.max()) + 1, -1, dtype=np.int64)
+    image[blocks] = blocks[sigma]
+    return bool(np.array_equal(image[blocks], blocks[sigma]))
 
 
 def cycle_length(sigma: np.ndarray) -> int | None:
@@ -181,10 +192,10 @@ class Network:
             old, new = self.coord[d], self.coord[d][sigma]
             image = np.full(n, -1, dtype=np.int64)
             image[old] = new
-            if not np.array_equal(image[old], new) or len(np.unique(image)) != n:
+            if not np.array_equal(image[old], new) or len(sorted_distinct(image)) != n:
                 return False
             positions = np.arange(n)
-            shift = np.unique((image - positions) % n)
+            shift = sorted_distinct((image - positions) % n)
             if self.topology[d] == "Ring" and len(shift) != 1:
                 return False
             relation = None if world is None else world[d] or ROTATION
@@ -233,31 +244,39 @@ def families(values: list[tuple[Value, ...]], npus: int, xor: bool) -> list[tupl
 
 
 class Invariance:
-    """Whether a permutation maps every rank's trace onto its image's (groups' members as ``relation`` allows)."""
+    """Whether a permutation maps every rank's trace onto its image's (groups' members as ``relation`` allows),
+    and then how it maps the communicator groups (by number: a group named in a rank's trace is mapped to the
+    group its image names in the same place)."""
 
     def __init__(self, keys: list[bytes], values: list[tuple[Value, ...]], relation: str) -> None:
         self.keys = keys
         self.values = values
         self.relation = relation
 
-    def holds(self, sigma: np.ndarray) -> bool:
+    def holds(self, sigma: np.ndarray) -> dict[int, int] | None:
+        """The map of group numbers ``sigma`` induces, or None when it is not a symmetry of the workload."""
         mapped: dict[tuple[tuple[int, ...], tuple[int, ...]], bool] = {}
+        groups: dict[int, int] = {}
         for r in range(len(sigma)):
             s = int(sigma[r])
             if self.keys[s] != self.keys[r]:
-                return False
+                return None
             for mine, theirs in zip(self.values[r], self.values[s], strict=True):
                 if mine[0] != theirs[0] or mine[1] != theirs[1]:
-                    return False
+                    return None
                 if mine[0] == "peer":
                     if int(sigma[mine[2]]) != theirs[2]:
-                        return False
+                        return None
                     continue
+                if groups.setdefault(mine[3], theirs[3]) != theirs[3]:
+                    return None  # one group's members would disagree on its image
                 key = (mine[2], theirs[2])
                 ok = mapped.get(key)
                 if ok is None:
                     image = tuple(int(sigma[m]) for m in mine[2])
                     ok = mapped[key] = members_mapped(self.relation, theirs[2], image)
                 if not ok:
-                    return False
-        return True
+                    return None
+        if len(set(groups.values())) != len(groups):
+            return None
+        return groups

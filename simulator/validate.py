@@ -4,8 +4,8 @@
 
 Per row: published and predicted busbw (GB/s, GB = 10^9 B, nccl-tests' definition), the algorithm and protocol
 the model picked (or was forced to by the row's ``algo``), and error = predicted / published - 1. Per table:
-geomean |error| for sizes >= 1 MiB, 64 KiB - 1 MiB, below 64 KiB and all >= 64 KiB, and the largest error
->= 1 MiB.
+geomean |error| for sizes >= 1 MiB, 64 KiB - 1 MiB, below 64 KiB and all >= 64 KiB (a geomean of factors,
+exp(mean |ln(predicted / published)|) - 1), and the largest |error| >= 1 MiB.
 """
 
 from __future__ import annotations
@@ -15,7 +15,14 @@ import json
 import math
 from collections.abc import Callable, Sequence
 
-from simulator.collectives.calibration import Prediction, predict, read_tables, summarize
+from simulator.collectives.calibration import (
+    ERROR_MEASURES,
+    Prediction,
+    check_fits,
+    predict,
+    read_tables,
+    summarize,
+)
 from simulator.collectives.hardware import load_profile
 from simulator.collectives.nccl import CollectiveModel
 from workload.optional import pyplot
@@ -51,13 +58,13 @@ def format_summary(summary: Sequence[dict[str, object]]) -> list[str]:
         return "-" if v is None else f"{v:.1%}"  # type: ignore[str-format]
 
     lines = [f"{'table':<48} {'rows':>4} {'>=1MiB':>8} {'64K-1M':>8} {'<64KiB':>8} {'>=64KiB':>8} "
-             f"{'max>=1MiB':>10}  (geomean |error|)"]
+             f"{'max>=1MiB':>10}"]
     for t in summary:
         lines.append(f"{str(t['table'])[:48]:<48} {t['rows']:>4} {pct(t['geomean_abs_error_ge_1MiB']):>8} "
                      f"{pct(t['geomean_abs_error_64KiB_1MiB']):>8} {pct(t['geomean_abs_error_lt_64KiB']):>8} "
                      f"{pct(t['geomean_abs_error_ge_64KiB']):>8} "
                      f"{pct(t['max_abs_error_ge_1MiB']):>10}")
-    return lines
+    return [*lines, f"({ERROR_MEASURES})"]
 
 
 def rows_json(predictions: Sequence[Prediction]) -> list[dict[str, object]]:
@@ -100,6 +107,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         pyplot("validate --plot")  # say it is missing before any work
     profile = load_profile(args.profile)
     rows = read_tables(args.tables)
+    check_fits(rows, profile)
     predictions = predict(CollectiveModel(profile), rows)
     summary = summarize(predictions)
     if not profile.parameters():

@@ -36,6 +36,8 @@ for _i, (_name, _, _) in enumerate(schema.ATTRIBUTE_VALUE_TYPES):
 INTEGER_TYPES = {"int32", "int64", "uint32", "uint64", "sint32", "sint64",
                  "fixed32", "fixed64", "sfixed32", "sfixed64", "bool"}
 _INTEGER_FIELDS = [n for n, (k, t) in FIELD_TYPES.items() if k == "scalar" and t in INTEGER_TYPES]
+_IS_INTEGER = np.zeros(64, dtype=bool)  # by value field number (3 to 32, 0 for none): an integer or bool one
+_IS_INTEGER[_INTEGER_FIELDS] = True
 _MASK64 = (1 << 64) - 1
 
 
@@ -123,7 +125,7 @@ class AttributeTable:
         present = np.zeros(num_nodes, dtype=bool)
         if occ.size:
             numbers = self.field[occ]
-            ok = np.isin(numbers, _INTEGER_FIELDS)
+            ok = _IS_INTEGER[numbers]
             if not ok.all():
                 if strict:
                     bad = int(np.flatnonzero(~ok)[0])
@@ -132,6 +134,10 @@ class AttributeTable:
             values[nodes] = _integers(numbers, self.raw[occ])
             present[nodes] = True
         return values, present
+
+    def integers_at(self, occ: np.ndarray) -> np.ndarray:
+        """The integer values (int64) of occurrences written with integer or bool value fields."""
+        return _integers(self.field[occ], self.raw[occ])
 
     def strings(self, name: str, *, strict: bool = True) -> dict[int, str]:
         """The string attribute ``name`` of every node that has it, as {node index: text}; another type raises

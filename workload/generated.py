@@ -36,14 +36,36 @@ def llm_keys() -> dict[str, Any]:
     return {k: v for k, v in vars(_llm_parser().parse_args([])).items() if k not in skip}
 
 
+def llm_aliases() -> dict[str, str]:
+    """The flags' own spellings as keys (``layers`` for ``num_layers``, ``kv_heads``, ``tensor_model_parallel_size``,
+    ...), so that a mapping may use the names ``trace generate llm --help`` shows, ``_`` for ``-``."""
+    keys = llm_keys()
+    aliases = {}
+    for action in _llm_parser()._actions:
+        for flag in action.option_strings:
+            name = flag.lstrip("-").replace("-", "_")
+            negated = isinstance(action, argparse.BooleanOptionalAction) and flag.startswith("--no-")
+            if flag.startswith("--") and not negated and name != action.dest and action.dest in keys:
+                aliases[name] = action.dest
+    return aliases
+
+
 def _llm_args(spec: dict[str, Any], where: str) -> argparse.Namespace:
     parser = _llm_parser()
     args = parser.parse_args([])
     keys = llm_keys()
-    unknown = sorted(str(k) for k in spec if k != "generate" and k not in keys)
+    aliases = llm_aliases()
+    unknown = sorted(str(k) for k in spec if k != "generate" and k not in keys and k not in aliases)
     if unknown:
         raise InputError(f"{where}: unknown key(s) {', '.join(printable(k)[:40] for k in unknown[:10])} for a "
                          f"generated llm workload; valid: {', '.join(sorted(keys))}")
+    named: dict[str, str] = {}
+    for key in spec:
+        dest = aliases.get(key, key)
+        if dest in named:
+            raise InputError(f"{where}: '{named[dest]}' and '{key}' name the same setting; give one")
+        named[dest] = key
+    spec = {aliases.get(k, k): v for k, v in spec.items()}
     kinds = {a.dest: a for a in parser._actions}
     for key, value in spec.items():
         if key == "generate":

@@ -18,6 +18,29 @@ from workload.protoscan import message_fields
 _IO_FIELDS = {1: "values", 2: "shapes", 3: "types"}
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class WireLayout:
+    """Where the decoder found a trace's node ids and dependency ids in its buffer: enough to read those values
+    again from another file laid out alike (workload/variants.py)."""
+
+    id_at: np.ndarray  # per node index: offset of its id varint (-1: the node has no id field)
+    # per dependency field (4 control, 5 data): packed payload offsets and lengths, offsets of unpacked values, and
+    # the order that puts their concatenated values into the graph's dependency list
+    deps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Variation:
+    """How a trace read as a variant differs from the decoded trace it was read against (its template): only in
+    values, every field in the same place; nodes keep their indices and dependencies their targets."""
+
+    template: TraceGraph
+    attributes: frozenset[str]  # names of the attributes whose values differ on some node
+    # the attribute occurrences (AttributeTable indices) whose values differ, each the first of its name on its
+    # node (the one that is read)
+    occurrences: np.ndarray
+
+
 @dataclass(slots=True, eq=False)
 class TraceGraph:
     """One rank's execution trace, decoded once into arrays.
@@ -52,6 +75,10 @@ class TraceGraph:
     # per node, its run time in ns where an older schema held one finer than the µs of duration_micros
     duration_ns: np.ndarray | None = None
     cache: dict[str, Any] = field(default_factory=dict)  # derived structures, built once on demand
+    # where the decoder found values in ``buf`` (None for a trace rewritten from an older schema), and for a trace
+    # read as a variant of another (workload/variants.py) how it differs from it
+    layout: WireLayout | None = None
+    variant: Variation | None = None
 
     @property
     def num_nodes(self) -> int:

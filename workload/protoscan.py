@@ -206,6 +206,13 @@ def expand_packed_varints(buf: np.ndarray, offset: np.ndarray, length: np.ndarra
     return values, segment
 
 
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending: np.unique without its check for masked arrays, whose first use imports
+    numpy.ma (a run's start-up would pay for it)."""
+    ordered = np.sort(values)
+    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if ordered.size else ordered
+
+
 def intern_strings(buf: np.ndarray, offset: np.ndarray, length: np.ndarray) -> tuple[list[str], np.ndarray]:
     """Distinct UTF-8 strings among buf[offset[i]:offset[i]+length[i]]: (strings, index of each).
 
@@ -220,7 +227,7 @@ def intern_strings(buf: np.ndarray, offset: np.ndarray, length: np.ndarray) -> t
     tail = _gather8(buf, offset + np.maximum(length - 8, 0), np.minimum(np.maximum(length - 8, 0), 8))
     with np.errstate(over="ignore"):
         keys = (head * _U64(0x9E3779B97F4A7C15)) ^ (tail * _U64(0xC2B2AE3D27D4EB4F)) ^ length.astype(_U64)
-    distinct = np.unique(keys)
+    distinct = sorted_distinct(keys)
     inverse = np.searchsorted(distinct, keys)
     first = np.full(len(distinct), count, dtype=np.int64)
     np.minimum.at(first, inverse, np.arange(count))

@@ -10,7 +10,7 @@ import numpy as np
 from workload import legacy
 from workload.attributes import AttributeTable, build_attribute_table
 from workload.errors import TraceError
-from workload.graph import TraceGraph
+from workload.graph import TraceGraph, WireLayout
 from workload.limits import available_memory_bytes
 from workload.protoscan import (
     PADDING,
@@ -67,6 +67,7 @@ def decode_trace(data: bytes | np.ndarray, path: str = "<memory>") -> TraceGraph
 def _upgraded_graph(upgraded: legacy.Upgraded, path: str, warnings: list[str]) -> TraceGraph:
     graph = decode_trace(upgraded.data, path)
     graph.warnings[:0] = warnings + upgraded.notes
+    graph.layout = None  # its buffer holds the rewritten stream, not the file's bytes
     if upgraded.duration_ns:  # run times in ns that the 1.0 schema's microseconds cannot hold
         ns = graph.duration_micros.astype(np.int64) * 1000
         for node_id, value in upgraded.duration_ns.items():
@@ -134,6 +135,7 @@ class _NodeColumns:
         self.raw_type = np.zeros(n, dtype=_U64)
         self.start_time = np.zeros(n, dtype=_U64)
         self.duration = np.zeros(n, dtype=_U64)
+        self.id_offset = np.full(n, -1, dtype=np.int64)  # where each node's (last) id varint starts
         self.name_offset = np.zeros(n, dtype=np.int64)
         self.name_length = np.zeros(n, dtype=np.int64)
         self.packed = {4: _Pieces(), 5: _Pieces()}  # ctrl_deps, data_deps as packed lists
@@ -145,6 +147,8 @@ class _NodeColumns:
             for number, column in scalars:
                 w = r.where(number, 0)
                 column[r.message[w]] = r.value[w]
+                if number == 1:
+                    self.id_offset[r.message[w]] = r.offset[w]
             w = r.where(2, 2)
             self.name_offset[r.message[w]] = r.offset[w]
             self.name_length[r.message[w]] = r.length[w]
@@ -166,8 +170,8 @@ class _NodeColumns:
         order = np.argsort(self.ids, kind="stable")
         new = np.empty(n, dtype=np.int64)
         new[order] = np.arange(n)
-        data_ptr, data_deps = self._dependency_lists(5, new)
-        ctrl_ptr, ctrl_deps = self._dependency_lists(4, new)
+        data_ptr, data_deps, data_at = self._dependency_lists(5, new)
+        ctrl_ptr, ctrl_deps, ctrl_at = self._dependency_lists(4, new)
         (in_msg, in_seq, _, in_off, in_len), (out_msg, out_seq, _, out_off, out_len) = \
             self.io[8].arrays(), self.io[9].arrays()
         io_node = new[np.concatenate((in_msg, out_msg))]
@@ -185,12 +189,15 @@ class _NodeColumns:
             io_offset=np.concatenate((in_off, out_off))[io_sort],
             io_length=np.concatenate((in_len, out_len))[io_sort],
             attrs=self._attribute_table(new, ids), warnings=warnings,
+            layout=WireLayout(id_at=self.id_offset[order], deps={5: data_at, 4: ctrl_at}),
         )
 
-    def _dependency_lists(self, number: int, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """CSR (pointers, node ids) of a repeated uint64 field, accepting packed and unpacked encodings."""
+    def _dependency_lists(self, number: int, new: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """CSR (pointers, node ids) of a repeated uint64 field, accepting packed and unpacked encodings, and where
+        its values lie (WireLayout.deps)."""
         p_msg, p_seq, _, p_off, p_len = self.packed[number].arrays()
-        s_msg, s_seq, s_val, _, _ = self.single[number].arrays()
+        s_msg, s_seq, s_val, s_off, _ = self.single[number].arrays()
         values, seg = expand_packed_varints(self.buf, p_off, p_len)
         node = new[np.concatenate((p_msg[seg], s_msg))]
         seq = np.concatenate((p_seq[seg], s_seq))
@@ -198,7 +205,7 @@ class _NodeColumns:
         order = np.lexsort((seq, node))  # stable: a packed list keeps its order
         ptr = np.zeros(self.n + 1, dtype=np.int64)
         np.cumsum(np.bincount(node, minlength=self.n), out=ptr[1:])
-        return ptr, values[order]
+        return ptr, values[order], (p_off, p_len, s_off, order)
 
     def _attribute_table(self, new: np.ndarray, ids: np.ndarray) -> AttributeTable:
         msg, seq, _, offset, length = self.attrs.arrays()

@@ -80,7 +80,8 @@ def classify(members: tuple[int, ...], npus: int) -> Tiling | str:
         stride = npus // size
         if ranks == list(range(ranks[0], npus, stride)) and ranks[0] < stride:
             return Tiling("stride", stride)
-    return "it is neither all ranks, nor an equal block of consecutive ranks, nor an equal stride"
+    return ("it is neither all ranks, nor an equal block of consecutive ranks, nor every k-th rank of all "
+            f"{npus} (a group strided inside a block, as a pipeline stage's data-parallel group, is not re-tiled)")
 
 
 def size_factor(comm_type: int, grows: bool, strong: bool, old_npus: int, new_npus: int) -> float:

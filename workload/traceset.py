@@ -24,6 +24,7 @@ from workload.limits import env_limit, format_bytes
 from workload.protoscan import PADDING
 from workload.reader import decode_trace
 from workload.validate import validate
+from workload.variants import Variants
 from workload.wire import read_trace_buffer
 
 # ".eg": the per-rank files of Chakra's first schema (ASTRA-sim 2.0's early examples)
@@ -46,7 +47,7 @@ class TraceSet:
     shared: bool
     contents: Callable[[int], bytes] | None = field(default=None, compare=False)
     # a generated workload's description of each rank without its trace: (key, values) as in
-    # simulator/quotient.py's rank_references, so that only one trace per class of equal ranks is built
+    # simulator/references.py's rank_references, so that only one trace per class of equal ranks is built
     structure: Callable[[int], tuple[bytes, tuple[Any, ...]]] | None = field(default=None, compare=False)
 
     @property
@@ -133,6 +134,10 @@ def resolve_workload(workload: str) -> TraceSet:
         ranks = _rank_files(directory, name).get(name)
         if ranks:
             return _per_rank(source, prefix, ranks)
+    if os.path.isfile(workload) and workload.endswith((".yml", ".yaml")):
+        raise InputError(f"{shown_path(workload)}: a YAML file, not a Chakra trace: a generator mapping (generate: "
+                         "...) is built in memory by a simulation (--workload) or a sweep; to look into its traces, "
+                         "write them with `astrasim-py trace generate KIND ... -o DIR`")
     if os.path.isfile(workload):
         return TraceSet(source, (workload,), shared=True)
     if os.path.exists(workload):
@@ -146,7 +151,9 @@ class TraceLoader:
     """Loads traces, decoding each distinct file content only once, and (``checks``, the default) validates
     them for simulation; inspection tools load without checks, to show any trace that decodes.
 
-    Identical per-rank files (common for microbenchmarks) share one immutable TraceGraph.
+    Identical per-rank files (common for microbenchmarks) share one immutable TraceGraph; a file that differs from
+    one decoded before only in values (its own node ids, names, peers, group numbers) is read as its variant
+    (workload/variants.py) without being decoded.
     """
 
     def __init__(self, *, drop_dangling: bool = False, warn: Callable[[str], None] | None = None,
@@ -154,8 +161,9 @@ class TraceLoader:
         self.drop_dangling = drop_dangling
         self.checks = checks
         self._warn = warn or (lambda message: None)
-        self._by_content: dict[tuple[int, int, int], list[TraceGraph]] = {}
+        self._by_content: dict[tuple[int, int], list[TraceGraph]] = {}
         self._repeats: dict[str, int] = {}  # a trace warning already given for one file -> how many more had it
+        self._variants = Variants()
 
     def load(self, path: str, rank: int | None = None, contents: Callable[[int], bytes] | None = None) -> TraceGraph:
         """The graph of the trace file ``path`` (or, with ``contents``, of the bytes it gives for ``rank``)."""
@@ -163,23 +171,22 @@ class TraceLoader:
             data = read_trace_buffer(path, PADDING)
         else:
             data = np.frombuffer(contents(rank or 0) + bytes(PADDING), dtype=np.uint8)
-        view = memoryview(data)
-        key = (len(data), zlib.crc32(view), zlib.adler32(view))
-        for graph in self._by_content.get(key, ()):
-            if np.array_equal(graph.buf, data):  # confirm: a checksum match alone is not proof
-                return graph
-        try:
-            graph = decode_trace(data, path)
+        try:  # the same bytes as a decoded trace but for values: read as its variant (workload/variants.py)
+            variant = self._variants.read(data, path, self.checks)
         except TraceError as e:
             raise e.located(path=path, rank=rank) from None
-        apply_era_reading(graph)  # a 0.0.4 trace's collectives as the ASTRA-sim of its era read them
-        try:
-            deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
-        except TraceError as e:
-            if is_pre_1_0(graph.version) and "Chakra schema" not in f"{e.problem} {e.hint}":
-                e = TraceError(f"{e.problem} (in a trace read as Chakra schema {graph.version})", node_id=e.node_id,
-                               offset=e.offset, hint=e.hint)
-            raise e.located(path=path, rank=rank) from None
+        if variant is not None:
+            graph, new = variant
+            if not new:
+                return graph  # the bytes of a trace read before
+        else:
+            key = (len(data), zlib.crc32(memoryview(data)))
+            for graph in self._by_content.get(key, ()):
+                if np.array_equal(graph.buf, data):  # confirm: a checksum match alone is not proof
+                    return graph
+            graph = self._decode(data, path, rank)
+            self._by_content.setdefault(key, []).append(graph)
+        deps = validate(graph, drop_dangling=self.drop_dangling) if self.checks else None
         for w in graph.warnings:
             if w in self._repeats:  # per-rank files of one set usually share their warnings: each is given once
                 self._repeats[w] += 1
@@ -191,7 +198,25 @@ class TraceLoader:
                        "node(s) absent from the file")
         if deps is not None and deps.dropped_self:
             self._warn(f"{path}: dropped {deps.dropped_self} dependencies of nodes on themselves")
-        self._by_content.setdefault(key, []).append(graph)
+        return graph
+
+    def _decode(self, data: np.ndarray, path: str, rank: int | None) -> TraceGraph:
+        """Decode (and, with checks, validate) one trace, errors naming file and rank; it becomes a template for
+        the files after it."""
+        try:
+            graph = decode_trace(data, path)
+        except TraceError as e:
+            raise e.located(path=path, rank=rank) from None
+        apply_era_reading(graph)  # a 0.0.4 trace's collectives as the ASTRA-sim of its era read them
+        try:
+            if self.checks:
+                validate(graph, drop_dangling=self.drop_dangling)
+        except TraceError as e:
+            if is_pre_1_0(graph.version) and "Chakra schema" not in f"{e.problem} {e.hint}":
+                e = TraceError(f"{e.problem} (in a trace read as Chakra schema {graph.version})", node_id=e.node_id,
+                               offset=e.offset, hint=e.hint)
+            raise e.located(path=path, rank=rank) from None
+        self._variants.add(graph)
         return graph
 
     def report_repeats(self) -> None:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from workload.errors import InputError, printable
+from workload.errors import printable
 from workload.files import shown_path
 from workload.graph import TraceGraph
 from workload.limits import add_output_limits, check_output, output_limits
@@ -47,8 +47,8 @@ def upgrade(workload: str, prefix: str, warn: Warn, limits: tuple[int, int]) -> 
     check_output(f"upgrading {shown_path(workload)}", count,
                  sum(os.path.getsize(f) for f in traces.files) * 2, limits)
     folder = os.path.dirname(prefix)
-    if folder and not os.path.isdir(folder):
-        raise InputError(f"output folder {shown_path(folder)} does not exist")
+    if folder:  # as the generators, converters and rescale do
+        os.makedirs(folder, exist_ok=True)
     loader = TraceLoader(warn=warn, checks=False)
     schemas: dict[str, int] = {}
     for rank, path in enumerate(traces.files):

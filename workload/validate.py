@@ -6,6 +6,7 @@ by the caller that knows them.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,31 +80,28 @@ def check_node_types(graph: TraceGraph) -> None:
                          hint=f"valid types: {valid}")
 
 
-def check_attributes(graph: TraceGraph) -> None:
+def check_attributes(graph: TraceGraph, changed: Collection[str] | None = None) -> None:
+    """Check attribute values and the attributes each node type needs; ``changed``: only the values of these
+    attributes changed since the graph passed (a variant, workload/variants.py)."""
     n = graph.num_nodes
     attrs = graph.attrs
     present: dict[str, np.ndarray] = {}
     for name in (*NON_NEGATIVE_ATTRIBUTES, "comm_type"):
+        if changed is not None and name not in changed:
+            continue
         values, mask = attrs.integers(name, n)
         present[name] = mask
-        if name in NON_NEGATIVE_ATTRIBUTES:
-            neg = np.flatnonzero(mask & (values < 0))
-            if neg.size:
-                i = int(neg[0])
-                raise TraceError(f"attribute '{name}' is negative ({int(values[i])})", node_id=graph.node_id(i))
-        if name == "comm_type":
-            coll = graph.types == NodeType.COMM_COLL_NODE
-            bad = np.flatnonzero(coll & mask & ((values < 0) | (values > max(CollectiveType))))
-            if bad.size:
-                i = int(bad[0])
-                valid = ", ".join(f"{t.value}={t.name}" for t in CollectiveType)
-                raise TraceError(f"unknown collective comm_type {int(values[i])}", node_id=graph.node_id(i),
-                                 hint=f"valid types: {valid}")
+        nodes = np.flatnonzero(mask)
+        _check_values(graph, name, nodes, values[nodes])
+    if changed is not None and "is_cpu_op" not in changed:
+        return  # which nodes need which attributes is unchanged
     is_cpu, _ = attrs.integers("is_cpu_op", n)
     host_side = (is_cpu != 0) & (graph.types >= NodeType.COMM_SEND_NODE)
     for node_type, names in REQUIRED_ATTRIBUTES.items():
         of_type = (graph.types == node_type) & ~host_side
         for name in names:
+            if name not in present:
+                present[name] = attrs.integers(name, n)[1]
             missing = np.flatnonzero(of_type & ~present[name])
             if missing.size:
                 i = int(missing[0])
@@ -116,6 +114,40 @@ def check_attributes(graph: TraceGraph) -> None:
                              "field: regenerate it with a current Chakra")
                 raise TraceError(f"{node_type.name} without its '{name}' attribute{more}", node_id=graph.node_id(i),
                                  hint=hint)
+
+
+def check_changed_values(graph: TraceGraph, occurrences: np.ndarray, changed: Collection[str]) -> None:
+    """check_attributes for a graph whose attribute values (of the attributes ``changed``) differ only at
+    ``occurrences``, each the first of its name on its node, since it passed: the same errors, found among those
+    occurrences alone."""
+    if "is_cpu_op" in changed:  # which nodes need which attributes may change too
+        check_attributes(graph, changed)
+        return
+    attrs = graph.attrs
+    name_ids = attrs.name_id[occurrences]
+    values = attrs.integers_at(occurrences)
+    for name in (*NON_NEGATIVE_ATTRIBUTES, "comm_type"):
+        if name in changed:
+            which = name_ids == attrs.names.index(name)
+            _check_values(graph, name, attrs.node[occurrences[which]], values[which])
+
+
+def _check_values(graph: TraceGraph, name: str, nodes: np.ndarray, values: np.ndarray) -> None:
+    """Refuse, naming the first node, a value out of the attribute's range; ``nodes`` (ascending) are nodes with the
+    attribute and ``values`` their values."""
+    if name in NON_NEGATIVE_ATTRIBUTES:
+        neg = np.flatnonzero(values < 0)
+        if neg.size:
+            k = int(neg[0])
+            raise TraceError(f"attribute '{name}' is negative ({int(values[k])})", node_id=graph.node_id(int(nodes[k])))
+    if name == "comm_type":
+        coll = graph.types[nodes] == NodeType.COMM_COLL_NODE
+        bad = np.flatnonzero(coll & ((values < 0) | (values > max(CollectiveType))))
+        if bad.size:
+            k = int(bad[0])
+            valid = ", ".join(f"{t.value}={t.name}" for t in CollectiveType)
+            raise TraceError(f"unknown collective comm_type {int(values[k])}", node_id=graph.node_id(int(nodes[k])),
+                             hint=f"valid types: {valid}")
 
 
 def resolve_dependencies(graph: TraceGraph, *, drop_dangling: bool = False) -> Dependencies:

@@ -57,6 +57,7 @@ class Measurement:
     size_bytes: int
     busbw_GBps: float
     algo: str | None
+    line: int = 0  # in its table, for messages
 
     @property
     def comm(self) -> Communicator:
@@ -93,7 +94,7 @@ def read_table(path: str) -> list[Measurement]:
         if gpus == 1:
             continue  # nothing moves: no bus bandwidth to compare
         algo = (r.get("algo") or "").strip() or None
-        rows.append(Measurement(name, r["system"], collective, gpus, nodes, size, busbw, algo))
+        rows.append(Measurement(name, r["system"], collective, gpus, nodes, size, busbw, algo, line))
     if not rows:
         raise ConfigError(f"{where}: no measurements")
     return rows
@@ -101,6 +102,16 @@ def read_table(path: str) -> list[Measurement]:
 
 def read_tables(paths: Sequence[str]) -> list[Measurement]:
     return [m for p in paths for m in read_table(p)]
+
+
+def check_fits(rows: Sequence[Measurement], profile: HardwareProfile) -> None:
+    """Refuse rows the profile's machine cannot have been: more GPUs per node than its nodes hold (a prediction for
+    them would be a number about nothing)."""
+    for m in rows:
+        per_node = -(-m.gpus // m.nodes)
+        if per_node > profile.gpus_per_node:
+            raise ConfigError(f"{m.table}: line {m.line}: {m.gpus} GPUs on {m.nodes} node(s) is {per_node} per node, "
+                              f"but profile {profile.name} has {profile.gpus_per_node} GPUs per node")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +134,12 @@ def predict(model: CollectiveModel, rows: Iterable[Measurement]) -> list[Predict
         chosen = model.plan(row.collective, row.size_bytes, row.comm, row.algo).chosen
         out.append(Prediction(row, chosen.busbw_GBps, chosen.algorithm, chosen.protocol, chosen.channels))
     return out
+
+
+# What the summaries' numbers mean: the geomean is of factors, so it can exceed the largest |error| of the same rows
+# when the model predicts too little (every row -33%: geomean 49%, max 33%).
+ERROR_MEASURES = ("geomean |error| = exp(mean |ln(predicted / published)|) - 1, a factor: 33% too low counts as 49%, "
+                  "as 49% too high does; max = the largest |predicted / published - 1|")
 
 
 def geomean_abs_error(errors: Sequence[float]) -> float | None:

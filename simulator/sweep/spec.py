@@ -47,7 +47,7 @@ from network.packet_config import PACKET_KEYS
 from simulator.config import DEFAULT_SYSTEM, IMPLEMENTATION_KEYS, MEMORY_KEYS, SYSTEM_KEYS
 from workload.errors import ConfigError, InputError, LimitError, printable, shown
 from workload.files import parse_yaml, read_json, read_text, read_yaml, shown_path
-from workload.generated import llm_keys, read_generator
+from workload.generated import llm_aliases, llm_keys, read_generator
 from workload.tools.generate import GENERATOR_KEYS
 from workload.traceset import resolve_workload
 
@@ -62,7 +62,8 @@ OPTION_TYPES: dict[str, tuple[type, ...]] = {
 DEFAULT_OPTIONS: dict[str, Any] = {"backend": "analytical-unaware"}
 _SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "network": (*NETWORK_KEYS, *FABRIC_KEYS), "packet": PACKET_KEYS, "system": SYSTEM_KEYS, "memory": MEMORY_KEYS,
-    "workload": ("generate", *sorted({k for keys in GENERATOR_KEYS.values() for k in keys} | set(llm_keys()))),
+    "workload": ("generate", *sorted({k for keys in GENERATOR_KEYS.values() for k in keys} | set(llm_keys())
+                                     | set(llm_aliases()))),
     "options": tuple(k for k in OPTION_TYPES if k != "backend"),
 }
 _SETTING = re.compile(r"(?P<section>[a-z_]+)(?:\.(?P<key>[A-Za-z0-9_-]+))?(?:\[(?P<index>\d+)\])?")

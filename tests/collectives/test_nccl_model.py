@@ -208,6 +208,37 @@ def test_validate_and_calibrate_commands(tmp_path: Path) -> None:
     assert done.returncode == 1 and "line 2" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_validate_says_its_geomean_is_of_factors(tmp_path: Path) -> None:
+    """A table the model under-predicts by a third on every row: the summary's geomean (of factors) is 50% while the
+    largest |error| is 33%; the output says what each number is, so the pair does not read as a contradiction."""
+    model = CollectiveModel(load_profile("hgx-h200"))
+    sizes = [1 << 20, 1 << 24, 1 << 28]
+    busbw = [model.plan("all_reduce", s, Communicator(8, 1, 8)).chosen.busbw_GBps * 1.5 for s in sizes]
+    table = tmp_path / "low.tsv"
+    table.write_text("system\tcollective\tgpus\tnodes\tbytes\tbusbw_GBps\n"
+                     + "".join(f"x\tall_reduce\t8\t1\t{s}\t{b:.6f}\n" for s, b in zip(sizes, busbw, strict=True)))
+    done = run_cli("validate", "--profile", "hgx-h200", "--tables", str(table))
+    assert done.returncode == 0, done.stderr
+    summary = done.stdout.splitlines()[-2].split()
+    assert summary[0] == "low.tsv" and summary[2] == "50.0%" and summary[-1] == "33.3%"
+    assert done.stdout.splitlines()[-1] == ("(geomean |error| = exp(mean |ln(predicted / published)|) - 1, a factor: "
+                                            "33% too low counts as 49%, as 49% too high does; max = the largest "
+                                            "|predicted / published - 1|)")
+
+
+def test_rows_the_profiles_nodes_cannot_hold_are_refused(tmp_path: Path) -> None:
+    """12 GPUs on one node of an 8-GPU profile: validate printed a 147% error and calibrate fitted to it; both
+    now refuse the row on one line naming table and line."""
+    table = tmp_path / "t.tsv"
+    table.write_text("system\tcollective\tgpus\tnodes\tbytes\tbusbw_GBps\nx\tall_reduce\t8\t1\t1048576\t100\n"
+                     "x\tall_reduce\t12\t1\t1048576\t100\n")
+    for command in (("validate",), ("calibrate", "-o", str(tmp_path / "c.yml"))):
+        done = run_cli(*command, "--profile", "hgx-h100", "--tables", str(table))
+        assert done.returncode == 1 and done.stdout == "" and not (tmp_path / "c.yml").exists()
+        assert done.stderr == ("astrasim-py: error: t.tsv: line 3: 12 GPUs on 1 node(s) is 12 per node, but profile "
+                               "hgx-h100 has 8 GPUs per node\n")
+
+
 def test_compare_explain_lists_every_candidate() -> None:
     done = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--hw-profile", "hgx-h200",
                    "--collective", "all_reduce", "--explain", "2MiB", cwd=Path(__file__).resolve().parents[2])

@@ -239,6 +239,20 @@ def test_progress_line_estimates_the_work_left() -> None:
                                              "17 of 20 trace nodes done")
 
 
+def test_progress_pace_counts_from_the_first_event_and_times_read_in_their_unit() -> None:
+    """Building a large workload before the first event took seconds and made the first estimate 20x too long
+    (11,248 s left for a 500 s run): the pace counts from the first event; simulated time reads 12.210 s, not
+    12209.631 ms."""
+    from types import SimpleNamespace
+
+    from simulator.simulation import RunMonitor, RunOptions
+
+    ranks = [SimpleNamespace(feeder=SimpleNamespace(num_nodes=10, finished=f), finish_ns=None) for f in (2, 3)]
+    env = SimpleNamespace(now=12_209_631_000)
+    monitor = RunMonitor(ranks, 0.0, RunOptions(), env, SimpleNamespace(), 8.0)
+    assert monitor.line(10.0) == "simulated 12.210 s, 25.0% of trace nodes done, 0/2 ranks finished, about 6 s left"
+
+
 def test_progress_counts_the_phases_of_collectives_under_way(tmp_path: Path) -> None:
     """A run of one big collective per rank still shows its progress: the chunks' phases done so far."""
     from simulator.simulation import RunMonitor

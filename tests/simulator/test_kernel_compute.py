@@ -108,7 +108,8 @@ def test_nodes_without_shapes_are_estimated_and_said_once(tmp_path: Path) -> Non
     (message,) = [w for w in warnings if "--compute-model kernels" in w]
     assert "3 of 5 GPU compute nodes have no usable operator shape (no op_class attribute: 2; gemm without " \
            "positive gemm_k: 1)" in message
-    assert "1 carry neither and replay their recorded durations" in message and "trace generate llm" in message
+    assert "1 more carry neither an operator shape nor num_ops/tensor_size and replay their recorded durations" \
+        in message and "trace generate llm" in message
     model = KernelModel(device("H100"))
     from compute.shapes import GemmShape, OpShape
 
@@ -118,6 +119,25 @@ def test_nodes_without_shapes_are_estimated_and_said_once(tmp_path: Path) -> Non
     assert result.ranks[0].compute_ns == expected
     with pytest.raises(Exception, match="refused under --strict"):
         simulate(tmp_path, [nodes, nodes], RING2, device="H100", compute_model="kernels", strict=True)
+
+
+def test_a_trace_of_recorded_durations_only(tmp_path: Path) -> None:
+    """Durations without FLOPs or shapes (ASTRA-sim's 2.0-era ResNet-50 set): the kernel model replays them and
+    says how many of how many nodes; the roofline that --device turned on refuses them naming --device, not a
+    system key the user never set."""
+    nodes = [make_node(i, f"conv{i}", NodeType.COMP_NODE, duration_micros=5) for i in range(3)]
+    warnings: list[str] = []
+    result = simulate(tmp_path, [nodes, nodes], RING2, warn=warnings.append, device="H100", compute_model="kernels")
+    assert result.ranks[0].compute_ns == 15_000
+    (message,) = [w for w in warnings if "--compute-model kernels" in w]
+    assert "3 of 3 GPU compute nodes carry neither an operator shape nor num_ops/tensor_size and replay their " \
+           "recorded durations" in message
+    with pytest.raises(Exception, match="--device turns the roofline model on: leave it out to replay the recorded "
+                                        "durations, or add --compute-model kernels"):
+        simulate(tmp_path, [nodes, nodes], RING2, device="H100")
+    system = {"roofline-enabled": 1, "peak-perf": 900, "local-mem-bw": 3000}
+    with pytest.raises(Exception, match=r"or set roofline-enabled to 0 in .* to replay durations"):
+        simulate(tmp_path, [nodes, nodes], RING2, system)
 
 
 def test_bad_names_list_the_valid_ones(traces: tuple[str, str]) -> None:

@@ -328,3 +328,20 @@ def test_compare_under_the_nccl_model_reports_nccl_tests_bandwidths() -> None:
     bad = run_cli("compare", "--network", "configs/network/hgx_h100_8.yml", "--collective", "all_gather",
                   "--collective-model", "nccl", "--hw-profile", PROFILE, "--algorithms", "halvingDoubling", cwd=REPO)
     assert bad.returncode == 1 and "valid: auto, ring" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_transfers_ending_together_complete_first_in_rank_order() -> None:
+    """Jobs due at the same time complete before other events of that time, their callbacks ordered by (rank,
+    issue counter) whatever order the jobs started in: every rank that does the same sees the same order."""
+    from simulator.nccl_flows import FlowScheduler
+
+    engine = Engine()
+    flows = FlowScheduler(engine)
+    seen: list[object] = []
+    engine.call_later(100, seen.append, "other event at 100")
+    flows.start(100, (0,), [(5, 0, seen.append, ("rank 5",), None)])
+    flows.start(100, (1,), [(3, 1, seen.append, ("rank 3, second",), None), (3, 0, seen.append, ("rank 3",), None)])
+    flows.start(0, (), [(1, 0, seen.append, ("rank 1, nothing to transfer",), None)])
+    engine.run()
+    assert seen == ["rank 1, nothing to transfer", "rank 3", "rank 3, second", "rank 5", "other event at 100"]
+    assert engine.now == 100

@@ -77,3 +77,13 @@ def test_compare_errors() -> None:
     assert "skipped: doubleBinaryTree does not implement all-gather" in skipped.stderr
     broadcast = run_cli("compare", "--network", ring8, "--collective", "broadcast", "--algorithms", "ring")
     assert "broadcast has no algorithm choice" in broadcast.stderr
+
+
+def test_compare_refuses_sizes_of_zero_bytes() -> None:
+    """A 0-byte size timed nothing: `--explain 0` printed a busbw of inf, `--sizes 0` a speed-up of 0.00x."""
+    hgx8 = str(REPO / "configs" / "network" / "hgx_h100_8.yml")
+    for args in (("--hw-profile", "hgx-h100", "--explain", "0"), ("--sizes", "0,1MiB", "--algorithms", "ring"),
+                 ("--sizes", "0KiB", "--collective-model", "nccl", "--hw-profile", "hgx-h100")):
+        done = run_cli("compare", "--network", hgx8, "--collective", "all_reduce", *args)
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr.endswith("a size of 0 bytes moves nothing: give at least 1 byte\n"), done.stderr

@@ -82,3 +82,34 @@ def test_sweep_axes_over_the_layout(tmp_path: Path) -> None:
     done = run_cli("sweep", "export", str(tmp_path / "out"), "--csv", str(tmp_path / "x.csv"))
     rows = (tmp_path / "x.csv").read_text().splitlines()
     assert len(rows) == 3 and all(",ok," in row for row in rows[1:])
+
+
+def test_the_flags_own_spellings_are_keys_too(tmp_path: Path) -> None:
+    """`layers`, `kv_heads`, `tensor_model_parallel_size`, ... (the flags of `trace generate llm --help`, _ for -)
+    name the same settings as the destinations (num_layers, num_kv_heads, tp); both at once is refused."""
+    net = network_file(tmp_path)
+    by_dest = simulate(write_yaml(tmp_path / "a.yaml", TINY), net, device="H100")
+    spelled = {k: v for k, v in TINY.items() if k not in ("num_layers", "tp")}
+    by_flag = simulate(write_yaml(tmp_path / "b.yaml", {**spelled, "layers": 2, "tensor_model_parallel_size": 2}),
+                       net, device="H100")
+    assert by_flag.ranks == by_dest.ranks
+    with pytest.raises(InputError, match="'num_layers' and 'layers' name the same setting; give one"):
+        generated_traces({**TINY, "layers": 2}, 8, "w.yaml")
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(json.dumps({"base": {"workload": TINY, "network": NETWORK, "options": {"device": "H100"}},
+                                 "axes": {"workload.kv_heads": [8, 16]}}))
+    assert load_sweep(str(sweep)).count == 2
+
+
+def test_a_generated_collective_runs_without_a_one_file_warning_and_trace_tools_say_what_it_is(
+        tmp_path: Path) -> None:
+    """Every rank runs the same generated collective, but no file was given: the 'one trace file for all ranks'
+    warning (meant for a single .et file) is not printed. The trace tools, which read files, say what the YAML
+    is and how to get its traces, on one line, instead of 'not a Chakra ET file'."""
+    workload = write_yaml(tmp_path / "ar.yml", {"generate": "collective", "type": "all_reduce", "size": "1MiB"})
+    done = run_cli("--workload", workload, "--network", network_file(tmp_path), "--quiet")
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    for tool in ("inspect", "analyze", "jsonize"):
+        shown = run_cli("trace", tool, workload)
+        assert shown.returncode == 1 and shown.stderr.count("\n") == 1, shown.stderr
+        assert "a YAML file, not a Chakra trace" in shown.stderr and "trace generate KIND" in shown.stderr

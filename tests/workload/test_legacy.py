@@ -227,6 +227,19 @@ def test_trace_upgrade_writes_1_0_files_that_simulate_alike(tmp_path: Path) -> N
     assert int(TraceLoader().load(str(tmp_path / "fine_up.0.et"), 0).duration_micros[0]) == 2
 
 
+def test_trace_upgrade_makes_its_output_folder(tmp_path: Path) -> None:
+    """`-o new/folder/prefix` creates the folder, as generate, convert and rescale do (it used to be refused)."""
+    whole = frame_payloads([eg_node(1, "fwd", EG_COMP, simulated_run_time=3000)])
+    folder = _write_set(tmp_path / "eg", [whole] * 2, "eg")
+    done = run_cli("trace", "upgrade", str(folder / "trace"), "-o", str(tmp_path / "new" / "up" / "trace"))
+    assert done.returncode == 0, done.stderr
+    assert TraceLoader().load(str(tmp_path / "new" / "up" / "trace.1.et"), 1).version == "1.0.0"
+    (tmp_path / "file").write_text("")
+    refused = run_cli("trace", "upgrade", str(folder / "trace"), "-o", str(tmp_path / "file" / "up" / "trace"))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Not a directory" in refused.stderr
+
+
 # ASTRA-sim's own 2.0-era example sets, when fetched (not committed): set ASTRASIM_PY_LEGACY_TRACES to a folder
 # holding resnet_dp/ and onecomm_allreduce/ (inputs/workload/ASTRA-sim-2.0/*.tar in its history, 2024-08) with
 # inputs/ (inputs/ of that commit), runs_resnet/ (runs/example/workload/ of Nov 20 2023) and runs_transformer/

@@ -182,3 +182,12 @@ def test_cli_rescales_and_fails_strictly_in_one_line(tmp_path: Path) -> None:
                   "--strict")
     assert bad.returncode == 1 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert "not rescaled, node(s) 1" in bad.stderr
+
+
+def test_a_group_strided_inside_a_block_is_named_as_such() -> None:
+    """[0, 4, 8, 12] of 32 ranks (a pipeline stage's data-parallel group) is strided: the reason it is not
+    re-tiled must not say it is not an equal stride."""
+    assert classify((0, 4, 8, 12), 32) == (
+        "it is neither all ranks, nor an equal block of consecutive ranks, nor every k-th rank of all 32 (a group "
+        "strided inside a block, as a pipeline stage's data-parallel group, is not re-tiled)")
+    assert classify((0, 8, 16, 24), 32) == Tiling("stride", 8)

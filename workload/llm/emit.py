@@ -28,8 +28,9 @@ GENERATED_VERSION = "1.0.0"
 
 
 def roofline_duration_us(roofline: Roofline, flops: int, size_bytes: int) -> int:
-    """A kernel's roofline time rounded to whole microseconds (the trace's unit)."""
-    return round(roofline.time_ns(flops, size_bytes) / 1000)
+    """A kernel's roofline time rounded to whole microseconds (the trace's unit), at least 1 for a kernel that does
+    any work: 0 reads as no recorded duration (1 ns in ASTRA-sim, and a warning that compute went untimed)."""
+    return max(round(roofline.time_ns(flops, size_bytes) / 1000), 1 if flops > 0 or size_bytes > 0 else 0)
 
 
 class TraceEmitter:
@@ -113,7 +114,7 @@ class TraceEmitter:
         """The rank described without its trace, for folding equal ranks (simulator/quotient.py): a key equal
         for ranks whose traces differ only in the ranks they name (same stage program, same METADATA node), and
         the distinct values they name in the template's order: ("peer", True, rank) for sends and receives,
-        ("group", collective types, members; () for all ranks) for collectives."""
+        ("group", collective types, members (() for all ranks), group number) for collectives."""
         stage = self.ranks.coords(rank)[2]
         template = self._templates.get(stage)
         if template is None:
@@ -135,11 +136,12 @@ class TraceEmitter:
             else:
                 group = self.ranks.group(rank, which)
                 assert group is not None, f"rank {rank} has no {which} group"
-                value = ("group", group.ranks if group.gid else ())
+                value = ("group", group.ranks if group.gid else (), group.gid)
             pattern.append(list(merged).index(value) if value in merged else len(merged))
             merged.setdefault(value, set()).update(types)
         key = hashlib.blake2b(repr((stage, metadata, template, pattern)).encode(), digest_size=20).digest()
-        values = tuple(("group", tuple(sorted(types)), v[1]) if v[0] == "group" else v for v, types in merged.items())
+        values = tuple(("group", tuple(sorted(types)), v[1], v[2]) if v[0] == "group" else v
+                       for v, types in merged.items())
         return key, values
 
     def all_groups(self) -> dict[str, list[int]]:
