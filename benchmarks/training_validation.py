@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-limit", type=float, default=300.0, help="CPU seconds per row (default 300)")
     p.add_argument("--save", metavar="FILE.json", help="keep the run's rows")
     p.add_argument("--from-json", metavar="FILE.json", help="reprint a saved run instead of simulating")
+    p.add_argument("--resume", metavar="FILE.json", help="keep the rows a saved run simulated, simulate the others")
     p.add_argument("--plot", metavar="FILE.png", help="predicted vs published step time (needs matplotlib)")
     args = p.parse_args(argv)
     if args.from_json:
@@ -103,12 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         chosen = read_tables(tables(Path(args.shared)))
         if args.rows:
             chosen = [r for r in chosen if re.search(args.rows, r.row_id)]
-        started = time.process_time()
-        rows = evaluate_rows(chosen, time_limit_s=args.time_limit, quiet=False)
-        print(f"simulated in {time.process_time() - started:.0f} s CPU (this process; each row runs in a child)",
-              file=sys.stderr)
-        if args.save:
-            Path(args.save).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
+        kept = {r["row_id"]: r for r in json.loads(Path(args.resume).read_text())["rows"]
+                if r["status"] == SIMULATED} if args.resume else {}
+        rows = []
+        for i, row in enumerate(chosen):  # one at a time, saved as it goes: a long run can be stopped and reread
+            print(f"[{i + 1}/{len(chosen)}]", end=" ", file=sys.stderr)
+            rows += [kept[row.row_id]] if row.row_id in kept else evaluate_rows([row], time_limit_s=args.time_limit,
+                                                                              quiet=False)
+            if args.save:
+                Path(args.save).write_text(json.dumps({"rows": rows}, indent=1) + "\n")
     runnable = [r for r in rows if r["status"] not in ("needs", "unsupported")]
     print("\n".join(row_lines(runnable)))
     print()

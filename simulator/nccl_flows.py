@@ -72,6 +72,7 @@ class FlowScheduler:
         self._next_id += 1
         self.active[job.id] = job
         if work_ns <= 0 or not resources:  # nothing to share: done after the transfer alone
+            job.resources, job.weights = (), ()  # holds no resource, so its completion releases none
             self._due(job, now + max(0, work_ns), now)
             return
         self.started_work += work_ns

@@ -345,3 +345,19 @@ def test_transfers_ending_together_complete_first_in_rank_order() -> None:
     engine.run()
     assert seen == ["rank 1, nothing to transfer", "rank 3", "rank 3, second", "rank 5", "other event at 100"]
     assert engine.now == 100
+
+
+def test_a_transfer_of_no_work_holds_no_resource() -> None:
+    """A zero-length transfer over a resource finishing with a real one on it releases nothing (it crashed the
+    completion with a KeyError, as a 0-byte collective did in generated training steps)."""
+    from simulator.nccl_flows import FlowScheduler
+
+    engine = Engine()
+    flows = FlowScheduler(engine)
+    done: list[tuple[str, int]] = []
+    flows.start(0, (0, 1), [(0, 0, lambda: done.append(("empty", engine.now)), (), None)])
+    flows.start(100, (0,), [(0, 1, lambda: done.append(("real", engine.now)), (), None)])
+    flows.start(100, (0,), [(1, 0, lambda: done.append(("shared", engine.now)), (), None)])
+    engine.run()
+    assert done == [("empty", 0), ("real", 200), ("shared", 200)]
+    assert not flows.users and not flows.load and flows.completed_work == flows.started_work == 200
