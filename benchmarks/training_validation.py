@@ -63,12 +63,18 @@ def row_lines(rows: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def moe(r: dict[str, Any]) -> bool:
+    return int(r["generator"].get("num_experts", 1)) > 1
+
+
 def error_lines(rows: Sequence[dict[str, Any]], key: str = "step_time_error") -> list[str]:
     """Mean and max |error| by source and over all simulated rows."""
     done = [r for r in rows if r["status"] == SIMULATED]
     groups: dict[str, list[float]] = {}
     for r in done:
         groups.setdefault(r["source_id"], []).append(r[key])
+    groups["dense models"] = [r[key] for r in done if not moe(r)]
+    groups["mixture-of-experts"] = [r[key] for r in done if moe(r)]
     groups["all simulated rows"] = [r[key] for r in done]
     lines = [f"{'source':<24} {'rows':>4} {'mean|err|':>9} {'max|err|':>9} {'mean err':>9}"]
     for name, errs in groups.items():
@@ -91,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", help="only rows whose row_id matches this regular expression")
     p.add_argument("--time-limit", type=float, default=300.0, help="CPU seconds per row (default 300)")
     p.add_argument("--save", metavar="FILE.json", help="keep the run's rows")
-    p.add_argument("--from-json", metavar="FILE.json", help="reprint a saved run instead of simulating")
+    p.add_argument("--from-json", metavar="FILE.json", nargs="+", help="reprint saved runs instead of simulating")
     p.add_argument("--resume", metavar="FILE.json", help="keep the rows a saved run simulated, simulate the others")
     p.add_argument("--plot", metavar="FILE.png", help="predicted vs published step time (needs matplotlib)")
     args = p.parse_args(argv)
     if args.from_json:
-        rows = json.loads(Path(args.from_json).read_text())["rows"]
+        rows = [r for f in args.from_json for r in json.loads(Path(f).read_text())["rows"]]
     else:
         import re
 

@@ -82,7 +82,8 @@ class KernelModel:
     # --- GEMM ------------------------------------------------------------------------------------------------
     def gemm_s(self, g: GemmShape, dtype: str) -> float:
         p = self.params.gemm
-        eff = min(1.0, p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * self.params.scale("gemm"))
+        scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if dtype == "fp8" else 1.0)
+        eff = min(1.0, p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * scale)
         return float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], self.device.peak_flops(dtype) * eff,
                                   self.units, self.bandwidth, p)) + self.gap_s
 

@@ -154,6 +154,20 @@ def elementwise(name: str, elements: int, flops_per_element: int, tensors_read: 
     return forward, backward
 
 
+def cross_entropy(tokens: int, vocab: int, dtype_bytes: int) -> tuple[Kernel, Kernel]:
+    """(forward, backward) of the vocabulary-parallel cross entropy as Megatron-LM computes it, in fp32 over the
+    ``tokens x vocab`` logits: forward casts them to fp32 (read ``dtype_bytes``, write 4), takes the max (read 4),
+    subtracts it, exponentiates and divides by the sum in place (read and write 4 each, the sum reads 4 more) and
+    keeps the softmax; backward scales it by the loss gradient in place and casts it back (read 4, write
+    ``dtype_bytes``): 36 + b bytes per logit forward, 12 + b backward, where one pass each was counted before."""
+    elements = tokens * vocab
+    shape = OpShape("loss", "fp32")
+    forward = Kernel("loss", "elementwise", elements * LOSS_FLOPS, elements * (dtype_bytes + 36), shape)
+    backward = Kernel("loss_bwd", "elementwise", elements * LOSS_FLOPS * BACKWARD_FACTOR, elements * (dtype_bytes + 12),
+                      shape)
+    return forward, backward
+
+
 def optimizer(params: int) -> Kernel:
     """A mixed-precision Adam step over ``params`` parameters."""
     return Kernel("optimizer", "optimizer", params * ADAM_FLOPS_PER_PARAM, params * ADAM_BYTES_PER_PARAM,
