@@ -54,13 +54,16 @@ def fp8(r: dict[str, Any]) -> bool:
     return r["generator"].get("precision") == "fp8"
 
 
+KNOBS = [*FAMILIES, GAP, FP8]  # the knobs fitted (--knobs narrows them)
+
+
 def parameters(rows: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     """(device, knob) for every device with rows: three inverse efficiency scales, the launch gap, and the FP8 GEMM
     scale where the device has FP8 rows."""
     out = []
     for d in sorted({r["device"] for r in rows}):
-        out += [(d, k) for k in (*FAMILIES, GAP)] + ([(d, FP8)] if any(fp8(r) for r in rows if r["device"] == d)
-                                                      else [])
+        has_fp8 = any(fp8(r) for r in rows if r["device"] == d)
+        out += [(d, k) for k in KNOBS if k != FP8 or has_fp8]
     return out
 
 
@@ -127,10 +130,16 @@ def errors(rows: Sequence[dict[str, Any]], theta: dict[tuple[str, str], float]) 
     return {r["row_id"]: predict_ns(r, theta) / (r["published_step_time_s"] * 1e9) - 1 for r in rows}
 
 
-def leave_one_source_out(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+def exposed_share(r: dict[str, Any]) -> float:
+    b = r["breakdown"]
+    return b["exposed_collectives_ns"] / (b["step_ns"] or 1)
+
+
+def leave_one_source_out(rows: Sequence[dict[str, Any]], fit_rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Every row predicted by a fit on ``fit_rows`` of the other sources."""
     held: dict[str, float] = {}
     for source in sorted({r["source_id"] for r in rows}):
-        train = [r for r in rows if r["source_id"] != source]
+        train = [r for r in fit_rows if r["source_id"] != source]
         theta = fit(train, parameters(train))
         held.update(errors([r for r in rows if r["source_id"] == source], theta))
     return held
@@ -174,20 +183,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--verify", action="store_true", help="simulate every row again with the all-rows fit")
     p.add_argument("--save", metavar="FILE.json", help="keep the verifying run")
     p.add_argument("--shared", default=str(Path(__file__).resolve().parent.parent.parent / "shared"))
+    p.add_argument("--knobs", help=f"comma-separated subset of {','.join(KNOBS)} to fit (default: all)")
+    p.add_argument("--max-exposed", type=float, default=1.0,
+                   help="fit only rows whose exposed communication is at most this share of the step (default 1)")
     args = p.parse_args(argv)
+    if args.knobs:
+        KNOBS[:] = [k for k in args.knobs.split(",") if k in KNOBS]
     every = simulated([r for f in args.from_json for r in json.loads(Path(f).read_text())["rows"]])
     rows = [r for r in every if not moe(r)]
+    fit_rows = [r for r in rows if exposed_share(r) <= args.max_exposed]
     print(f"{len(rows)} dense-model rows ({len(every) - len(rows)} mixture-of-experts rows left out: their error is "
           "not a device property, see the report)")
-    theta = fit(rows, parameters(rows))
-    print("fitted knobs (all rows):")
+    theta = fit(fit_rows, parameters(fit_rows))
+    print(f"fitted knobs ({len(fit_rows)} rows with exposed communication <= {args.max_exposed:.0%} of the step):")
     for d, values in knobs(theta).items():
         print(f"  {d}: efficiency_scale {values['efficiency_scale']}, launch_overhead_us {values[GAP]}")
     base = errors(rows, {})
     print("step-time error (surrogate of the simulated breakdown):")
     print("\n".join(summary(rows, base, "shipped")))
     print("\n".join(summary(rows, errors(rows, theta), "fitted")))
-    print("\n".join(summary(rows, leave_one_source_out(rows), "held out")))
+    print("\n".join(summary(rows, leave_one_source_out(rows, fit_rows), "held out")))
     if args.verify:
         from simulator.tools.training_table import read_tables
         from simulator.tools.validate_training import evaluate_rows
