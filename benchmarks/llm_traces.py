@@ -1,4 +1,4 @@
-"""Generating and simulating LLM training traces: wall time, nodes, bytes written, simulated iteration.
+"""Generating and simulating LLM training traces: CPU time (user + sys), nodes, bytes written, simulated iteration.
 
     python benchmarks/llm_traces.py [--skip-simulation]
 
@@ -29,17 +29,17 @@ CASES = [
 
 
 def child(argv: list[str]) -> tuple[float, float, str]:
-    """Run ``python -m simulator ARGV``; returns wall seconds, peak RSS (MB) and standard output."""
-    code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+    """Run ``python -m simulator ARGV``; returns CPU seconds (user + sys), peak RSS (MB) and standard output."""
+    code = ("import resource, subprocess, sys; "
             "r = subprocess.run([sys.executable, '-m', 'simulator', *sys.argv[1:]], capture_output=True, text=True); "
-            "w = time.perf_counter() - t; "
-            "print(w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, sep='\\t'); "
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print(u.ru_utime + u.ru_stime, u.ru_maxrss / 1024, sep='\\t'); "
             "print(r.stdout if r.returncode == 0 else 'FAILED: ' + r.stderr, end='')")
     env = dict(os.environ, PYTHONPATH=REPO)
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env, check=True)
     first, _, rest = out.stdout.partition("\n")
-    wall, rss = first.split("\t")
-    return float(wall), float(rss), rest
+    cpu, rss = first.split("\t")
+    return float(cpu), float(rss), rest
 
 
 def folder_size(path: str) -> tuple[int, int]:
@@ -51,26 +51,26 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--skip-simulation", action="store_true")
     args = p.parse_args()
-    print(f"{'case':<52} {'wall s':>7} {'peak MB':>8} {'files':>6} {'MB written':>11}")
+    print(f"{'case':<52} {'CPU s':>7} {'peak MB':>8} {'files':>6} {'MB written':>11}")
     with tempfile.TemporaryDirectory(prefix="llm-bench-") as tmp:
         for k, (name, plan) in enumerate(CASES):
             out = os.path.join(tmp, str(k))
-            wall, rss, stdout = child(["trace", "generate", "llm", *plan, "-o", out])
+            cpu, rss, stdout = child(["trace", "generate", "llm", *plan, "-o", out])
             if stdout.startswith("FAILED"):
                 print(f"{name:<52} {stdout.strip()}")
                 continue
             files, size = folder_size(out)
-            print(f"{name:<52} {wall:>7.2f} {rss:>8.0f} {files:>6} {size / 1e6:>11.1f}", flush=True)
+            print(f"{name:<52} {cpu:>7.2f} {rss:>8.0f} {files:>6} {size / 1e6:>11.1f}", flush=True)
             if k == 0 and not args.skip_simulation:
                 network = os.path.join(tmp, "net.yml")
                 with open(network, "w") as f:
                     f.write("topology: [Switch, Switch]\nnpus_count: [8, 16]\nbandwidth: [400, 50]\n"
                             "latency: [500, 1000]\n")
-                wall, rss, stdout = child(["--workload", stdout.splitlines()[0], "--network", network,
+                cpu, rss, stdout = child(["--workload", stdout.splitlines()[0], "--network", network,
                                            "--device", "H100", "--quiet"])
                 print(f"  simulated on 8 x 16 switches (400 / 50 GB/s, GB = 2^30 B), H100 roofline: "
                       f"{stdout.splitlines()[0]}; "
-                      f"{wall:.1f} s wall, {rss:.0f} MB peak", flush=True)
+                      f"{cpu:.1f} s CPU, {rss:.0f} MB peak", flush=True)
 
 
 if __name__ == "__main__":

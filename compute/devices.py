@@ -10,7 +10,7 @@ everything. A device is named case- and punctuation-insensitively ("h100", "TPU 
     description: NVIDIA H100 SXM5 80GB
     aliases: [H100-SXM5-80GB]
     peak_tflops: {fp32: 66.9, tf32: 494.7, bf16: 989.4, fp16: 989.4, fp8: 1978.9}   # dense, 10^12 FLOP/s
-    memory_bw_gbps: 3350                  # HBM, 10^9 B/s
+    memory_bw_GBps: 3350                  # HBM, 10^9 B/s
     compute_units: 132                    # SMs (NVIDIA) or CUs (AMD)
     kernels: {...}                        # compute/kernel_params.py
     calibration: {...}                    # data sets, fitted values, residuals (benchmarks/fit_kernel_model.py)
@@ -33,10 +33,13 @@ from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
 
 DEVICES_DIR = Path(__file__).resolve().parents[1] / "configs" / "devices"
-_TOP = {"name", "description", "aliases", "peak_tflops", "memory_bw_gbps", "compute_units", "kernels", "calibration",
+_TOP = {"name", "description", "aliases", "peak_tflops", "memory_bw_GBps", "compute_units", "kernels", "calibration",
         "sources", "assumptions"}
-_REQUIRED = ("name", "peak_tflops", "memory_bw_gbps", "compute_units", "kernels")
+_REQUIRED = ("name", "peak_tflops", "memory_bw_GBps", "compute_units", "kernels")
 ROOFLINE_DTYPE = "bf16"  # the roofline model's peak: dense BF16/FP16 tensor math
+# Keys device files of earlier versions used -> their current names (as simulator/units.py LEGACY_KEYS for results):
+# "gbps" reads as gigabits; the figure is GB/s with GB = 10^9 B.
+RENAMED_KEYS = {"memory_bw_gbps": "memory_bw_GBps"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +48,7 @@ class Device:
 
     name: str
     peaks_tflops: dict[str, float]  # dense, by precision (compute/shapes.py DTYPES); a precision absent: unsupported
-    memory_bw_gbps: float  # GB/s (1e9 bytes), as ASTRA-sim's local-mem-bw
+    memory_bw_GBps: float  # GB/s (1e9 bytes), as ASTRA-sim's local-mem-bw
     compute_units: int
     kernels: KernelParams
     description: str = ""
@@ -171,6 +174,7 @@ def load_device_file(path: str) -> Device:
 def parse_device(data: Any, where: str, path: str = "") -> Device:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: a device file must be a mapping of {', '.join(_REQUIRED)}, ...")
+    data = _current_keys(data, where)
     unknown = set(data) - _TOP
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {key_names(unknown)}; valid: {', '.join(sorted(_TOP))}")
@@ -192,7 +196,7 @@ def parse_device(data: Any, where: str, path: str = "") -> Device:
         raise ConfigError(f"{where}: 'peak_tflops' needs bf16 or fp16 (the roofline model's peak)")
     return Device(
         name=name, peaks_tflops=checked,
-        memory_bw_gbps=number(data["memory_bw_gbps"], "memory_bw_gbps", where, high=MAX_RATE, positive=True),
+        memory_bw_GBps=number(data["memory_bw_GBps"], "memory_bw_GBps", where, high=MAX_RATE, positive=True),
         compute_units=whole(data["compute_units"], "compute_units", where, high=1 << 20),
         kernels=parse_kernel_params(data["kernels"], where),
         description=_text(data.get("description", ""), "description", where),
@@ -201,6 +205,17 @@ def parse_device(data: Any, where: str, path: str = "") -> Device:
         sources=texts(data.get("sources"), "sources", where),
         assumptions=texts(data.get("assumptions"), "assumptions", where),
         path=path)
+
+
+def _current_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """The device mapping with an earlier version's key names read as the current ones (a file holding both is
+    refused: which one it means is not ours to guess)."""
+    for old, new in RENAMED_KEYS.items():
+        if old in data:
+            if new in data:
+                raise ConfigError(f"{where}: both '{old}' (its earlier name) and '{new}'; keep '{new}'")
+            data = {(new if k == old else k): v for k, v in data.items()}
+    return data
 
 
 def _text(value: Any, key: str, where: str) -> str:

@@ -113,7 +113,7 @@ def _gemm_arrays(device: Device, rows: Sequence[Measurement]) -> dict[str, np.nd
 def gemm_times(device: Device, p: GemmParams, a: dict[str, np.ndarray]) -> np.ndarray:
     eff = np.where(a["fp8"], p.efficiency * p.dtype_efficiency.get("fp8", 1.0), p.efficiency)
     return np.asarray(gemm_seconds(a["m"], a["n"], a["k"], a["batch"], a["bytes"], a["peak"] * np.minimum(eff, 1.0),
-                                   device.compute_units, device.memory_bw_gbps * 1e9, p))
+                                   device.compute_units, device.memory_bw_GBps * 1e9, p))
 
 
 def fit_gemm(device: Device, rows: Sequence[Measurement], free: Sequence[str] | None = None) -> GemmParams:

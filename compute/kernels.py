@@ -43,7 +43,7 @@ class KernelModel:
     def __init__(self, device: Device) -> None:
         self.device = device
         self.params = device.kernels
-        self.bandwidth = device.memory_bw_gbps * 1e9
+        self.bandwidth = device.memory_bw_GBps * 1e9
         self.units = device.compute_units
         self.gap_s = self.params.launch_overhead_us * 1e-6
         self.time_ns = lru_cache(maxsize=1 << 16)(self._time_ns)  # type: ignore[method-assign]

@@ -19,7 +19,7 @@ from typing import Any
 from network.fabrics import fabric_from_dict
 from network.packet_config import PacketConfig, packet_config_from_dict
 from network.topology import DimensionOrderRouter, EcmpRouter, Fabric, from_dimensions
-from network.values import MAX_BANDWIDTH_GBPS, MAX_LATENCY_NS, check_size, choice, key_names, number, whole
+from network.values import MAX_LATENCY_NS, MAX_BANDWIDTH_GiBps, check_size, choice, key_names, number, whole
 from workload.errors import ConfigError
 from workload.files import read_yaml
 
@@ -31,7 +31,7 @@ NETWORK_KEYS = ("topology", "npus_count", "bandwidth", "latency")
 class NetworkConfig:
     topology: tuple[str, ...]
     npus_count: tuple[int, ...]
-    bandwidth_gbps: tuple[float, ...]  # GB/s, 1 GB = 2**30 bytes
+    bandwidth_GiBps: tuple[float, ...]  # GB/s, 1 GB = 2**30 bytes
     latency_ns: tuple[float, ...]
     path: str = "<memory>"
     fabric: Fabric | None = field(default=None, compare=False, repr=False)  # a real fabric, else dimensions
@@ -47,7 +47,7 @@ class NetworkConfig:
 
     def bytes_per_ns(self, dim: int) -> float:
         """Link bandwidth of a dimension in bytes per ns, computed as ASTRA-sim does."""
-        return self.bandwidth_gbps[dim] * (1 << 30) / 1_000_000_000
+        return self.bandwidth_GiBps[dim] * (1 << 30) / 1_000_000_000
 
     def coordinates(self, npu: int) -> tuple[int, ...]:
         """The NPU's coordinate in every dimension (dimension 0 varies fastest)."""
@@ -61,12 +61,12 @@ class NetworkConfig:
         """The physical fabric and its router (ASTRA-sim dimensions become rings, meshes and switches)."""
         if self.fabric is not None:
             return self.fabric, EcmpRouter(self.fabric)
-        return from_dimensions(self.topology, self.npus_count, self.bandwidth_gbps, self.latency_ns, self.path)
+        return from_dimensions(self.topology, self.npus_count, self.bandwidth_GiBps, self.latency_ns, self.path)
 
     def summary(self) -> dict[str, Any]:
         """The configuration as plain data (for results files)."""
         out: dict[str, Any] = {"topology": list(self.topology), "npus_count": list(self.npus_count),
-                               "bandwidth_GiBps": list(self.bandwidth_gbps), "latency_ns": list(self.latency_ns),
+                               "bandwidth_GiBps": list(self.bandwidth_GiBps), "latency_ns": list(self.latency_ns),
                                "path": self.path, "packet": asdict(self.packet)}
         if self.fabric is not None:
             out["fabric"] = {"kind": self.fabric.kind, "npus": self.fabric.num_npus,
@@ -116,7 +116,7 @@ def network_from_dict(data: Any, path: str = "<memory>", warn: Any = None) -> Ne
     blocks = tuple(choice(t, "topology", path, BUILDING_BLOCKS) for t in topology)
     npus_i = tuple(whole(n, "npus_count", path, low=2) for n in npus)
     check_size(math.prod(npus_i), 0, path, "this network")
-    bw = tuple(number(b, "bandwidth", path, high=MAX_BANDWIDTH_GBPS, positive=True) for b in bandwidth)
+    bw = tuple(number(b, "bandwidth", path, high=MAX_BANDWIDTH_GiBps, positive=True) for b in bandwidth)
     lat = tuple(number(x, "latency", path, high=MAX_LATENCY_NS) for x in latency)
     return NetworkConfig(blocks, npus_i, bw, lat, path, packet=packet)
 

@@ -7,7 +7,8 @@
     npus: 64                # 2 levels without k: NPUs, NPUs per leaf and spines (every leaf links every spine)
     npus_per_leaf: 8
     spines: 4
-    bandwidth: 100          # GB/s per link (uplink_bandwidth: a different one between switches)
+    bandwidth: 100          # GB/s per link, GB = 2^30 B as in ASTRA-sim's network file (uplink_bandwidth: a
+                            # different one between switches)
     latency: 500            # ns per link
 
     fabric: torus           # NPUs on a 2-D or 3-D torus (they relay traffic); dims: [4, 8]
@@ -33,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from network.topology import Fabric
-from network.values import MAX_BANDWIDTH_GBPS, MAX_LATENCY_NS, check_size, choice, flag, key_names, number, whole
+from network.values import MAX_LATENCY_NS, MAX_BANDWIDTH_GiBps, check_size, choice, flag, key_names, number, whole
 from workload.errors import ConfigError, shown
 
 COMMON_KEYS = ("fabric", "logical_dims", "packet", "description")
@@ -47,12 +48,12 @@ def _int(data: dict[str, Any], key: str, where: str, default: int | None = None,
 
 
 def _number(value: Any, key: str, where: str, latency: bool = False) -> float:
-    """A link's bandwidth (GB/s, positive) or, with ``latency``, its latency (ns, not negative)."""
+    """A link's bandwidth (GB/s with GB = 2^30 B, positive) or, with ``latency``, its latency (ns, not negative)."""
     if value is None:
         raise ConfigError(f"{where}: missing key '{key}'")
     if latency:
         return number(value, key, where, high=MAX_LATENCY_NS)
-    return number(value, key, where, high=MAX_BANDWIDTH_GBPS, positive=True)
+    return number(value, key, where, high=MAX_BANDWIDTH_GiBps, positive=True)
 
 
 def _per_kind(data: dict[str, Any], key: str, kinds: tuple[str, ...], where: str, default: Any = None

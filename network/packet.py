@@ -54,12 +54,12 @@ class PacketLink:
                  "pause_ps", "ps_per_byte", "queued", "queued_bytes", "relay", "relay_turn", "rr", "serve_own", "src",
                  "tx_pending", "waiters", "waiting")
 
-    def __init__(self, name: str, src: int, dst: int, bandwidth_gbps: float, latency_ns: float, cap: int,
+    def __init__(self, name: str, src: int, dst: int, bandwidth_GiBps: float, latency_ns: float, cap: int,
                  burst: int) -> None:
         self.name = name
         self.src = src
         self.dst = dst
-        self.ps_per_byte = 1e12 / (bandwidth_gbps * (1 << 30))
+        self.ps_per_byte = 1e12 / (bandwidth_GiBps * (1 << 30))
         self.lat_ps = round(latency_ns * 1000)
         self.burst = burst  # packets per turn of own (and of relayed) traffic at an NPU
         self.busy_until = 0  # ps when the current transmission ends
@@ -174,7 +174,7 @@ class PacketNetwork:
         npus = fabric.num_npus
         for a, b, data in sorted(fabric.graph.edges(data=True)):
             burst = 1 if a >= npus else self.BURST
-            self.links[(a, b)] = PacketLink(fabric.link_name(a, b), a, b, data["bandwidth_gbps"],
+            self.links[(a, b)] = PacketLink(fabric.link_name(a, b), a, b, data["bandwidth_GiBps"],
                                             data["latency_ns"], cap, burst)
         # events: (ps, sequence, kind, message or link, hop, wire bytes); ties go in the order they were made
         self.heap: list[tuple[int, int, int, Any, int, int]] = []

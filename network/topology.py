@@ -1,7 +1,7 @@
 """Physical topologies: NPUs, switches and directed links with a bandwidth and a latency, and routes.
 
 A Fabric is a networkx DiGraph: nodes ``0 .. npus-1`` are NPUs, switches follow; each edge is a directed link
-with ``bandwidth_gbps`` (GB/s, 1 GB = 2**30 bytes, as in ASTRA-sim) and ``latency_ns``. Fabrics come from
+with ``bandwidth_GiBps`` (GB/s, 1 GB = 2**30 bytes, as in ASTRA-sim) and ``latency_ns``. Fabrics come from
 ASTRA-sim's network YAML (Ring, FullyConnected, Switch per dimension, composed across dimensions) or from a
 fabric file (``fabric: fat-tree | torus | dragonfly | rail-optimized | links``; see network/fabrics.py).
 
@@ -53,23 +53,23 @@ class Fabric:
         self.names.append(name)
         return node
 
-    def connect(self, a: int, b: int, bandwidth_gbps: float, latency_ns: float, both_ways: bool = True) -> None:
+    def connect(self, a: int, b: int, bandwidth_GiBps: float, latency_ns: float, both_ways: bool = True) -> None:
         if a == b:
             raise ConfigError(f"{self.where}: a link from {self.names[a]} to itself")
-        if not bandwidth_gbps > 0 or bandwidth_gbps == float("inf"):
+        if not bandwidth_GiBps > 0 or bandwidth_GiBps == float("inf"):
             raise ConfigError(f"{self.where}: link {self.names[a]}-{self.names[b]}: bandwidth must be a positive "
-                              f"number of GB/s (got {bandwidth_gbps})")
+                              f"number of GB/s with GB = 2^30 B (got {bandwidth_GiBps})")
         if not latency_ns >= 0 or latency_ns == float("inf"):
             raise ConfigError(f"{self.where}: link {self.names[a]}-{self.names[b]}: latency must be a non-negative "
                               f"number of ns (got {latency_ns})")
-        self.graph.add_edge(a, b, bandwidth_gbps=float(bandwidth_gbps), latency_ns=float(latency_ns))
+        self.graph.add_edge(a, b, bandwidth_GiBps=float(bandwidth_GiBps), latency_ns=float(latency_ns))
         if both_ways:
-            self.graph.add_edge(b, a, bandwidth_gbps=float(bandwidth_gbps), latency_ns=float(latency_ns))
+            self.graph.add_edge(b, a, bandwidth_GiBps=float(bandwidth_GiBps), latency_ns=float(latency_ns))
 
     def link(self, a: int, b: int) -> tuple[float, float]:
-        """(bandwidth GB/s, latency ns) of the link a -> b."""
+        """(bandwidth in GB/s with GB = 2^30 B, latency in ns) of the link a -> b."""
         data = self.graph.edges[a, b]
-        return data["bandwidth_gbps"], data["latency_ns"]
+        return data["bandwidth_GiBps"], data["latency_ns"]
 
     def link_name(self, a: int, b: int) -> str:
         return f"{self.names[a]}->{self.names[b]}"
@@ -248,7 +248,7 @@ class DimensionOrderRouter:
         return nodes
 
 
-def from_dimensions(topology: tuple[str, ...], npus_count: tuple[int, ...], bandwidth_gbps: tuple[float, ...],
+def from_dimensions(topology: tuple[str, ...], npus_count: tuple[int, ...], bandwidth_GiBps: tuple[float, ...],
                     latency_ns: tuple[float, ...], where: str) -> tuple[Fabric, DimensionOrderRouter]:
     """The fabric of ASTRA-sim's dimensions: rings, full meshes and one switch per line, per dimension."""
     total = 1
@@ -258,7 +258,7 @@ def from_dimensions(topology: tuple[str, ...], npus_count: tuple[int, ...], band
     switches: dict[tuple[int, int], int] = {}
     stride = 1
     for dim, (kind, n) in enumerate(zip(topology, npus_count, strict=True)):
-        bw, lat = bandwidth_gbps[dim], latency_ns[dim]
+        bw, lat = bandwidth_GiBps[dim], latency_ns[dim]
         for base in range(total):
             if (base // stride) % n:
                 continue  # lines are listed by their first NPU

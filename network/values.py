@@ -14,7 +14,7 @@ from typing import Any
 
 from workload.errors import ConfigError, LimitError, printable, shown
 
-MAX_BANDWIDTH_GBPS = 1e9  # a million TB/s per link
+MAX_BANDWIDTH_GiBps = 1e9  # a million TB/s per link
 MAX_LATENCY_NS = 1e12  # 1,000 s per hop
 MAX_DELAY_NS = 1e12  # any other delay in ns
 MAX_RATE = 1e9  # TFLOP/s, GB/s and other rates of one device

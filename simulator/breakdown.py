@@ -56,8 +56,8 @@ class CollectiveSummary:
     count_per_rank: float
     bytes_per_rank: int  # as written in the traces (comm_size), mean over ranks rounded to a byte
     time_ns_per_rank: int  # summed durations, mean over ranks rounded to a ns
-    algbw_gbps: float  # algorithm bandwidth: data size / time (nccl-tests)
-    busbw_gbps: float  # bus bandwidth: algbw x the collective's factor (nccl-tests)
+    algbw_GBps: float  # algorithm bandwidth: data size / time (nccl-tests)
+    busbw_GBps: float  # bus bandwidth: algbw x the collective's factor (nccl-tests)
     # --collective-model nccl: what the library chose, most frequent first: {algorithm, protocol, channels,
     # count_per_rank}; empty under the astra-sim model (and then left out of the results JSON)
     choices: tuple[dict[str, Any], ...] = ()

@@ -69,16 +69,16 @@ def compute_model(system: SystemConfig, device_name: str | None, model: str = "r
             raise InputError("the kernels compute model needs a device: --device NAME or a device file (.yml); "
                              f"shipped: {', '.join(device_names())}")
         d = device(name)
-        return ComputeModel(Roofline(d.peak_tflops * 1e12, d.memory_bw_gbps * 1e9), d.name, KernelModel(d))
+        return ComputeModel(Roofline(d.peak_tflops * 1e12, d.memory_bw_GBps * 1e9), d.name, KernelModel(d))
     if system.replay_only or not (system.roofline_enabled or device_name):
         return ComputeModel(None, None)
-    peak, bw = system.peak_perf_tflops, system.local_mem_bw_gbps
+    peak, bw = system.peak_perf_tflops, system.local_mem_bw_GBps
     name = device_name or system.device
     if name:
         from compute.devices import device
 
         preset = device(name)
-        peak, bw, name = preset.peak_tflops, preset.memory_bw_gbps, preset.name
+        peak, bw, name = preset.peak_tflops, preset.memory_bw_GBps, preset.name
     if not peak or not bw:
         raise InputError(f"{system.path}: roofline-enabled needs 'peak-perf' (TFLOP/s) and 'local-mem-bw' (GB/s, "
                          "GB = 10^9 B), or a device preset (--device or \"device\")")
@@ -220,6 +220,6 @@ def _check_algorithms(needs: set[int], system: SystemConfig, network: NetworkCon
         if len(algorithms) < dims and not any(parse_algorithm(a).whole_network for a in algorithms):
             warn(f"{system.path}: {key} lists {len(algorithms)} algorithm(s) for a {dims}-dimensional network: as in "
                  f"ASTRA-sim, these collectives then use only dimension(s) 0..{len(algorithms) - 1}")
-    if needs & {0, 7} and not system.local_mem_bw_gbps:
+    if needs & {0, 7} and not system.local_mem_bw_GBps:
         raise InputError(f"{system.path}: 'local-mem-bw' (GB/s, GB = 10^9 B) is needed to charge the reductions of "
                          "all-reduce and reduce-scatter collectives")

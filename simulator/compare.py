@@ -264,7 +264,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         if fastest is not None:
             size = f" at {size_label(fastest.size_bytes)}" if fastest.size_bytes is not None else ""
             note = above_links(f"{fastest.algorithm}{size}", fastest.metric("busbw_GBps"), args.backend,
-                               list(network.bandwidth_gbps))
+                               list(network.bandwidth_GiBps))
             if note:
                 print(note)
     if args.csv:

@@ -71,7 +71,7 @@ class SystemConfig:
     endpoint_delay_ns: float | None = None  # None: the key is absent (ASTRA-sim then uses 10, unscaled)
     active_chunks_per_dimension: int = 1
     preferred_dataset_splits: int = 1
-    local_mem_bw_gbps: float | None = None  # GB/s with 1 GB = 1e9 bytes
+    local_mem_bw_GBps: float | None = None  # GB/s with 1 GB = 1e9 bytes
     peak_perf_tflops: float | None = None
     roofline_enabled: bool = False
     replay_only: bool = False
@@ -132,7 +132,7 @@ def system_from_dict(data: dict[str, Any], path: str = "<memory>", warn: Warn | 
     else:
         defaults.append("preferred-dataset-splits=1")  # ASTRA-sim divides by zero without it
     if "local-mem-bw" in data:  # GB/s
-        kw["local_mem_bw_gbps"] = _number(data, "local-mem-bw", path, high=MAX_RATE, positive=True)
+        kw["local_mem_bw_GBps"] = _number(data, "local-mem-bw", path, high=MAX_RATE, positive=True)
     if "peak-perf" in data:  # TFLOP/s
         kw["peak_perf_tflops"] = _number(data, "peak-perf", path, high=MAX_RATE, positive=True)
     for key, name in (("roofline-enabled", "roofline_enabled"), ("replay-only", "replay_only")):

@@ -48,8 +48,8 @@ def write_csvs(prefix: str, result: SimulationResult, workloads: list[Any], back
         per_rank = {r: per_rank[rep] for r, rep in enumerate(result.representative)}
     _write(paths[1], ["rank", "collective", "count", "bytes", "time_ns", "algbw_GBps", "busbw_GBps"]
            + (["chosen"] if nccl else []),
-           ([rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_gbps, 4),
-             round(c.busbw_gbps, 4)] + ([_chosen(c.choices)] if nccl else [])
+           ([rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_GBps, 4),
+             round(c.busbw_GBps, 4)] + ([_chosen(c.choices)] if nccl else [])
             for rank, summaries in per_rank.items() for c in summaries))
     if result.links or getattr(backend, "links", None) is not None:
         columns = list(result.links[0]) if result.links else list(LINK_COLUMNS)

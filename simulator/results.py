@@ -130,8 +130,8 @@ def above_links(what: str, busbw_GBps: float, backend: str, bandwidths_GiBps: li
 
 
 def _above_links(result: SimulationResult) -> str:
-    top = max(result.collectives, key=lambda c: c.busbw_gbps)
-    note = above_links(top.kind, top.busbw_gbps, result.backend,
+    top = max(result.collectives, key=lambda c: c.busbw_GBps)
+    note = above_links(top.kind, top.busbw_GBps, result.backend,
                        result.config.get("network", {}).get("bandwidth_GiBps") or [])
     return f"{'':>15}  {note}" if note else ""
 
@@ -211,7 +211,7 @@ def format_text(result: SimulationResult, max_rows: int = 16) -> str:
                      f"{'busbw':>11}")
         for c in result.collectives:
             lines.append(f"{c.kind:>15}  {c.count_per_rank:>8.4g}  {format_bytes(c.bytes_per_rank):>11}  "
-                         f"{format_ns(c.time_ns_per_rank):>11}  {c.algbw_gbps:>7.2f} GB/s  {c.busbw_gbps:>7.2f} GB/s")
+                         f"{format_ns(c.time_ns_per_rank):>11}  {c.algbw_GBps:>7.2f} GB/s  {c.busbw_GBps:>7.2f} GB/s")
             if c.choices:  # --collective-model nccl: algorithm/protocol x channels (count per rank)
                 lines.append(f"{'':>15}  chosen: " + ", ".join(
                     f"{ch['algorithm']}/{ch['protocol']} x{ch['channels']} ch ({ch['count_per_rank']:.4g})"

@@ -505,7 +505,7 @@ def _without_algorithms(system: SystemConfig, dims: int) -> SystemConfig:
     """The system as the nccl model uses it: its collective algorithms (and reductions) are the model's, so they
     are neither checked nor a reason to simulate every rank."""
     return replace(system, implementations={kind: ("ring",) * dims for kind in IMPLEMENTATION_KEYS.values()},
-                   local_mem_bw_gbps=system.local_mem_bw_gbps or 1.0)
+                   local_mem_bw_GBps=system.local_mem_bw_GBps or 1.0)
 
 
 def network_stats(backend: Any) -> dict[str, Any]:

@@ -212,7 +212,7 @@ class RankSystem:
         self.events = RankEvents(setup.engine, rank)
         self.messaging = setup.messaging
         self.endpoint_delay = cfg.endpoint_delay(setup.injection_scale)
-        self.local_mem_Bps = cfg.local_mem_bw_gbps * 1e9 if cfg.local_mem_bw_gbps else 0.0
+        self.local_mem_Bps = cfg.local_mem_bw_GBps * 1e9 if cfg.local_mem_bw_GBps else 0.0
         self.splits = cfg.preferred_dataset_splits
         self.total_npus = setup.total_npus
         q = setup.queues_per_dim

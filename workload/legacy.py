@@ -233,8 +233,9 @@ def _upgrade_eg(raw: memoryview, starts: np.ndarray, ends: np.ndarray) -> Upgrad
                      "taking time, as ASTRA-sim of that era did")
     if roofline:
         notes.append(f"{roofline} compute node(s) have num_ops but no simulated_run_time: timed by the roofline "
-                     "model when it is enabled, with today's units (peak-perf TFLOP/s, local-mem-bw GB/s); ASTRA-sim "
-                     "of that era took the config numbers unscaled and counted cycles of its 1.275 GHz clock")
+                     "model when it is enabled, with today's units (peak-perf TFLOP/s, local-mem-bw GB/s with "
+                     "GB = 10^9 B); ASTRA-sim of that era took the config numbers unscaled and counted cycles of its "
+                     "1.275 GHz clock")
     if grouped:
         notes.append(f"{grouped} collective(s) name a communicator_id, which ASTRA-sim of that era ignored (every "
                      "collective spans all ranks): ignored here too")

@@ -160,10 +160,10 @@ def metrics(result: SimulationResult) -> dict[str, Any]:
     kinds = result.collectives
     time_ns = sum(c.time_ns_per_rank for c in kinds)
     if len(kinds) == 1:
-        algbw, busbw = kinds[0].algbw_gbps, kinds[0].busbw_gbps
+        algbw, busbw = kinds[0].algbw_GBps, kinds[0].busbw_GBps
     else:  # over all collective types: their bandwidths weighted by their time
-        algbw = sum(c.algbw_gbps * c.time_ns_per_rank for c in kinds) / time_ns if time_ns else None
-        busbw = sum(c.busbw_gbps * c.time_ns_per_rank for c in kinds) / time_ns if time_ns else None
+        algbw = sum(c.algbw_GBps * c.time_ns_per_rank for c in kinds) / time_ns if time_ns else None
+        busbw = sum(c.busbw_GBps * c.time_ns_per_rank for c in kinds) / time_ns if time_ns else None
     return {
         "npus": n,
         "finish_ns": result.finish_ns,

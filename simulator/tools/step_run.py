@@ -65,7 +65,7 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     per_stage = plan.world_size // plan.pp
     flops = sum(sum(stage_flops(p).values()) for p in programs) * per_stage
     collectives = [{"kind": c.kind, "count_per_rank": c.count_per_rank, "time_ns_per_rank": c.time_ns_per_rank,
-                    "busbw_GBps": round(c.busbw_gbps, 3), "choices": list(c.choices)} for c in result.collectives]
+                    "busbw_GBps": round(c.busbw_GBps, 3), "choices": list(c.choices)} for c in result.collectives]
     nodes = sum(len(p.ops) for p in programs) * per_stage
     return Iteration(result.finish_ns, result.engine, result.simulated_ranks, result.engine_reason, compute_model,
                      time.process_time() - started,

@@ -34,7 +34,7 @@ def attention(batch: int, heads: int, head_dim: int, seq: int, causal: bool, bac
 
 def scaled(d: Device, peak: float, bandwidth: float) -> Device:
     return replace(d, peaks_tflops={k: v * peak for k, v in d.peaks_tflops.items()},
-                   memory_bw_gbps=d.memory_bw_gbps * bandwidth)
+                   memory_bw_GBps=d.memory_bw_GBps * bandwidth)
 
 
 @settings(max_examples=300, deadline=None)
@@ -191,7 +191,7 @@ def test_devices_by_name_alias_and_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    (lambda t: t.replace("memory_bw_gbps: 3350.0", "memory_bw_gbps: -1"), "'memory_bw_gbps' must be above 0"),
+    (lambda t: t.replace("memory_bw_GBps: 3350.0", "memory_bw_GBps: -1"), "'memory_bw_GBps' must be above 0"),
     (lambda t: t.replace("efficiency: 0.", "efficiency: 1.", 1), "'kernels.gemm.efficiency' must be above 0 and at "
                                                                   "most 1"),
     (lambda t: t.replace("fp8: 1978.9", "fp4: 1978.9"), "unknown precision"),

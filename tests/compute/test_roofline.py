@@ -29,6 +29,6 @@ def test_device_presets() -> None:
     assert device("h100").peak_tflops == DEVICES["H100"].peak_tflops
     assert device("TPU v5p").name == "TPUv5p"
     for d in DEVICES.values():
-        assert d.peak_tflops > 0 and d.memory_bw_gbps > 0 and d.source
+        assert d.peak_tflops > 0 and d.memory_bw_GBps > 0 and d.source
     with pytest.raises(InputError, match="unknown device 'H900'; valid: A100"):
         device("H900")

@@ -78,7 +78,7 @@ def test_device_turns_the_roofline_model_on(tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         runs[bool(args)] = json.loads((tmp_path / "r.json").read_text())["ranks"][0]["compute_ns"]
     h100 = device("H100")
-    perf = min(h100.memory_bw_gbps * 1e9 * 1e12 / (1 << 30), h100.peak_tflops * 1e12)
+    perf = min(h100.memory_bw_GBps * 1e9 * 1e12 / (1 << 30), h100.peak_tflops * 1e12)
     assert runs[False] == 3  # recorded durations of 0 us: 1 ns each
     assert runs[True] == 3 * int(1e12 / perf * 1e9)
 

@@ -120,7 +120,7 @@ def test_fabric_mistakes_are_one_line_errors(tmp_path: Path, data: dict[str, Any
 def test_dimension_fabric_routes_like_analytical_aware() -> None:
     net = network_from_dict({"topology": ["Ring", "Switch", "FullyConnected"], "npus_count": [4, 3, 2],
                              "bandwidth": [1, 2, 3], "latency": [1, 1, 1]})
-    fabric, router = from_dimensions(net.topology, net.npus_count, net.bandwidth_gbps, net.latency_ns, net.path)
+    fabric, router = from_dimensions(net.topology, net.npus_count, net.bandwidth_GiBps, net.latency_ns, net.path)
     aware = CongestionAware(net, Engine())
     for src, dst in itertools.permutations(range(net.num_npus), 2):
         nodes = router.path(src, dst, 0)

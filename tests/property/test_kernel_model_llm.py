@@ -48,6 +48,6 @@ def test_step_compute_grows_with_model_and_tokens(name: str, tp: int, what: str,
 def test_step_compute_never_rises_on_a_faster_device(name: str, peak: float, bandwidth: float) -> None:
     d = device(name)
     faster = replace(d, peaks_tflops={k: v * peak for k, v in d.peaks_tflops.items()},
-                     memory_bw_gbps=d.memory_bw_gbps * bandwidth)
+                     memory_bw_GBps=d.memory_bw_GBps * bandwidth)
     plan = ParallelPlan(dp=1, tp=2, pp=1, micro_batch_size=1, num_micro_batches=2)
     assert step_ns(BASE, plan, KernelModel(faster)) <= step_ns(BASE, plan, KernelModel(d))

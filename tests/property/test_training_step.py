@@ -40,7 +40,7 @@ def profile_file(folder: Path, bandwidth: float) -> str:
 def device_file(folder: Path, peak: float, memory: float) -> str:
     data = yaml.safe_load((DEVICES_DIR / "a100.yml").read_text())
     data["peak_tflops"] = {k: v * peak for k, v in data["peak_tflops"].items()}
-    data["memory_bw_gbps"] *= memory
+    data["memory_bw_GBps"] *= memory
     path = folder / f"a100p{peak:.6g}m{memory:.6g}.yml"
     path.write_text(yaml.safe_dump(data))
     return str(path)

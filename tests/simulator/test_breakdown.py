@@ -48,4 +48,4 @@ def test_shared_logs_sum_as_one_loop_over_every_record(distinct: list[list[Colle
         count, size, ns, alg, bus = plain[s.kind]
         assert s.count_per_rank == count / len(shared)
         assert s.bytes_per_rank == round(size / len(shared)) and s.time_ns_per_rank == round(ns / len(shared))
-        assert s.algbw_gbps == (alg / ns if ns else 0.0) and s.busbw_gbps == (bus / ns if ns else 0.0)
+        assert s.algbw_GBps == (alg / ns if ns else 0.0) and s.busbw_GBps == (bus / ns if ns else 0.0)

@@ -87,7 +87,7 @@ def test_python_api_and_device_files(traces: tuple[str, str], tmp_path: Path) ->
     by_name = api_simulate(prefix, net, device="H200", compute_model="kernels")
     custom = tmp_path / "my_gpu.yml"
     text = Path(device("H200").path).read_text().replace("name: H200", "name: MyGPU")
-    custom.write_text(text.replace("memory_bw_gbps: 4800.0", "memory_bw_gbps: 9600.0"))
+    custom.write_text(text.replace("memory_bw_GBps: 4800.0", "memory_bw_GBps: 9600.0"))
     by_file = api_simulate(prefix, net, device=str(custom), compute_model="kernels")
     assert by_file.config["compute"]["device"] == "MyGPU"
     assert by_file.ranks[0].compute_ns < by_name.ranks[0].compute_ns  # twice the bandwidth: memory-bound work shrinks

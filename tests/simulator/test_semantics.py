@@ -28,11 +28,11 @@ def comp(node_id: int, micros: int, deps: list[int] | None = None, **attrs: obje
                      attrs=attrs)
 
 
-def ring_formula(kind: str, n: int, size: int, endpoint: int, latency: float, mem_bw_gbps: float) -> int:
+def ring_formula(kind: str, n: int, size: int, endpoint: int, latency: float, mem_bw_GBps: float) -> int:
     """The spec's uncontended one-chunk ring times."""
     msg = size if kind == "ag" else size // n
     link = int(latency + msg / BPNS)
-    reduction = 3 * int(msg / (mem_bw_gbps * 1e9) * 1e9)
+    reduction = 3 * int(msg / (mem_bw_GBps * 1e9) * 1e9)
     if kind == "ar":
         return 2 * (n - 1) * link + (2 * n - 1) * endpoint + (n - 1) * reduction
     if kind == "rs":

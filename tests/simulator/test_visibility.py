@@ -138,8 +138,8 @@ def test_collective_statistics_and_busiest_links(tmp_path: Path) -> None:
                                                                                  "comm_size": 1 << 20})]] * 8)
     (c,) = ar.collectives
     assert c.kind == "all_reduce" and c.count_per_rank == 1 and c.bytes_per_rank == 1 << 20
-    assert c.busbw_gbps == pytest.approx(c.algbw_gbps * 2 * 7 / 8)
-    assert c.algbw_gbps == pytest.approx((1 << 20) / ar.finish_ns)
+    assert c.busbw_GBps == pytest.approx(c.algbw_GBps * 2 * 7 / 8)
+    assert c.algbw_GBps == pytest.approx((1 << 20) / ar.finish_ns)
 
 
 def test_csv_exports(tmp_path: Path, reference: Path) -> None:

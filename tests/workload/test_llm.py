@@ -365,7 +365,7 @@ def test_generated_traces_simulate_with_a_roofline(tmp_path: Path, model: ModelC
     prefix, p = generate(tmp_path, model, **plan)
     result = h100_run(prefix, p.world_size)
     h100 = device("H100")
-    roofline = Roofline(h100.peak_tflops * 1e12, h100.memory_bw_gbps * 1e9)
+    roofline = Roofline(h100.peak_tflops * 1e12, h100.memory_bw_GBps * 1e9)
     for rank in (0, p.world_size - 1):
         kernels = load(prefix, rank, p.world_size).compute()
         expected = sum(roofline.time_ns(n.attrs["num_ops"], n.attrs["tensor_size"]) for n in kernels)
@@ -394,7 +394,7 @@ def test_device_fills_durations_from_the_roofline(tmp_path: Path) -> None:
     generate_traces(big, plan, str(tmp_path / "t"), device("H100"))
     kernels = load(str(tmp_path / "t"), 0, 2).compute()
     h100 = device("H100")
-    roofline = Roofline(h100.peak_tflops * 1e12, h100.memory_bw_gbps * 1e9)
+    roofline = Roofline(h100.peak_tflops * 1e12, h100.memory_bw_GBps * 1e9)
     for n in kernels:
         ns = roofline.time_ns(n.attrs["num_ops"], n.attrs["tensor_size"])
         assert n.duration_us == max(round(ns / 1000), 1 if n.attrs["num_ops"] or n.attrs["tensor_size"] else 0)

@@ -29,7 +29,7 @@ from workload.schema import NodeType
 WIDE = ModelConfig(name="wide", num_layers=8, hidden_size=4096, num_heads=32, ffn_hidden_size=16384, vocab_size=64,
                    seq_len=1024)
 H100 = device("H100")
-ROOFLINE = Roofline(H100.peak_tflops * 1e12, H100.memory_bw_gbps * 1e9)
+ROOFLINE = Roofline(H100.peak_tflops * 1e12, H100.memory_bw_GBps * 1e9)
 
 
 def test_schedule_table_is_megatrons() -> None:

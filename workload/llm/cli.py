@@ -277,7 +277,7 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
                  "--device H100), or they take about 0 time; or generate with --device NAME to record durations")
     elapsed = time.perf_counter() - started
     if args.summary:
-        roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
+        roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_GBps * 1e9) if device else None
         summary = summarize(model, plan, programs, ranks, roofline, options)
         text = format_summary(summary)
         if device is not None:

@@ -43,7 +43,7 @@ class TraceEmitter:
         # communicator groups in a comm-group JSON beside the traces (ASTRA-sim 2.x stops at METADATA nodes)
         # instead of a METADATA node in every trace
         self.groups_file = groups_file
-        self.roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_gbps * 1e9) if device else None
+        self.roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_GBps * 1e9) if device else None
         self.header = serialize(make_metadata(GENERATED_VERSION, metadata))
         self._compute: dict[int, list[bytes | None]] = {}
         self._collectives: dict[tuple[int, int, str], bytes] = {}
