@@ -275,5 +275,6 @@ def test_gpt_oss_windows_and_old_megatron_attention_are_generator_options() -> N
     old = plan_row(row(ROWS[0]))
     assert old.status == READY and old.spec["attention_backend"] == "unfused"
     assert any(d.startswith("attention unfused (Megatron-LM before FlashAttention") for d in old.defaults_used)
+    assert old.spec["cross_entropy"] == "unfused"  # Megatron-LM without --cross-entropy-loss-fusion
     bridge = plan_row(row(ROWS[3] | {"gpu": "B200", "gpus_per_node": "8"}))
-    assert "attention_backend" not in bridge.spec
+    assert "attention_backend" not in bridge.spec and "cross_entropy" not in bridge.spec  # NeMo: fused

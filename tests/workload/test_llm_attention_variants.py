@@ -1,5 +1,6 @@
-"""Attention variants of the LLM generator: sliding-window layers (GPT-OSS, Mistral) and the unfused attention core
-Megatron-LM ran before FlashAttention; their pair counts, kernel shapes, FLOPs and the refusals."""
+"""Attention and loss variants of the LLM generator: sliding-window layers (GPT-OSS, Mistral), the unfused attention
+core Megatron-LM ran before FlashAttention, and the unfused fp32 cross entropy; pair counts, kernel shapes, FLOPs,
+bytes and the refusals."""
 
 from __future__ import annotations
 
@@ -143,3 +144,19 @@ def test_cli_window_and_backend_flags_reach_the_summary(tmp_path: Path) -> None:
     bad = subprocess.run([*base, "--window-size", "0"], capture_output=True, text=True, check=False)
     assert bad.returncode != 0 and "window_size must be a whole number >= 1" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_unfused_cross_entropy_reads_the_logits_in_fp32_passes() -> None:
+    plan = ParallelPlan(tp=2, num_micro_batches=1)
+    plan.validate(SMALL)
+
+    def loss(options: TrainingOptions) -> list[costs.Kernel]:
+        return [op.kernel for p in build_programs(SMALL, plan, options) for op in p.ops
+                if op.name.endswith(".loss") and op.kernel is not None]
+    fused, unfused = loss(TrainingOptions()), loss(TrainingOptions(cross_entropy="unfused"))
+    logits = SMALL.seq_len * plan.padded_vocab(SMALL) // 2  # one sequence, half the vocabulary per rank
+    assert [k.size_bytes for k in fused] == [logits * 4, logits * 6]  # one read and write of bf16 each way
+    assert [k.size_bytes for k in unfused] == [logits * 38, logits * 14]
+    assert [k.flops for k in fused] == [k.flops for k in unfused]
+    with pytest.raises(InputError, match="cross_entropy must be one of fused, unfused"):
+        TrainingOptions(cross_entropy="te").validate(0, False, 1)

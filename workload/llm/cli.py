@@ -12,7 +12,14 @@ from workload.errors import InputError, TraceError, printable
 from workload.files import contained_path, read_yaml
 from workload.limits import add_output_limits, check_output, output_limits
 from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
-from workload.llm.options import ATTENTION_BACKENDS, FSDP_GRAD_SYNC, MEGATRON_BUCKET, PRECISIONS, TrainingOptions
+from workload.llm.options import (
+    ATTENTION_BACKENDS,
+    CROSS_ENTROPY,
+    FSDP_GRAD_SYNC,
+    MEGATRON_BUCKET,
+    PRECISIONS,
+    TrainingOptions,
+)
 from workload.llm.plan import DIMENSIONS, RECOMPUTE, ParallelPlan, RankMap, batch_split
 from workload.llm.presets import PRESETS, preset
 from workload.traceset import check_rank_count
@@ -112,6 +119,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="flash",
                    help="attention core: one fused FlashAttention-style kernel (default), or unfused: the score "
                         "matrix materialised between two batched GEMMs, as Megatron-LM ran before FlashAttention")
+    t.add_argument("--cross-entropy", choices=CROSS_ENTROPY, default="fused",
+                   help="the loss as one fused kernel (default; --cross-entropy-loss-fusion, NeMo's setting) or "
+                        "unfused: Megatron-LM's default, several fp32 passes over the logits")
     t.add_argument("--iteration-tail", action="store_true",
                    help="add batch loading, gradient-norm clipping and loss logging nodes")
     t.add_argument("--dataloader-wait-us", type=int, default=0, metavar="US",
@@ -210,6 +220,7 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               overlap_param_gather=args.overlap_param_gather, bucket_size=args.ddp_bucket_size,
                               tp_comm_overlap=args.tp_comm_overlap, reshard_after_forward=args.reshard_after_forward,
                               fsdp_grad_sync=args.fsdp_grad_sync, attention_backend=args.attention_backend,
+                              cross_entropy=args.cross_entropy,
                               iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)

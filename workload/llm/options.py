@@ -32,6 +32,9 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
 - ``attention_backend`` ("flash"): the attention core as one fused FlashAttention-style kernel, or "unfused":
   the score matrix materialised between two batched GEMMs with a fused softmax, as Megatron-LM ran it before
   FlashAttention (2021-2022; Megatron-Core's --attention-backend unfused).
+- ``cross_entropy`` ("fused"): the loss over the vocabulary as one fused kernel reading the logits once
+  (Megatron-Core's --cross-entropy-loss-fusion, on in NeMo and Megatron-Bridge), or "unfused": Megatron-LM's
+  default vocabulary-parallel cross entropy, several fp32 passes over the logits (workload/llm/costs.py).
 - ``iteration_tail`` (False): the end and start of a real iteration as nodes: a data-loader batch copy per
   micro-batch on the first and last stage (``dataloader_wait_us`` of host wait before it, default 0), the
   gradient norm for clipping (a local norm kernel, a 4-byte all-reduce over the model-parallel group, or over
@@ -48,6 +51,7 @@ from workload.errors import InputError
 
 PRECISIONS = ("bf16", "fp16", "fp8")
 ATTENTION_BACKENDS = ("flash", "unfused")
+CROSS_ENTROPY = ("fused", "unfused")
 FSDP_GRAD_SYNC = ("every", "last")
 MEGATRON_BUCKET = "megatron"
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
@@ -70,6 +74,7 @@ class TrainingOptions:
     reshard_after_forward: bool = True
     fsdp_grad_sync: str = "every"
     attention_backend: str = "flash"
+    cross_entropy: str = "fused"
     iteration_tail: bool = False
     dataloader_wait_us: int = 0
 
@@ -92,6 +97,8 @@ class TrainingOptions:
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise InputError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)} "
                              f"(got {self.attention_backend!r})")
+        if self.cross_entropy not in CROSS_ENTROPY:
+            raise InputError(f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)} (got {self.cross_entropy!r})")
         if self.fsdp_grad_sync not in FSDP_GRAD_SYNC:
             raise InputError(f"fsdp_grad_sync must be one of {', '.join(FSDP_GRAD_SYNC)} "
                              f"(got {self.fsdp_grad_sync!r})")

@@ -76,7 +76,8 @@ class StageSizes:
                                      2 if m.gated_ffn else 1, 1, d)
         vocab = p.padded_vocab(m) // tp
         self.head = Matmul("lm_head", t, h, vocab, d)
-        self.loss = costs.cross_entropy(t, vocab, d)
+        self.loss = costs.cross_entropy(t, vocab, d) if options.cross_entropy == "unfused" else \
+            costs.elementwise("loss", t * vocab, costs.LOSS_FLOPS, 1, 1, d)
         self.embed = costs.elementwise("embedding", t * h, 1, 1, 1, d)
 
     def rows(self, matmul_: Matmul, parts: int) -> list[Matmul]:
