@@ -58,6 +58,11 @@ CASES = [
       "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather", "--ddp-bucket-size",
       "megatron", "--precision", "fp8", "--recompute", "selective", "--iteration-tail", "--dataloader-wait-us", "5"],
      [[("Ring", 4, 200, 100), ("Switch", 4, 50, 1000)], [("Switch", 16, 100, 500)]]),
+    ("Llama-3 8B, 2 layers, tp2 pp2 dp4, distributed optimizer, iteration tail (16 ranks: the gradient-norm "
+     "all-reduce over every rank follows different numbers of group collectives on the two stages)",
+     ["--preset", "llama3-8b", "--layers", "2", "--tp", "2", "--pp", "2", "--dp", "4", "--micro-batches", "1",
+      "--seq-len", "512", "--use-distributed-optimizer", "--iteration-tail"],
+     [[("Ring", 4, 200, 100), ("Switch", 4, 50, 1000)], [("Switch", 16, 100, 500)]]),
     ("GPT-3 1.3B, 4 layers, tp2 cp2 dp4, all-gather context parallelism, FSDP as Llama 3 (16 ranks)",
      ["--preset", "gpt3-1.3b", "--layers", "4", "--tp", "2", "--cp", "2", "--dp", "4", "--micro-batches", "2",
       "--seq-len", "1024", "--cp-comm-type", "all_gather", "--zero", "3", "--no-reshard-after-forward",
@@ -113,7 +118,10 @@ def run(cmd: list[str], cwd: str) -> tuple[dict[int, tuple[int, int]], float, st
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     text = done.stdout + done.stderr
     ranks = {int(r): (int(t), int(e)) for r, t, e in _FINISHED.findall(text)}
-    return ranks, cpu, text.strip().splitlines()[-1][-300:] if text.strip() else "(no output)"
+    tail = text.strip().splitlines()[-1][-300:] if text.strip() else "(no output)"
+    if ranks and done.returncode:  # every result printed, then a crash (e.g. ASTRA-sim's heap error at exit)
+        tail = f"exit status {done.returncode} after its results: {tail}"
+    return ranks, cpu, tail
 
 
 def summary(ranks: dict[int, tuple[int, int]]) -> str:
@@ -154,6 +162,8 @@ def compare_case(name: str, flags: list[str], networks: list[list[tuple[str, int
             for who, ranks, cpu, tail in (("ASTRA-sim  ", theirs, their_cpu, their_tail),
                                           ("astrasim-py", ours, our_cpu, our_tail)):
                 print(f"    {who} {summary(ranks) or 'no result: ' + tail}   ({cpu:.2f} s CPU)")
+                if ranks and tail.startswith("exit status"):
+                    print(f"      then {tail}")
             print(f"    {'identical on every rank' if equal else 'DIFFERENT'}")
     return all_equal
 

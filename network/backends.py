@@ -160,7 +160,7 @@ class _Message:
         self.callback = callback
         self.arg = arg
         self.origin = origin  # on whose behalf its events are scheduled (representative-rank runs only)
-        self.touches = touches  # per hop, the (owner, label) of its link's events (quotient runs only)
+        self.touches = touches  # per hop, the offset of its link's events, ((owner, label),) (quotient runs only)
         self.root = root  # the rank its events descend from (quotient runs: simulator/quotient_run.py)
 
 
@@ -264,7 +264,8 @@ class CongestionAware:
         hops = [self._link(a, b, dim) for a, b, dim in steps]
         self._routes[(src, dst)] = hops
         if self.classes is not None:
-            self._touches[(src, dst)] = [((c := self._class(a, b, dim))[1], c[2]) for a, b, dim in steps]
+            # per hop, the offset of its link's events: (owner, label) of the link's class
+            self._touches[(src, dst)] = [(((c := self._class(a, b, dim))[1], c[2]),) for a, b, dim in steps]
         return hops
 
     def _fabric_route(self, src: int, dst: int) -> list[Link]:
@@ -339,11 +340,10 @@ class CongestionAware:
             link.free_at = now + busy
             link.free_id = next(self._ids)  # type: ignore[arg-type]
         elif msg.touches is not None:  # a quotient run: each event says which class (link or rank) it touches
-            hop = msg.hop
-            last = hop + 1 == len(msg.route)
-            engine.call_later(int(link.latency_ns + serialization), self._arrived, msg,  # type: ignore[call-arg]
-                              offset=msg.origin if last else (msg.touches[hop + 1],), root=msg.root)
-            engine.call_later(busy, self._free, link, offset=(msg.touches[hop],), root=msg.root)  # type: ignore
+            hop, touches = msg.hop, msg.touches
+            engine.call_later(int(link.latency_ns + serialization), self._on_arrived, msg,  # type: ignore[call-arg]
+                              msg.origin if hop + 1 == len(touches) else touches[hop + 1], msg.root)
+            engine.call_later(busy, self._on_free, link, touches[hop], msg.root)  # type: ignore[call-arg]
         elif msg.origin is not None:  # a representative-rank run: these events are the message's own
             current = engine.insert_offset  # type: ignore[attr-defined]
             engine.insert_offset = msg.origin  # type: ignore[attr-defined]

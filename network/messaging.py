@@ -12,7 +12,7 @@ from typing import Any
 from network.backends import Callback, Clock, NetworkBackend
 
 
-class _Match:
+class Match:
     """One send and the receive it matches (either may come first), and whether its data has arrived. Matches
     still waiting for their other half form one FIFO per (tag, source, destination, size) key: the oldest is
     in ``Messaging._waiting``, each points to the next (``later``), and the oldest knows the newest (``last``;
@@ -27,8 +27,8 @@ class _Match:
         self.on_received: Callback | None = None
         self.recv_arg: Any = None
         self.arrived = False
-        self.later: _Match | None = None
-        self.last: _Match | None = None
+        self.later: Match | None = None
+        self.last: Match | None = None
 
 
 class Messaging:
@@ -43,17 +43,17 @@ class Messaging:
         self.clock = clock
         self._own: dict[str, int] = {"offset": 0} if hasattr(clock, "insert_offset") else {}
         self.backend = backend
-        self._waiting: dict[tuple[int, int, int, int], _Match] = {}
+        self._waiting: dict[tuple[int, int, int, int], Match] = {}
         self.messages = 0
         self._on_arrival = self._arrived  # bound once, not per message
 
-    def _match(self, key: tuple[int, int, int, int], send: bool) -> _Match:
+    def _match(self, key: tuple[int, int, int, int], send: bool) -> Match:
         """The match of the next send (``send``) or receive with this key: the oldest waiting other half, or a
         new match queued behind the key's others."""
         waiting = self._waiting
         head = waiting.get(key)
         if head is None:
-            waiting[key] = entry = _Match()
+            waiting[key] = entry = Match()
             return entry
         if head.sent != send:  # the oldest waiting other half: take it off the queue
             later = head.later
@@ -64,7 +64,7 @@ class Messaging:
                     later.last = head.last
                 waiting[key] = later
             return head
-        entry = _Match()
+        entry = Match()
         (head.last or head).later = entry
         head.last = entry
         return entry
@@ -74,7 +74,7 @@ class Messaging:
         key = (tag, src, dst, size_bytes)
         head = self._waiting.get(key)
         if head is None:  # nothing waits: the common case, matched here without a call
-            self._waiting[key] = entry = _Match()
+            self._waiting[key] = entry = Match()
         else:
             entry = self._match(key, True)
         entry.on_sent = on_sent
@@ -88,7 +88,7 @@ class Messaging:
         key = (tag, src, dst, size_bytes)
         head = self._waiting.get(key)
         if head is None:
-            self._waiting[key] = entry = _Match()
+            self._waiting[key] = entry = Match()
         else:
             entry = self._match(key, False)
             if entry.arrived:
@@ -97,7 +97,7 @@ class Messaging:
         entry.on_received = on_received
         entry.recv_arg = arg
 
-    def _arrived(self, entry: _Match) -> None:
+    def _arrived(self, entry: Match) -> None:
         if entry.on_sent is not None:
             entry.on_sent(entry.send_arg)
         if entry.on_received is not None:
@@ -110,7 +110,7 @@ class Messaging:
         nothing sent" / "in flight" / "arrived, never received")."""
         out = []
         for (tag, src, dst, size), entry in self._waiting.items():
-            place: _Match | None = entry
+            place: Match | None = entry
             n = 0
             while place is not None:
                 n += 1

@@ -78,7 +78,7 @@ class Engine:
 class RankEvents:
     """ASTRA-sim's per-system event lists: events a rank registers for the same tick run as one batch."""
 
-    __slots__ = ("_eid", "_env", "_lists", "_own", "_push", "_queue", "_run", "engine")
+    __slots__ = ("_call_as", "_eid", "_env", "_lists", "_own", "_push", "_queue", "_run", "engine")
 
     def __init__(self, engine: Engine, rank: int = 0) -> None:
         self.engine = engine
@@ -88,17 +88,19 @@ class RankEvents:
         self._push = heappush
         self._run = self._run_tick
         self._lists: dict[int, list[tuple[Callback, Any]]] = {}
-        # the rank's own events
-        self._own = {"offset": engine.own(rank)} if isinstance(engine, CheckedEngine) else {}
+        # a folded run's engine: the rank's own events (their offset), scheduled with call_as
+        checked = isinstance(engine, CheckedEngine)
+        self._own = engine.own(rank) if checked else None
+        self._call_as = engine.call_as if checked else None  # type: ignore[attr-defined]
 
     def register(self, delay: int, fn: Callback, arg: Any = None) -> None:
         tick = self._env._now + delay
         batch = self._lists.get(tick)
         if batch is not None:
             batch.append((fn, arg))
-        elif self._own:
+        elif self._call_as is not None:
             self._lists[tick] = [(fn, arg)]
-            self.engine.call_later(delay, self._run_tick, tick, **self._own)
+            self._call_as(delay, self._run, tick, self._own)
         else:  # Engine.call_later, inlined: this is once per event of most runs
             self._lists[tick] = [(fn, arg)]
             self._push(self._queue, (tick, 1, next(self._eid), self._run, tick))
@@ -135,6 +137,10 @@ class CheckedEngine(Engine):
     def own(self, rank: int) -> Any:
         """The offset of a rank's own events (the representative's: 0)."""
         return 0
+
+    def call_as(self, delay: int, fn: Callback, arg: Any, offset: Any) -> None:
+        """call_later on behalf of ``offset`` (a rank's own events: RankEvents)."""
+        self.call_later(delay, fn, arg, offset)
 
     def call_later(self, delay: int, fn: Callback, arg: Any = None, offset: Any = None) -> None:
         self._next_id += 1

@@ -79,23 +79,25 @@ def _patched(graph: TraceGraph, base: NodeTable, changed: Collection[str], occur
     attrs = graph.attrs
     out: dict[str, Any] = {}
     name_ids = attrs.name_id[occurrences]
-    integers = attrs.integers_at(occurrences).tolist()  # meaningless for strings, which are read apart
-    text = attrs.buf.tobytes() if "pg_name" in changed else b""
+    nodes = attrs.node[occurrences].tolist()
     for name in sorted(changed):
         if name in ("is_cpu_op", "involved_dim"):  # rare (involved_dim never: lists are not read as values)
             out.update(_columns(graph, (name,), whole=False))
             continue
-        which = np.flatnonzero(name_ids == attrs.names.index(name)).tolist()
-        nodes = attrs.node[occurrences].tolist()
+        which = occurrences[name_ids == attrs.names.index(name)]
+        at = [nodes[k] for k in np.flatnonzero(name_ids == attrs.names.index(name)).tolist()]
         if name == "pg_name":  # strings (the template's are, and the fields are the same)
             column: Any = dict(base.pg_name)
-            offsets, lengths = attrs.offset[occurrences].tolist(), attrs.length[occurrences].tolist()
-            for k in which:
-                column[nodes[k]] = text[offsets[k] : offsets[k] + lengths[k]].decode("utf-8", "replace")
+            offsets, ends = attrs.offset[which], attrs.offset[which] + attrs.length[which]
+            if offsets.size:
+                low = int(offsets.min())
+                text = attrs.buf[low : int(ends.max())].tobytes()
+                for n, a, b in zip(at, (offsets - low).tolist(), (ends - low).tolist(), strict=True):
+                    column[n] = text[a:b].decode("utf-8", "replace")
         else:
             column = list(getattr(base, name))
-            for k in which:
-                column[nodes[k]] = integers[k]
+            for n, value in zip(at, attrs.integers_at(which).tolist(), strict=True):
+                column[n] = value
         out[name] = column
     return out
 

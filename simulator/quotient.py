@@ -78,6 +78,9 @@ class Quotient:
     table: np.ndarray  # (orbit, mixed-radix exponents) -> rank
     described: str
     shifts: list[Shift] = field(default_factory=list)  # the generators, in the order of the exponents
+    # two representatives whose traces are equal up to the ranks they name, which no kept shift maps onto each
+    # other (None: every class runs a different trace): why the run does not fold further
+    alike: tuple[int, int] | None = None
     _orders: np.ndarray = field(init=False, repr=False)
     _radix: np.ndarray = field(init=False, repr=False)
     _exponents: np.ndarray = field(init=False, repr=False)  # every exponent vector, in mixed-radix order
@@ -289,4 +292,16 @@ def quotient_of(keys: list[bytes], values: list[tuple[Value, ...]], npus_per_dim
             shifts.append(shift)
             best = trial
             break
+    if best is not None:
+        best.alike = _alike(keys, best.representatives)
     return best
+
+
+def _alike(keys: list[bytes], representatives: list[int]) -> tuple[int, int] | None:
+    """The first two representatives with equal keys (traces equal but for the ranks they name)."""
+    first: dict[bytes, int] = {}
+    for r in representatives:
+        seen = first.setdefault(keys[r], r)
+        if seen != r:
+            return seen, r
+    return None

@@ -31,7 +31,7 @@ from heapq import heappush
 from typing import Any
 
 from network.backends import Callback, NetworkBackend
-from network.messaging import Messaging
+from network.messaging import Match, Messaging
 from simulator.engine import CheckedEngine
 from simulator.quotient import Quotient
 from simulator.system import COLLECTIVE, HANDSHAKE, CommGroup
@@ -113,6 +113,17 @@ class QuotientEngine(CheckedEngine):
                     return root if ref == label else self.quotient.moved(root, label, ref)
         return None
 
+    def call_as(self, delay: int, fn: Callback, arg: Any, offset: Offset) -> None:
+        """call_later on behalf of ``offset``, its root the frame's (frame_root): a rank's own events (RankEvents),
+        the hot path of a run."""
+        self._next_id += 1
+        root = self._root
+        if root is not None and offset is not self._reference:
+            root = self.frame_root(offset)
+        now = self.env._now
+        heappush(self._queue, (now + delay, 1, next(self._eid), self._dispatch,
+                               (fn, arg, now, self._current, offset, self._next_id, self._chain, root)))
+
     def call_later(self, delay: int, fn: Callback, arg: Any = None, offset: Any = None,  # type: ignore[override]
                    root: Any = _INHERIT) -> None:
         self._next_id += 1
@@ -123,14 +134,24 @@ class QuotientEngine(CheckedEngine):
         elif root is _INHERIT:
             root = self.frame_root(offset)
         now = self.env._now
-        payload = (fn, arg, now, self._current, offset, self._next_id, self._chain, root)
-        heappush(self._queue, (now + delay, 1, next(self._eid), self._checked_dispatch, payload))
+        heappush(self._queue, (now + delay, 1, next(self._eid), self._dispatch,
+                               (fn, arg, now, self._current, offset, self._next_id, self._chain, root)))
 
     def _checked_dispatch(self, payload: tuple[Any, ...]) -> None:
-        fn, arg, _, _, offset, eid, chain, root = payload
+        fn, arg, inserted, _, offset, eid, chain, root = payload
         now = self.env._now
-        if offset:
-            self._touch(payload)
+        if offset:  # _touch, inlined: once per event
+            if now != self._seen_tick:
+                self._seen_tick = now
+                seen = self._seen = {}
+            else:
+                seen = self._seen
+            for owner, label in offset:
+                key = (inserted, owner)
+                before = seen.get(key)
+                seen[key] = payload  # consecutive pairs in order suffice: the full run's order is total
+                if before is not None:
+                    self._after(before, payload, owner, label)
         self._current = eid
         self.insert_offset = self._reference = offset
         self.insert_root = self._root = root
@@ -139,24 +160,28 @@ class QuotientEngine(CheckedEngine):
 
     def _touch(self, payload: tuple[Any, ...]) -> None:
         """Check an event (payload) against the same-time events before it that touched its owners."""
-        _, _, inserted, parent, offset, _, chain, root = payload
         now = self.env._now
         if now != self._seen_tick:
             self._seen_tick = now
             self._seen = {}
         seen = self._seen
-        for owner, label in offset:
-            key = (inserted, owner)
+        for owner, label in payload[4]:
+            key = (payload[2], owner)
             before = seen.get(key)
-            seen[key] = payload  # consecutive pairs in order suffice: the full run's order is total
-            if before is None:
-                continue
-            if before is payload:  # the event touches two instances of the owner's class
-                first = next(lb for o, lb in offset if o == owner)
-                if first != label:
-                    self._compare(chain, root, first, chain, root, label)
-            elif before[3] != parent or _label(before, owner) != label:
-                self._compare(before[6], before[7], _label(before, owner), chain, root, label)
+            seen[key] = payload
+            if before is not None:
+                self._after(before, payload, owner, label)
+
+    def _after(self, before: tuple[Any, ...], payload: tuple[Any, ...], owner: Any, label: tuple[int, ...]) -> None:
+        """An event (payload) touches ``owner`` as ``label`` after ``before`` did, at the same time, both scheduled
+        at the same time: check that the full run orders them so in every image."""
+        _, _, _, parent, offset, _, chain, root = payload
+        if before is payload:  # the event touches two instances of the owner's class
+            first = next(lb for o, lb in offset if o == owner)
+            if first != label:
+                self._compare(chain, root, first, chain, root, label)
+        elif before[3] != parent or _label(before, owner) != label:
+            self._compare(before[6], before[7], _label(before, owner), chain, root, label)
 
     def _compare(self, c1: int, r1: int | None, l1: tuple[int, ...], c2: int, r2: int | None, l2: tuple[int, ...]
                  ) -> None:
@@ -200,8 +225,8 @@ class QuotientMessaging(Messaging):
         self._names: dict[int, dict[int, int]] = {}  # representative -> {internal gid: group number}
         self._translated: dict[tuple[int, int, int], int] = {}
         # (src, dst) -> (the representative of dst, src as it sees it, the delivery's offset without and with the
-        # sender's completion)
-        self._routes: dict[tuple[int, int], tuple[int, int, Offset, Offset]] = {}
+        # sender's completion, the sender's own offset)
+        self._routes: dict[tuple[int, int], tuple[int, int, Offset, Offset, Offset]] = {}
 
     def _tag(self, tag: int, src: int, dst: int) -> int:
         """The wire tag of the message's image: a collective stream of a group goes to the image group."""
@@ -236,23 +261,37 @@ class QuotientMessaging(Messaging):
             # the delivery touches the receiving representative on behalf of dst, and the sender when it completes
             # a send of its own
             touched = ((rep, q.label(dst)),)
-            route = self._routes[(src, dst)] = (rep, q.relative(src, dst), touched, (*touched, (src, clock.identity)))
-        rep, source, touched, with_sender = route
-        entry = self._match((self._tag(tag, src, dst), source, rep, size_bytes), True)
+            route = self._routes[(src, dst)] = (rep, q.relative(src, dst), touched, (*touched, (src, clock.identity)),
+                                                clock.own(src))
+        rep, source, touched, with_sender, sender = route
+        if tag >> 2 >= GROUP_STREAMS:  # a group's stream: the image group's
+            tag = self._tag(tag, src, dst)
+        key = (tag, source, rep, size_bytes)
+        entry = self._waiting.get(key)
+        if entry is None:  # nothing waits: the common case, matched here without a call (Messaging.send)
+            self._waiting[key] = entry = Match()
+        else:
+            entry = self._match(key, True)
         entry.on_sent = on_sent
         entry.send_arg = arg
         entry.sent = True
         self.messages += 1
         own, own_root = clock.insert_offset, clock.insert_root
-        clock.insert_root = clock.frame_root(clock.own(src))  # the message's frame: the sender's own
+        root = clock._root  # the message's frame: the sender's own (frame_root, inlined for the usual case)
+        clock.insert_root = root if root is None or sender is clock._reference else clock.frame_root(sender)
         clock.insert_offset = with_sender if on_sent is not None else touched
-        self.backend.transmit(src, dst, size_bytes, self._arrived, entry)
+        self.backend.transmit(src, dst, size_bytes, self._on_arrival, entry)
         clock.insert_offset, clock.insert_root = own, own_root
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
-        entry = self._match((tag, src, dst, size_bytes), False)
-        if entry.arrived:
-            self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
-            return
+        key = (tag, src, dst, size_bytes)
+        entry = self._waiting.get(key)
+        if entry is None:  # nothing sent yet: the common case, matched without a call (Messaging.recv)
+            self._waiting[key] = entry = Match()
+        else:
+            entry = self._match(key, False)
+            if entry.arrived:
+                self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
+                return
         entry.on_received = on_received
         entry.recv_arg = arg

@@ -192,10 +192,15 @@ class RankWorkload:
         elif len(involved) < dims:  # ASTRA-sim reads past the list: missing dimensions are not involved
             involved = involved + [False] * (dims - len(involved))
         self._collective_info[i] = (kind, participants, group.gid if group else 0)
+        system = self.system
+        ours, theirs = system.stream_counter, system.all_streams  # the ids of its first stream, both ways
         try:
-            dataset = self.system.generate_collective(kind, t.comm_size[i], involved, group, t.comm_priority[i])
+            dataset = system.generate_collective(kind, t.comm_size[i], involved, group, t.comm_priority[i])
         except InputError as e:
             raise self._error(i, str(e)) from None
+        numbers = system.setup.stream_numbers
+        if numbers is not None and system.stream_counter != ours:  # a collective over every rank, with streams
+            numbers.check(ours, theirs, self, i)
         dataset.on_done = lambda ns, i=i: self._collective_done(i, ns)
         dataset.label = i
         self.collectives[i] = dataset

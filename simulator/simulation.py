@@ -26,6 +26,7 @@ from simulator.quotient import Quotient, find_quotient, finer, quotient_of
 from simulator.quotient_run import Diverged, QuotientEngine, QuotientMessaging
 from simulator.rank import RankWorkload
 from simulator.results import SimulationResult, format_ns
+from simulator.stream_numbers import StreamNumbers
 from simulator.symmetry import symmetry_blockers
 from simulator.system import COLLECTIVE, HANDSHAKE, RankSystem, SystemSetup, tag_kind
 from simulator.units import with_current_keys
@@ -105,6 +106,7 @@ class Simulation:
         self._built: dict[int, Any] = {}  # representatives' graphs of a generated workload, by rank
         self.compute = ComputeModel(None, None)
         self.warn = warn or (lambda message: None)
+        self._stream_numbers = StreamNumbers(self.warn)  # warns once, whatever runs the simulation takes
         self.hw_profile: HardwareProfile | None = None
         self.nccl: NcclRun | None = None
         if self.options.semantics not in SEMANTICS:
@@ -196,7 +198,7 @@ class Simulation:
             raise InputError("the symmetric (representative-rank) engine cannot run this workload: "
                              + "; ".join(blockers) + " (use --engine message)")
         result = None
-        reason = "; ".join(blockers) if blockers else "--engine message"
+        reason = "--engine message" if opts.engine == "message" or not blockers else "; ".join(blockers)
         if quotient is not None or (opts.engine != "message" and not blockers):
             result = self._folded(graphs, roofline, started, quotient, loader)
             if result is None:
@@ -251,7 +253,7 @@ class Simulation:
             result.simulated_ranks = len(quotient.representatives)
             result.engine_reason = (f"{len(quotient.representatives):,} classes of {quotient.orbit_size:,} "
                                     f"equivalent ranks under {quotient.described}"
-                                    + "".join(f"; {why}" for why in dropped))
+                                    + "".join(f"; {why}" for why in dropped) + _unfolded(quotient, dropped))
         return result
 
     def _fold_blocker(self) -> str | None:
@@ -314,6 +316,7 @@ class Simulation:
         (``quotient``); None if a folded run turns out ambiguous."""
         opts, npus = self.options, self.network.num_npus
         self._orders = ChunkOrders(enforce_order)
+        self._stream_numbers.new_run()
         engine = (QuotientEngine(quotient) if quotient is not None else CheckedEngine() if symmetric else Engine())
         if self.hw_profile is not None:  # the run's NCCL-like model is its network too (sends/receives)
             from simulator.nccl_classes import NcclClasses
@@ -343,7 +346,7 @@ class Simulation:
         setup = SystemSetup(engine=engine, messaging=messaging, config=self.system,
                             npus_per_dim=self.network.npus_count, queues_per_dim=opts.queues_per_dim,
                             injection_scale=opts.injection_scale, rendezvous=opts.rendezvous,
-                            chunk_orders=None if folded else self._orders)
+                            chunk_orders=None if folded else self._orders, stream_numbers=self._stream_numbers)
         memory = RemoteMemory(self.memory)
         ranks = []
         simulated = quotient.representatives if quotient is not None else range(1 if symmetric else npus)
@@ -499,6 +502,15 @@ class Simulation:
                                    "library": p.library, "library_version": p.library_version, "arch": p.arch,
                                    "path": p.path}
         return summary
+
+
+def _unfolded(quotient: Quotient, dropped: list[str]) -> str:
+    """Why two classes that run the same trace stay apart, when no dropped shift already says so."""
+    if quotient.alike is None or dropped:
+        return ""
+    a, b = quotient.alike
+    return (f"; ranks {a} and {b} run the same trace up to the ranks it names, but no shift of ranks found maps "
+            "one onto the other with their peers, communicator groups and network positions")
 
 
 def _without_algorithms(system: SystemConfig, dims: int) -> SystemConfig:

@@ -223,9 +223,10 @@ def families(values: list[tuple[Value, ...]], npus: int, xor: bool) -> list[tupl
         n = len(shape)
         if n < 2 or n * len(family) != npus:
             continue
-        positions = [("group shift", [(k + 1) % n for k in range(n)])]  # member k to member position[k]
+        where = _listed(family[0])  # names the family by its first group
+        positions = [(f"group shift along {where}", [(k + 1) % n for k in range(n)])]  # member k to position[k]
         if xor and not n & (n - 1):
-            positions += [(f"group exchange of members {1 << b} apart", [k ^ (1 << b) for k in range(n)])
+            positions += [(f"group exchange of members {1 << b} apart along {where}", [k ^ (1 << b) for k in range(n)])
                           for b in range(n.bit_length() - 1)]
         for name, position in positions:
             sigma = np.full(npus, -1, dtype=np.int64)
@@ -239,8 +240,15 @@ def families(values: list[tuple[Value, ...]], npus: int, xor: bool) -> list[tupl
             for j, members in enumerate(family):
                 sigma[list(members)] = family[(j + 1) % len(family)]
             if (sigma >= 0).all():
-                out.append(("shift across groups", sigma))
+                out.append((f"shift of groups {where} -> {_listed(family[1])} -> ...", sigma))
     return out
+
+
+def _listed(members: tuple[int, ...]) -> str:
+    """A group in a few words: "[0, 1]", "[0, 8, 16, ..., 56]"."""
+    if len(members) <= 4:
+        return f"[{', '.join(map(str, members))}]"
+    return f"[{members[0]}, {members[1]}, {members[2]}, ..., {members[-1]}]"
 
 
 class Invariance:

@@ -23,6 +23,7 @@ from simulator.collectives.registry import make_algorithm, parse_algorithm
 from simulator.collectives.topology import CollectiveTopology, LogicalRing, build_topology
 from simulator.config import SystemConfig
 from simulator.engine import Engine, RankEvents
+from simulator.stream_numbers import StreamNumbers
 from workload.errors import InputError, LimitError
 
 # Message tags live in separate namespaces, so no trace tag can alias a collective's or a handshake's:
@@ -55,6 +56,7 @@ class SystemSetup:
     rendezvous: bool = False
     chunk_orders: ChunkOrders | None = None  # None: one simulated rank, which cannot disagree with itself
     custom: CustomAlgorithms = field(default_factory=CustomAlgorithms)  # custom collectives' ETs, read once
+    stream_numbers: StreamNumbers | None = None  # where ASTRA-sim would number collectives differently
 
     @property
     def total_npus(self) -> int:
@@ -221,7 +223,8 @@ class RankSystem:
         self.running = [0] * len(self.active)
         self.threshold = math.ceil(cfg.active_chunks_per_dimension / q)
         self.priority_counter = 0
-        self.stream_counter = 0
+        self.stream_counter = 0  # chunk-streams of collectives over every rank: their ids, paired in issue order
+        self.all_streams = 0  # every chunk-stream started, group ones too: ASTRA-sim's ids for the former
         self._topologies: dict[str, CollectiveTopology] = {}
         self.groups: dict[int, CommGroup] = {}
         self.rendezvous = setup.rendezvous
@@ -316,6 +319,7 @@ class RankSystem:
         else:
             stream_id = group.next_stream
             group.next_stream += 1
+        self.all_streams += 1
         stream = Stream(self, stream_id, dataset, [Phase(0, algorithm, 0, "custom")], self.priority(explicit_priority),
                         -1 if group is None else group.gid, self.total_npus if group is None else len(group.members))
         self.proceed(stream)
@@ -380,6 +384,7 @@ class RankSystem:
                 dataset.total = 0  # nothing to do on any dimension (see Simulation: completes at once)
                 return dataset
             dataset.phases_total += len(phases)
+            self.all_streams += 1
             if group is None:
                 stream_id = self.stream_counter
                 self.stream_counter += 1

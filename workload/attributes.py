@@ -54,21 +54,44 @@ def expected_wire_type(field_number: int) -> int | None:
 def _integers(field_numbers: np.ndarray, raw: np.ndarray) -> np.ndarray:
     """Integer meaning of raw values written with the given scalar field types (int64 result)."""
     out = raw.view(np.int64).copy()
-    low = (raw & _U64(0xFFFFFFFF)).astype(np.int64)
-    as_int32 = np.where(low >= 1 << 31, low - (1 << 32), low)
-    for number, values in (
-        (7, as_int32),  # int32: the varint's low 32 bits, signed
-        (11, low),  # uint32
-        (15, (low >> 1) ^ -(low & 1)),  # sint32: zigzag
-        (17, ((raw >> _U64(1)).view(np.int64)) ^ -((raw & _U64(1)).view(np.int64))),  # sint64
-        (19, low),  # fixed32
-        (23, as_int32),  # sfixed32
-        (27, (raw != 0).astype(np.int64)),  # bool
-    ):
-        m = field_numbers == number
-        if m.any():
-            out[m] = values[m]
+    present = np.zeros(64, dtype=bool)  # which field types occur: only theirs are converted
+    present[field_numbers] = True
+    for number in np.flatnonzero(present).tolist():
+        convert = _CONVERSIONS.get(number)
+        if convert is not None:
+            m = field_numbers == number
+            out[m] = convert(raw[m])
     return out
+
+
+def _low(raw: np.ndarray) -> np.ndarray:
+    return (raw & _U64(0xFFFFFFFF)).astype(np.int64)
+
+
+def _int32(raw: np.ndarray) -> np.ndarray:
+    low = _low(raw)
+    return np.where(low >= 1 << 31, low - (1 << 32), low)
+
+
+def _sint32(raw: np.ndarray) -> np.ndarray:
+    low = _low(raw)
+    return (low >> 1) ^ -(low & 1)  # type: ignore[no-any-return]
+
+
+def _sint64(raw: np.ndarray) -> np.ndarray:
+    return ((raw >> _U64(1)).view(np.int64)) ^ -((raw & _U64(1)).view(np.int64))  # type: ignore[no-any-return]
+
+
+# by value field number, how a raw varint or fixed value reads as an integer (others: its bits as int64)
+_CONVERSIONS = {
+    7: _int32,  # int32: the varint's low 32 bits, signed
+    11: _low,  # uint32
+    15: _sint32,  # sint32: zigzag
+    17: _sint64,  # sint64: zigzag
+    19: _low,  # fixed32
+    23: _int32,  # sfixed32
+    27: lambda raw: (raw != 0).astype(np.int64),  # bool
+}
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ from workload import schema
 from workload.errors import ConfigError, TraceError, shown
 from workload.files import read_json
 from workload.graph import TraceGraph
-from workload.writer import make_node
+from workload.writer import make_node, set_attribute
 
 
 def comm_groups_from_dict(data: Any, num_npus: int, path: str = "<memory>") -> dict[int, tuple[int, ...]]:
@@ -96,27 +96,46 @@ GROUPS_FILE_HELP = ("write the communicator groups to PREFIX.comm_groups.json (A
                     "here with --comm-groups PREFIX.comm_groups.json")
 
 
+def _unnamed_collectives(graph: TraceGraph) -> list[int]:
+    """Node indices of the collectives over every rank that name no group (no ``pg_name``, or "0") and no
+    ``involved_dim`` (a group plan involves every dimension, so one that lists them keeps its own)."""
+    found = []
+    for i in (graph.types == schema.NodeType.COMM_COLL_NODE).nonzero()[0].tolist():
+        if str(graph.attribute(i, "pg_name", "") or "") in ("", "0") and graph.attribute(i, "involved_dim") is None:
+            found.append(i)
+    return found
+
+
 def move_groups_to_file(paths: Sequence[str], out: str) -> dict[str, list[int]]:
-    """Rewrite the traces at ``paths`` without their METADATA nodes and write the groups those declared to ``out``
-    as a comm-group JSON ({"pg": [ranks]}); a group declared differently by two traces is an error."""
+    """Rewrite the traces at ``paths`` (one per rank) without their METADATA nodes and write the groups those
+    declared to ``out`` as a comm-group JSON ({"pg": [ranks]}); a group declared differently by two traces is an
+    error. Collectives over every rank that name no group get a group of every rank, numbered after the others:
+    ASTRA-sim 2.x numbers an unnamed collective by the rank's count of every chunk-stream it started, group
+    collectives included, so ranks that ran different group collectives before it would never pair it (a group of
+    every rank runs as the unnamed collective does, on every dimension)."""
     from workload.protoscan import PADDING
     from workload.reader import decode_trace
     from workload.wire import read_trace_buffer
     from workload.writer import graph_messages, write_trace
 
     groups: dict[str, list[int]] = {}
+    rewrite: list[str] = []
     for path in paths:
         graph = decode_trace(read_trace_buffer(path, PADDING), path)
-        metadata = {int(i) for i in (graph.types == schema.NodeType.METADATA_NODE).nonzero()[0]}
-        if not metadata:
-            continue
-        for i in sorted(metadata):
+        metadata = (graph.types == schema.NodeType.METADATA_NODE).nonzero()[0].tolist()
+        for i in metadata:
             for name, ranks in metadata_groups(graph, i) or ():
                 listed = [int(r) for r in ranks]
                 if groups.setdefault(str(name), listed) != listed:
                     raise TraceError(f"process group {shown(name)} lists ranks {shown(listed)} here but "
                                      f"{shown(groups[str(name)])} in another trace", path=path)
-        removed = {graph.node_id(i) for i in metadata}
+        if metadata or _unnamed_collectives(graph):
+            rewrite.append(path)
+    world = str(max((int(n) for n in groups if n.isdigit()), default=0) + 1)
+    for path in rewrite:
+        graph = decode_trace(read_trace_buffer(path, PADDING), path)
+        removed = {graph.node_id(int(i)) for i in (graph.types == schema.NodeType.METADATA_NODE).nonzero()[0]}
+        unnamed = {graph.node_id(i) for i in _unnamed_collectives(graph)}
         kept = []
         for node in graph_messages(graph):
             if node.id in removed:
@@ -124,6 +143,13 @@ def move_groups_to_file(paths: Sequence[str], out: str) -> dict[str, list[int]]:
             if removed & set(node.data_deps) or removed & set(node.ctrl_deps):
                 node.data_deps[:] = [d for d in node.data_deps if d not in removed]
                 node.ctrl_deps[:] = [d for d in node.ctrl_deps if d not in removed]
+            if node.id in unnamed:
+                named = [a for a in node.attr if a.name == "pg_name"]
+                if named:
+                    named[0].string_val = world
+                else:
+                    set_attribute(node.attr.add(), "pg_name", world)
+                groups[world] = list(range(len(paths)))
             kept.append(node)
         write_trace(path, kept, version=graph.version or "1.0.0", metadata=graph.metadata.get("attr") or None)
     ordered = dict(sorted(groups.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit() else 0,

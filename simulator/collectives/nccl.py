@@ -40,7 +40,7 @@ Sizes are nccl-tests sizes: the whole buffer (all-gather: the gathered output; r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from simulator.collectives.algorithms import ALL_REDUCE
 from simulator.collectives.estimate import LibraryEstimate
@@ -129,6 +129,20 @@ class _Fixed:
     net_channels: int = 0  # channels carrying network traffic
     channel_GBps: float = 0.0  # line rate per network channel
     round_trip_us: float = 0.0  # a slot's credit round trip
+    bus_factor: float = 1.0  # bus bytes per buffer byte
+    # derived from ``params`` once (planning a new size then costs only the size-dependent terms)
+    latency_us: float = field(init=False)  # start-up + per-step latencies + the transport's
+    efficiency: float = field(init=False)
+    fill_us: float = field(init=False)
+    fill_bytes: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        p = self.params
+        object.__setattr__(self, "latency_us",
+                           p["latency_us"] + self.steps * p["hop_latency_us"] + self.net_latency_us)
+        object.__setattr__(self, "efficiency", p["efficiency"])
+        object.__setattr__(self, "fill_us", p["fill_us"])
+        object.__setattr__(self, "fill_bytes", p["fill_MB"] * 1e6)
 
 
 class CollectiveModel(LibraryEstimate):
@@ -141,6 +155,8 @@ class CollectiveModel(LibraryEstimate):
         self.parameters = profile.parameters()
         self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
         self._fixed_cache: dict[tuple[str, str, str, Communicator], _Fixed] = {}
+        # (kind, communicator) -> the enabled (algorithm, protocol) pairs, in the library's order, and their terms
+        self._enabled_cache: dict[tuple[str, Communicator], dict[tuple[str, str], _Fixed | None]] = {}
 
     # --- calibrated timing ----------------------------------------------------------------------------------------
     def hops(self, algorithm: str, protocol: str, kind: str, comm: Communicator) -> float:
@@ -202,7 +218,8 @@ class CollectiveModel(LibraryEstimate):
                            self._scale_up_rate(algorithm, kind, comm) if staged else 0.0,
                            self.net_busbw(algorithm, kind, comm) if staged else 0.0, net_channels,
                            self.network_GBps(comm) / net_channels if staged else 0.0,
-                           SIMPLE_NET_HOP_US + 2 * out.latency_us if staged and out is not None else 0.0)
+                           SIMPLE_NET_HOP_US + 2 * out.latency_us if staged and out is not None else 0.0,
+                           1.0 if kind == SEND_RECV else bus_factor(kind, comm.ranks))
             if len(self._fixed_cache) < 100_000:
                 self._fixed_cache[key] = fixed
         return fixed
@@ -237,14 +254,19 @@ class CollectiveModel(LibraryEstimate):
         return min(fixed.up_rate, net)
 
     def candidate(self, algorithm: str, protocol: str, kind: str, size_bytes: int, comm: Communicator,
-                  params: dict[str, float] | None = None) -> Candidate:
-        """One (algorithm, protocol) at ``size_bytes``; ``params`` overrides the profile's (calibration)."""
-        fixed = self._fixed(algorithm, protocol, kind, comm)
+                  params: dict[str, float] | None = None, fixed: _Fixed | None = None) -> Candidate:
+        """One (algorithm, protocol) at ``size_bytes``; ``params`` overrides the profile's (calibration); ``fixed``:
+        its size-independent terms when the caller has them."""
+        if fixed is None:
+            fixed = self._fixed(algorithm, protocol, kind, comm)
         calibrated = fixed.calibrated
         if params is None:
-            params = fixed.params
+            latency, efficiency, fill_us = fixed.latency_us, fixed.efficiency, fixed.fill_us
+            fill_bytes = fixed.fill_bytes
         else:
             calibrated = True
+            latency = params["latency_us"] + fixed.steps * params["hop_latency_us"] + fixed.net_latency_us
+            efficiency, fill_us, fill_bytes = params["efficiency"], params["fill_us"], params["fill_MB"] * 1e6
         algbw = fixed.library_algbw
         if algorithm == TREE and kind == ALL_REDUCE:  # the library's medium-size correction of its tree estimate
             algbw *= tree_correction(protocol, size_bytes)
@@ -252,16 +274,15 @@ class CollectiveModel(LibraryEstimate):
         if algorithm == RING and protocol == SIMPLE and comm.nodes > 1 and kind == ALL_REDUCE and (
                 size_bytes >= comm.ranks / 16 * 65536):
             library_us += fixed.library_us * (self.tuning.ring_plateau - 1)  # the ring's plateau
-        bus_bytes = size_bytes * bus_factor(kind, comm.ranks) if kind != SEND_RECV else float(size_bytes)
-        latency = params["latency_us"] + fixed.steps * params["hop_latency_us"] + fixed.net_latency_us
+        bus_bytes = size_bytes * fixed.bus_factor
         if fixed.up_rate > 0:  # a multi-node Simple call: scale-up and network stages, chunked over the network
-            rate = self._pipelined_GBps(algorithm, kind, size_bytes, comm, fixed, params["efficiency"])
+            rate = self._pipelined_GBps(algorithm, kind, size_bytes, comm, fixed, efficiency)
             transfer = bus_bytes / (1e3 * rate) if math.isfinite(rate) else 0.0
         else:
             raw = fixed.raw
-            transfer = bus_bytes / (1e3 * params["efficiency"] * raw) if math.isfinite(raw) else 0.0
-        if params["fill_us"] > 0:  # per buffer byte, not per bus byte: the same start-up at every rank count
-            transfer += params["fill_us"] * -math.expm1(-size_bytes / (params["fill_MB"] * 1e6))
+            transfer = bus_bytes / (1e3 * efficiency * raw) if math.isfinite(raw) else 0.0
+        if fill_us > 0:  # per buffer byte, not per bus byte: the same start-up at every rank count
+            transfer += fill_us * -math.expm1(-size_bytes / fill_bytes)
         channels = self.channels_for(protocol, size_bytes, fixed.channels, comm.ranks)
         return Candidate(algorithm, protocol, channels, library_us, latency, transfer, bus_bytes, calibrated)
 
@@ -280,11 +301,20 @@ class CollectiveModel(LibraryEstimate):
             return cached
         if comm.ranks < 1:
             raise InputError("a collective needs at least one rank")
-        pairs = self.enabled(kind, comm)
+        enabled = self._enabled_cache.get((kind, comm))
+        if enabled is None:  # the pairs, their terms filled in by the first call that moves data
+            enabled = {pair: None for pair in self.enabled(kind, comm)}
+            if len(self._enabled_cache) < 100_000:
+                self._enabled_cache[(kind, comm)] = enabled
+        pairs = list(enabled)
         if comm.ranks == 1 or size_bytes == 0:  # nothing moves
             only = Candidate(pairs[0][0], pairs[0][1], 1, 0.0, 0.0, 0.0, 0.0)
             return Plan(kind, size_bytes, comm, only, (only,))
-        program = next((m for m in self.profile.msccl if m.runs(kind, size_bytes, comm.ranks, comm.nodes)), None)
+        for pair, terms in enabled.items():
+            if terms is None:
+                enabled[pair] = self._fixed(*pair, kind, comm)
+        program = next((m for m in self.profile.msccl if m.runs(kind, size_bytes, comm.ranks, comm.nodes)),
+                       None) if self.profile.msccl else None
         if program is not None:  # the library runs a loaded MSCCL program before consulting its tuning model
             pairs = [(MSCCL, program.protocol), *pairs]
         if algorithm is not None:
@@ -295,7 +325,7 @@ class CollectiveModel(LibraryEstimate):
                 raise InputError(f"algorithm {algorithm!r} cannot run {kind} on {comm.ranks} GPU(s) over "
                                  f"{comm.nodes} node(s) with profile {self.profile.name}; valid: {', '.join(valid)}")
             pairs = forced
-        candidates = sorted((self.candidate(a, p, kind, size_bytes, comm) for a, p in pairs),
+        candidates = sorted((self.candidate(a, p, kind, size_bytes, comm, fixed=enabled.get((a, p))) for a, p in pairs),
                             key=lambda c: (c.algorithm != MSCCL, c.library_us, ALGORITHMS.index(c.algorithm),
                                            PROTOCOL_INDEX[c.protocol]))
         if program is not None and candidates[0].algorithm == MSCCL:

@@ -124,6 +124,8 @@ def test_an_llm_layout_folds_to_its_pipeline_stages(tmp_path: Path) -> None:
     slow = simulate(tmp_path, traces, network, device="H100", engine="message")
     assert fast.engine == "symmetric" and fast.simulated_ranks < 16 and "classes" in fast.engine_reason
     assert fast.ranks == slow.ranks and fast.collectives == slow.collectives
+    # asked for every rank: the engine line names the flag, not what else would have stopped folding
+    assert slow.simulated_ranks == 16 and slow.engine_reason == "every rank: --engine message"
 
 
 @st.composite

@@ -96,13 +96,26 @@ def test_tensor_parallel_ring_exchange_falls_back_to_a_finer_quotient(tmp_path: 
                                    "tp_comm_overlap": True},
                         {"topology": ["Switch"], "npus_count": [8], "bandwidth": [400.0], "latency": [500.0]})
     assert fast.simulated_ranks == 4, fast.engine_reason
-    assert "; not under " in fast.engine_reason and "diverge" in fast.engine_reason
+    # the tensor-parallel shift, named by the data-parallel groups it moves onto each other
+    assert "; not under shift of groups [0, 4] -> [1, 5] -> ... (order 4)" in fast.engine_reason
+    assert "diverge" in fast.engine_reason
 
 
 def test_context_parallel_rings_fold_along_data_parallelism(tmp_path: Path) -> None:
     fast, _ = generated(tmp_path, {"cp": 4, "dp": 2, "global_batch": 4},
                         {"topology": ["Switch"], "npus_count": [8], "bandwidth": [400.0], "latency": [500.0]})
     assert fast.simulated_ranks == 4
+
+
+def test_the_engine_line_names_two_classes_that_run_the_same_trace(tmp_path: Path) -> None:
+    """cp 2 x dp 2: the gradients' ring all-reduce runs over all four ranks (context-parallel pairs [0, 1] and
+    [2, 3]); swapping the members of each pair is no rotation of that ring, so ranks 0 and 1 stay in two classes
+    (their traces equal up to the ranks they name) and the engine line says why the run does not fold further."""
+    fast, _ = generated(tmp_path, {"cp": 2, "dp": 2, "global_batch": 4},
+                        {"topology": ["Switch"], "npus_count": [4], "bandwidth": [400.0], "latency": [500.0]})
+    assert fast.simulated_ranks == 2, fast.engine_reason
+    assert "under translation along dimension 1 by 2 (order 2)" in fast.engine_reason  # the data-parallel shift
+    assert "; ranks 0 and 1 run the same trace up to the ranks it names, but no shift" in fast.engine_reason
 
 
 def test_groups_of_the_same_ranks_stay_apart(tmp_path: Path) -> None:

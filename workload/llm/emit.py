@@ -3,6 +3,13 @@
 Every rank of a stage runs the same program, so a stage's compute nodes are serialized once and their bytes
 reused for each of its ranks; collectives are serialized once per distinct communicator group, and only sends
 and receives (whose peers differ on every rank) per rank.
+
+With a groups file (the form ASTRA-sim 2.x runs), collectives over every rank name a group of every rank too.
+ASTRA-sim numbers a collective's chunk-streams by the rank's count of every stream it started before, group
+collectives included, unless the collective names a group (then by the group's own count); pipeline stages
+issue different numbers of group collectives, so an unnamed collective over every rank (the gradient norm's
+all-reduce) would get a different number on each stage and never pair. A group of every rank runs on the same
+topology and dimensions as an unnamed collective, so the time is the same in both simulators.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from workload.groups import process_groups_node
 from workload.llm.build import build_programs
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
-from workload.llm.plan import ParallelPlan, RankMap
+from workload.llm.plan import Group, ParallelPlan, RankMap
 from workload.llm.program import Op, StageProgram
 from workload.schema import NodeType
 from workload.wire import frame_payloads
@@ -48,6 +55,9 @@ class TraceEmitter:
         self._compute: dict[int, list[bytes | None]] = {}
         self._collectives: dict[tuple[int, int, str], bytes] = {}
         self._templates: dict[int, list[tuple[str, Any, tuple[int, ...]]]] = {}
+        # the number of the group of every rank written to the groups file (after the others), or 0 for none
+        numbered = {g.gid for by_rank in ranks.groups.values() for g in by_rank.values()}
+        self.world_gid = max(numbered) + 1 if groups_file and 0 in numbered else 0
 
     def _stage_compute(self, program: StageProgram) -> list[bytes | None]:
         cached = self._compute.get(program.stage)
@@ -69,9 +79,16 @@ class TraceEmitter:
                                    attrs=[("is_cpu_op", False), ("num_ops", kernel.flops),
                                           ("tensor_size", kernel.size_bytes), *kernel.attributes()]))
 
+    def _written_group(self, rank: int, kind: str) -> Group:
+        """``rank``'s group of ``kind`` as the traces name it: a group of every rank gets ``world_gid``."""
+        group = self.ranks.group(rank, kind)
+        assert group is not None, f"rank {rank} has no {kind} group"
+        if group.gid == 0 and self.world_gid:
+            return Group(self.world_gid, tuple(range(self.ranks.plan.world_size)))
+        return group
+
     def _collective_node(self, stage: int, node_id: int, op: Op, rank: int) -> bytes:
-        group = self.ranks.group(rank, op.group)
-        assert group is not None, f"rank {rank} has no {op.group} group"
+        group = self._written_group(rank, op.group)
         key = (stage, node_id, group.pg_name)
         data = self._collectives.get(key)
         if data is None:
@@ -114,7 +131,8 @@ class TraceEmitter:
         """The rank described without its trace, for folding equal ranks (simulator/quotient.py): a key equal
         for ranks whose traces differ only in the ranks they name (same stage program, same METADATA node), and
         the distinct values they name in the template's order: ("peer", True, rank) for sends and receives,
-        ("group", collective types, members (() for all ranks), group number) for collectives."""
+        ("group", collective types, members (() for all ranks), group number) for collectives. It describes the
+        traces with METADATA nodes (the simulator folds from it only when no groups file is given)."""
         stage = self.ranks.coords(rank)[2]
         template = self._templates.get(stage)
         if template is None:
@@ -145,8 +163,11 @@ class TraceEmitter:
         return key, values
 
     def all_groups(self) -> dict[str, list[int]]:
-        """Every numbered communicator group, as ASTRA-sim's comm-group JSON holds them ({"1": [ranks], ...})."""
+        """Every numbered communicator group, as ASTRA-sim's comm-group JSON holds them ({"1": [ranks], ...}),
+        with the group of every rank when the traces name it (``world_gid``)."""
         found = {g.gid: g.ranks for by_rank in self.ranks.groups.values() for g in by_rank.values() if g.gid}
+        if self.world_gid:
+            found[self.world_gid] = tuple(range(self.ranks.plan.world_size))
         return {str(gid): list(found[gid]) for gid in sorted(found)}
 
     def write(self, prefix: str) -> list[str]:
