@@ -210,6 +210,7 @@ def run_simulation(argv: list[str]) -> int:
     else:
         system = default_system(network.num_dims)
     memory = load_memory(args.memory, _warn) if args.memory else MemoryConfig()
+    timeline_ranks = _timeline_ranks(args, network.num_npus)  # before the run: a typo costs no simulation
     groups = {}
     if args.comm_groups and "empty" in os.path.basename(args.comm_groups):
         if os.path.exists(args.comm_groups):
@@ -241,24 +242,42 @@ def run_simulation(argv: list[str]) -> int:
 
         write_csvs(args.csv, result, sim.workloads, sim.backend)
     if args.timeline:
-        _write_timeline(args, sim, result, network.num_npus)
+        _write_timeline(args, sim, result, timeline_ranks)
     print(format_astra_sim(result) if args.format == "astra-sim" else format_text(result))
     return 0
 
 
-def _write_timeline(args: argparse.Namespace, sim: Simulation, result: SimulationResult, npus: int) -> None:
-    from simulator.timeline import build_timeline, parse_ranks, write_timeline
+def _timeline_ranks(args: argparse.Namespace, npus: int) -> list[int]:
+    """The ranks a timeline draws; a rank list that names ranks the network lacks is refused."""
+    from simulator.timeline import parse_ranks
 
-    spec = args.timeline_ranks or ("all" if npus <= 256 else "0-15")
+    if not args.timeline:
+        if args.timeline_ranks is not None or args.timeline_phases:
+            _warn("--timeline-ranks and --timeline-phases shape a timeline: without --timeline FILE.json they "
+                  "have no effect")
+        return []
+    if args.timeline_phases and args.collective_model == "nccl":
+        _warn("--timeline-phases: the NCCL-like collective model runs no chunk-stream phases; each collective is "
+              "one slice of the timeline")
     try:
-        ranks = parse_ranks(spec, npus)
+        return parse_ranks(args.timeline_ranks or ("all" if npus <= 256 else "0-15"), npus, strict=True)
     except ValueError as e:
-        raise InputError(str(e)) from None
+        raise InputError(f"--timeline-ranks: {e}") from None
+
+
+def _write_timeline(args: argparse.Namespace, sim: Simulation, result: SimulationResult, ranks: list[int]) -> None:
+    from simulator.timeline import build_timeline, write_timeline
+
+    npus = sim.network.num_npus
+    spec = args.timeline_ranks or ("all" if npus <= 256 else "0-15")
     note = ""
     if result.engine == "symmetric":
-        drawn = sorted(set(result.representative))
-        note = (f"every rank behaves like one of rank(s) {', '.join(map(str, drawn[:16]))}"
-                f"{' ...' if len(drawn) > 16 else ''} (folded run): only those are drawn")
+        reps = sorted(set(result.representative))
+        note = (f"every rank behaves like one of rank(s) {_some(reps)} (folded run): only those are drawn")
+        drawn = sorted({result.representative[r] for r in ranks})  # each asked-for rank as the rank it behaves like
+        if args.timeline_ranks is not None and drawn != ranks:
+            note += f"; --timeline-ranks {spec} draws rank(s) {_some(drawn)}, the ranks they behave like"
+        ranks = drawn
         _warn(f"timeline: {note}")
     elif args.timeline_ranks is None and npus > 256:
         _warn(f"timeline: drawing ranks {spec} of {npus} (choose with --timeline-ranks)")
@@ -266,6 +285,11 @@ def _write_timeline(args: argparse.Namespace, sim: Simulation, result: Simulatio
     size = write_timeline(args.timeline, build_timeline(sim.workloads, sim.network.npus_count, ranks, links,
                                                         result.finish_ns, note=note))
     print(f"timeline: {args.timeline} ({size / 2**20:.1f} MiB); open it at https://ui.perfetto.dev", file=sys.stderr)
+
+
+def _some(ranks: list[int], shown: int = 16) -> str:
+    """The first ``shown`` ranks, comma-separated, with ' ...' when there are more."""
+    return ", ".join(map(str, ranks[:shown])) + (" ..." if len(ranks) > shown else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -134,6 +134,19 @@ def _positive_size(text: str) -> int:
     return size
 
 
+def _who_picks(plan: Any, tuner: str | None) -> str:
+    """How the chosen candidate was picked: the library's lowest estimate, unless an MSCCL program or a tuner
+    plugin went first (the header said 'the lowest estimate' above a choice that was not)."""
+    chosen = plan.chosen
+    if chosen.algorithm == "msccl":
+        return "the library runs its MSCCL program for this call before its estimates"
+    lowest = min(plan.candidates, key=lambda c: c.library_us)
+    if tuner and chosen.library_us > lowest.library_us:
+        return (f"the tuner plugin {tuner} picks {chosen.algorithm}/{chosen.protocol} over the library's lowest "
+                f"estimate ({lowest.algorithm}/{lowest.protocol})")
+    return "the library picks the lowest estimate"
+
+
 def explain(args: argparse.Namespace, npus: int) -> int:
     """Every candidate of the library for one collective and size: its estimate (which picks) and the timing."""
     from simulator.collectives.hardware import load_profile
@@ -149,7 +162,7 @@ def explain(args: argparse.Namespace, npus: int) -> int:
     nodes = -(-npus // profile.gpus_per_node)
     plan = CollectiveModel(profile).plan(args.collective, size, Communicator.of(range(npus), profile.gpus_per_node))
     print(f"{args.collective} of {size_label(size)} (nccl-tests size) on {npus} GPUs, {nodes} node(s) of "
-          f"{profile.name} ({profile.library} {profile.library_version}); the library picks the lowest estimate; "
+          f"{profile.name} ({profile.library} {profile.library_version}); {_who_picks(plan, profile.tuner)}; "
           "busbw in GB/s, GB = 10^9 B")
     print(f"{'algorithm':<10} {'protocol':<8} {'channels':>8} {'library estimate':>17} {'calibrated time':>16} "
           f"{'busbw':>9}")
@@ -249,6 +262,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     print(f"{PROG}: {len(points)} simulations on {network.describe()}, {model}", file=sys.stderr)
     outcomes = {p.index: o for p, o in run_points(points, "local", jobs)}
     rows = [Row(p.settings["algorithm"], p.settings["size"], outcomes[p.index]) for p in points]
+    _pass_on_warnings(rows, warn)
     for r in rows:
         others = sorted(set(_kinds(r)) - set(usable[r.algorithm]))
         if others:
@@ -273,6 +287,20 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         plot(args.plot, rows, title, args.metric)
         print(f"plot: {args.plot}", file=sys.stderr)
     return 0 if all(r.ok for r in rows) else 1
+
+
+def _pass_on_warnings(rows: list[Row], warn: Callable[[str], None]) -> None:
+    """Each distinct warning of the runs once, naming the runs that gave it (they were dropped: a comparison of
+    algorithms that all ran as one ring, or of compute timed at 1 ns, said nothing)."""
+    runs: dict[str, list[str]] = {}
+    for r in rows:
+        label = r.algorithm + (f" at {size_label(r.size_bytes)}" if r.size_bytes is not None else "")
+        for text in (r.outcome.get("warnings") or "").splitlines():
+            runs.setdefault(text, []).append(label)
+    for text, labels in runs.items():
+        shown = "every run" if len(labels) == len(rows) else ", ".join(labels[:4]) + (
+            f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+        warn(f"{shown}: {text}")
 
 
 def check_nccl_algorithms(names: list[str]) -> None:

@@ -29,6 +29,11 @@ def _write(path: str, header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> N
         writer.writerows(inert_row(row) for row in rows)
 
 
+def _whole(count: float) -> float | int:
+    """One rank's count of a collective: a whole number, written as one ('405', not '405.0')."""
+    return int(count) if float(count).is_integer() else count
+
+
 def _chosen(choices: Iterable[dict[str, Any]]) -> str:
     """The library's choices for a collective type, most frequent first: ``nvls/Simple x32; ring/LL x8``."""
     return "; ".join(f"{c['algorithm']}/{c['protocol']} x{c['channels']}" for c in choices)
@@ -48,7 +53,7 @@ def write_csvs(prefix: str, result: SimulationResult, workloads: list[Any], back
         per_rank = {r: per_rank[rep] for r, rep in enumerate(result.representative)}
     _write(paths[1], ["rank", "collective", "count", "bytes", "time_ns", "algbw_GBps", "busbw_GBps"]
            + (["chosen"] if nccl else []),
-           ([rank, c.kind, c.count_per_rank, c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_GBps, 4),
+           ([rank, c.kind, _whole(c.count_per_rank), c.bytes_per_rank, c.time_ns_per_rank, round(c.algbw_GBps, 4),
              round(c.busbw_GBps, 4)] + ([_chosen(c.choices)] if nccl else [])
             for rank, summaries in per_rank.items() for c in summaries))
     if result.links or getattr(backend, "links", None) is not None:

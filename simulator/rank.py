@@ -30,7 +30,7 @@ from simulator.system import POINT_TO_POINT, CommGroup, DataSet, RankSystem, wir
 from workload.errors import InputError, TraceError, shown
 from workload.feeder import Feeder
 from workload.graph import TraceGraph
-from workload.groups import metadata_groups
+from workload.groups import metadata_groups, missing_groups_hint
 from workload.schema import CollectiveType, NodeType
 from workload.validate import Dependencies
 
@@ -237,8 +237,7 @@ class RankWorkload:
             raise self._error(i, f"pg_name {name!r} is not a communicator group number") from None
         group = self.groups.get(gid)
         if group is None:
-            raise self._error(i, f"communicator group {gid} is not defined",
-                              "give it in --comm-groups, or in a METADATA node of the trace")
+            raise self._error(i, f"communicator group {gid} is not defined", missing_groups_hint(self.path))
         if self.rank not in group.members:
             raise self._error(i, f"rank {self.rank} issues a collective on communicator group {gid}, "
                                  f"which does not include it (members {list(group.members)})")

@@ -176,7 +176,7 @@ class Simulation:
         if quotient is not None:  # a generated workload: only the representatives' traces are ever built
             graphs = self._representatives(loader, quotient)
         else:
-            graphs = loader.load_set(self.traces, npus)
+            graphs = loader.load_set(self.traces, npus, _progress_line if opts.progress else None)
             if self.traces.shared and self.traces.contents is None:  # a file given, not a generator built in memory
                 self.warn(f"one trace file for all {npus} ranks: {self.traces.files[0]}")
         check_workload(graphs, self.traces, system, self.network, self.compute, opts.strict, self.warn)
@@ -204,7 +204,8 @@ class Simulation:
             if result is None:
                 reason = self._fold_failure
                 if quotient is not None and self.traces.structure is not None:
-                    graphs = loader.load_set(self.traces, npus)  # every rank's own trace, after all
+                    graphs = loader.load_set(self.traces, npus,  # every rank's own trace, after all
+                                             _progress_line if opts.progress else None)
         if result is None:
             # ASTRA-sim's own networks keep its chunk order (chunk_order.py) unless ranks disagree into a deadlock
             enforce = (opts.semantics == "corrected" or self.network.fabric is not None
@@ -394,6 +395,12 @@ class Simulation:
                     f"deadlock in the packet network: {len(blocked)} link(s) wait for buffer room that never frees "
                     f"(a cycle of full queues, e.g. {', '.join(blocked[:4])}); {advice}")
             raise DeadlockError(deadlock_report(unfinished, messaging, self.nccl))
+        if setup.group_rings:
+            keys = ", ".join(f"'{k.replace('_', '-')}-implementation' {list(self.system.implementation(k))}"
+                             for k in sorted(setup.group_rings))
+            self.warn(f"collectives on communicator groups of fewer than all {npus} NPUs ran as one ring over the "
+                      f"group's members, as ASTRA-sim runs them on a network of several dimensions: the system's "
+                      f"{keys} applies only to collectives over all NPUs")
         stats = [w.stats() for w in ranks]
         negative = [s.rank for s in stats if s.exposed_signed_ns < 0]
         if negative:
@@ -525,6 +532,10 @@ def network_stats(backend: Any) -> dict[str, Any]:
     return stats() if stats is not None else {}
 
 
+def _progress_line(line: str) -> None:
+    print(f"astrasim-py: {line}", file=sys.stderr, flush=True)
+
+
 class RunMonitor:
     """Progress lines for long runs, with an estimate of the work left, and the --max-wall-time guard."""
 
@@ -614,6 +625,7 @@ def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, nccl: 
             kind = f"rendezvous handshake for {'a collective' if kind_id - HANDSHAKE == COLLECTIVE else kind}"
         pending_from.setdefault(dst, []).append(f"{kind} message of {size} B from rank {src} ({state})")
     lines = [f"deadlock: the simulation ran out of events with {len(unfinished)} rank(s) unfinished"]
+    stuck_sends = 0
     for w in unfinished[:16]:
         g = w.graph
         ongoing = sorted(set(w.start_ns))
@@ -623,6 +635,10 @@ def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, nccl: 
             if i in w.waiting_recv:
                 src, size, tag = w.waiting_recv[i]
                 what += f" waits for a send from rank {src} with tag {tag} and {size} bytes"
+            elif w.table.types[i] == NodeType.COMM_SEND_NODE and w.system.rendezvous:
+                stuck_sends += 1
+                what += (f" waits for rank {w.table.comm_dst[i]} to post its receive (tag {w.table.comm_tag[i]}), "
+                         "as --rendezvous-protocol has every send wait")
             elif i in w.collectives:
                 waits = [m for m in pending_from.get(w.rank, []) if m.startswith("collective")]
                 if nccl is not None:
@@ -635,6 +651,9 @@ def deadlock_report(unfinished: list[RankWorkload], messaging: Messaging, nccl: 
         lines.append(f"  rank {w.rank} ({w.path}): " + "; ".join(parts) + more + extra)
     if len(unfinished) > 16:
         lines.append(f"  ... and {len(unfinished) - 16} more rank(s)")
-    lines.append("check that every rank issues the same collectives in the same order, and that every receive "
-                 "has a send with the same tag and size")
+    if stuck_sends:
+        lines.append("with --rendezvous-protocol a send waits until its receive is posted: ranks that each send to "
+                     "the other before receiving wait for ever (without it, sends are eager and complete)")
+    lines.append(("else, " if stuck_sends else "") + "check that every rank issues the same collectives in the same "
+                 "order, and that every receive has a send with the same tag and size")
     return "\n".join(lines)

@@ -57,6 +57,7 @@ class SystemSetup:
     chunk_orders: ChunkOrders | None = None  # None: one simulated rank, which cannot disagree with itself
     custom: CustomAlgorithms = field(default_factory=CustomAlgorithms)  # custom collectives' ETs, read once
     stream_numbers: StreamNumbers | None = None  # where ASTRA-sim would number collectives differently
+    group_rings: set[str] = field(default_factory=set)  # kinds whose configured algorithms a group ran as a ring
 
     @property
     def total_npus(self) -> int:
@@ -289,6 +290,8 @@ class RankSystem:
         if not impls:
             self.topology(kind)  # raises the missing-implementation error
         if len(impls) > 1:
+            if any(name != "ring" for name in impls):
+                self.setup.group_rings.add(kind)
             impls = ("ring",)
         key = f"group{group.gid}:{kind}"
         topo = self._topologies.get(key)

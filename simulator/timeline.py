@@ -20,8 +20,9 @@ TRACKS = {"compute": 1, "cpu": 2, "communication": 3, "receives": 4, "memory": 5
 _COLLECTIVE_NAMES = {t.value: t.name.lower() for t in CollectiveType}
 
 
-def parse_ranks(spec: str, num_ranks: int) -> list[int]:
-    """"0-3,8,12-13" -> [0, 1, 2, 3, 8, 12, 13]; "all" -> every rank."""
+def parse_ranks(spec: str, num_ranks: int, strict: bool = False) -> list[int]:
+    """"0-3,8,12-13" -> [0, 1, 2, 3, 8, 12, 13]; "all" -> every rank. Ranks outside 0..num_ranks-1 are left out,
+    or (``strict``) refused, as is a part that names no rank ("5-2"), so that a typo never draws an empty timeline."""
     if spec == "all":
         return list(range(num_ranks))
     out: set[int] = set()
@@ -31,6 +32,8 @@ def parse_ranks(spec: str, num_ranks: int) -> list[int]:
             a, b = int(lo), int(hi or lo)
         except ValueError:
             raise ValueError(f"not a rank list: {spec!r} (use e.g. 0-3,8)") from None
+        if strict and (a > b or a < 0 or b >= num_ranks):
+            raise ValueError(f"{part!r} in {spec!r}: not a rank range within 0-{num_ranks - 1}")
         out.update(r for r in range(a, b + 1) if 0 <= r < num_ranks)
     return sorted(out)
 

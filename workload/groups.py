@@ -106,6 +106,27 @@ def _unnamed_collectives(graph: TraceGraph) -> list[int]:
     return found
 
 
+def groups_file_beside(trace_path: str) -> str | None:
+    """The ``PREFIX.comm_groups.json`` that ``--groups-file`` writes beside ``PREFIX.<rank>.et``, if it is there."""
+    name = os.path.basename(trace_path)
+    for ending in (".et.gz", ".et", ".gz"):
+        if name.endswith(ending):
+            name = name[: -len(ending)]
+            break
+    prefix, dot, rank = name.rpartition(".")
+    path = os.path.join(os.path.dirname(trace_path), f"{prefix}.comm_groups.json")
+    return path if dot and rank.isdigit() and os.path.isfile(path) else None
+
+
+def missing_groups_hint(trace_path: str) -> str:
+    """What to do about a group no trace declares; names the file of groups beside the traces when there is one
+    (the usual cause: generated with --groups-file, then run without --comm-groups)."""
+    beside = groups_file_beside(trace_path)
+    if beside:
+        return f"give it with --comm-groups {beside}, the file of groups beside these traces"
+    return "give it with --comm-groups, or in a METADATA node of the trace"
+
+
 def move_groups_to_file(paths: Sequence[str], out: str) -> dict[str, list[int]]:
     """Rewrite the traces at ``paths`` (one per rank) without their METADATA nodes and write the groups those
     declared to ``out`` as a comm-group JSON ({"pg": [ranks]}); a group declared differently by two traces is an

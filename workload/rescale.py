@@ -20,7 +20,7 @@ from typing import Any
 from workload.convert.text_build import Clock
 from workload.errors import InputError, printable
 from workload.graph import TraceGraph
-from workload.groups import load_comm_groups, metadata_groups, process_groups_node
+from workload.groups import groups_file_beside, load_comm_groups, metadata_groups, process_groups_node
 from workload.limits import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, add_output_limits, check_output, output_limits
 from workload.protoscan import PADDING
 from workload.rescale_plan import Tiling, classify, peer_offsets, size_factor
@@ -119,6 +119,10 @@ def rescale(source: str, prefix: str, npus: int, *, strong: bool = False, strict
         with open(path, "w", encoding="utf-8") as f:
             json.dump({str(gid): list(m) for m, gid in groups.ids.items()}, f, indent=1)
         written.append(path)
+    beside = None if comm_groups else groups_file_beside(traces.file_for(0))
+    if beside and any("is not declared" in reason for reason in report.issues):
+        warn(f"{source}: the traces do not declare their communicator groups; {beside} beside them does: pass it "
+             "with --comm-groups")
     _tell(report, source, old, npus, strong, strict, warn)
     return written
 

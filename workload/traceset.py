@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -228,8 +229,11 @@ class TraceLoader:
                        f"{most} more file(s) of the set, not repeated")
         self._repeats = {w: 0 for w in self._repeats}
 
-    def load_set(self, traces: TraceSet, num_ranks: int) -> list[TraceGraph]:
-        """One graph per rank (the same object for ranks with identical files; a shared file is read once)."""
+    def load_set(self, traces: TraceSet, num_ranks: int, progress: Callable[[str], None] | None = None
+                 ) -> list[TraceGraph]:
+        """One graph per rank (the same object for ranks with identical files; a shared file is read once).
+        ``progress`` gets a line every few seconds while that takes long (a minute for 32 ranks of 40,000 nodes,
+        which showed nothing before the run's own progress lines)."""
         traces.check_ranks(num_ranks)
         contents = traces.contents
         first = self.load(traces.file_for(0), 0, contents) if num_ranks else None
@@ -237,9 +241,38 @@ class TraceLoader:
                          f"workload {shown_path(traces.source)}")
         if traces.shared:
             return [first] * num_ranks  # type: ignore[list-item]
-        graphs = [first] + [self.load(traces.file_for(r), r, contents) for r in range(1, num_ranks)]
+        graphs = [first]
+        pace = Pace(progress)
+        doing = "building" if contents is not None else "reading"
+        for r in range(1, num_ranks):
+            graphs.append(self.load(traces.file_for(r), r, contents))
+            pace.tick(lambda: f"{doing} traces: {len(graphs):,} of {num_ranks:,} ranks")
         self.report_repeats()
         return graphs  # type: ignore[return-value]
+
+
+PROGRESS_FIRST_S, PROGRESS_EVERY_S = 5.0, 10.0  # as the run's own progress lines
+
+
+class Pace:
+    """Progress lines of a long step: the first after ``first_s`` seconds, then every ``every_s``."""
+
+    def __init__(self, say: Callable[[str], None] | None, first_s: float | None = None,
+                 every_s: float | None = None) -> None:
+        first_s = PROGRESS_FIRST_S if first_s is None else first_s
+        every_s = PROGRESS_EVERY_S if every_s is None else every_s
+        self.say = say
+        self.started = time.perf_counter()
+        self.due = self.started + first_s
+        self.every_s = every_s
+
+    def tick(self, line: Callable[[], str]) -> None:
+        if self.say is None:
+            return
+        now = time.perf_counter()
+        if now >= self.due:
+            self.due = now + self.every_s
+            self.say(f"{line()}, {now - self.started:,.0f} s")
 
 
 def check_rank_count(num_ranks: int, nodes_per_rank: int, what: str) -> None:

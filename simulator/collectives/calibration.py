@@ -45,6 +45,13 @@ ROBUST_SCALE = 1.0  # log-time residual beyond which a row counts linearly, not 
 ABS_SCALE = 0.02  # the nearly absolute-error fit tried beside it
 TRIM_FACTOR, TRIM_FLOOR, TRIM_MIN_ROWS = 2.0, 0.2, 6
 FLOORS = {"latency_us": 1.0, "hop_latency_us": 0.1, "fill_us": 1.0, "fill_MB": 1.0}
+# A key whose rows are all so small that moving the bytes takes under this share of their time (at the priors)
+# can tell its latencies only: a wiggle of the latency curve would set the terms that grow with size (MI300X's
+# ring/LL rows of 8-512 B made its efficiency 0.0004, and a forced ring of 512 KiB took 5 ms; holding only the
+# efficiency, a 2.5 ms start-up took its place), so those are held at the library's priors.
+BANDWIDTH_SHARE_MIN = 0.05
+SIZE_TERMS = ("efficiency", "fill_us", "fill_MB")
+HELD_WEIGHT = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,13 +206,14 @@ def _prior(model: CollectiveModel, row: Measurement, algorithm: str, protocol: s
 Rows = Sequence[tuple[Measurement, str, str]]
 
 
-def _residual_function(model: CollectiveModel, rows: Rows, prior: dict[str, float], scale: float
-                       ) -> Callable[[np.ndarray], np.ndarray]:
-    """The robust log-time residuals of ``rows`` plus the prior terms, as a function of the parameter vector."""
+def _residual_function(model: CollectiveModel, rows: Rows, prior: dict[str, float], scale: float,
+                       held: tuple[str, ...] = ()) -> Callable[[np.ndarray], np.ndarray]:
+    """The robust log-time residuals of ``rows`` plus the prior terms, as a function of the parameter vector
+    (``held``: parameters the rows cannot tell, kept at their priors)."""
     algorithm, protocol = rows[0][1], rows[0][2]
     chosen = PRIOR_WEIGHT if algorithm not in STEPPED else (
         STEPPED_SIMPLE_WEIGHT if protocol == "Simple" else STEPPED_WEIGHT)
-    weights = np.array([chosen[k] for k in PARAMETER_KEYS])
+    weights = np.array([HELD_WEIGHT if k in held else chosen[k] for k in PARAMETER_KEYS])
     measured = np.array([math.log(r.time_us) for r, _, _ in rows])
 
     def residuals(z: np.ndarray) -> np.ndarray:
@@ -220,10 +228,10 @@ def _residual_function(model: CollectiveModel, rows: Rows, prior: dict[str, floa
 
 
 def _solve(model: CollectiveModel, rows: Rows, prior: dict[str, float], z: np.ndarray, iterations: int,
-           scale: float = ROBUST_SCALE) -> tuple[np.ndarray, float]:
+           scale: float = ROBUST_SCALE, held: tuple[str, ...] = ()) -> tuple[np.ndarray, float]:
     """Levenberg-Marquardt from ``z`` on the robust log-time residuals of ``rows`` plus the prior terms: the
     solution and its cost."""
-    residuals = _residual_function(model, rows, prior, scale)
+    residuals = _residual_function(model, rows, prior, scale, held)
     res = residuals(z)
     cost = float(res @ res)
     damping = 1e-3
@@ -250,13 +258,28 @@ def _solve(model: CollectiveModel, rows: Rows, prior: dict[str, float], z: np.nd
     return z, cost
 
 
-def _best_start(model: CollectiveModel, rows: Rows, prior: dict[str, float], iterations: int) -> np.ndarray:
-    """The lowest-cost solution from the priors and from start-ups (fill) of the rows' own scale: the fill term
-    has little slope near its prior, so a descent from there alone can miss it. Fixed starts: deterministic."""
+def _best_start(model: CollectiveModel, rows: Rows, prior: dict[str, float], iterations: int,
+                held: tuple[str, ...] = ()) -> np.ndarray:
+    """The lowest-cost solution from the priors, from start-ups (fill) of the rows' own scale (the fill term has
+    little slope near its prior, so a descent from there alone can miss it) and from the efficiency that the rows'
+    times ask for (where another bound is the slower at the prior efficiency, its slope is zero there: 2-node
+    NVLS-tree rows of 8 and 16 GiB on B300 were fitted with a 4.5 ms start-up instead, 63x the time at 4 MiB).
+    Fixed starts: deterministic."""
     fill_us, fill_MB = PARAMETER_KEYS.index("fill_us"), PARAMETER_KEYS.index("fill_MB")
     times = sorted(r.time_us for r, _, _ in rows)
     sizes = sorted(r.size_bytes for r, _, _ in rows)
     starts = [np.zeros(len(PARAMETER_KEYS))]
+    if "efficiency" not in held:  # the best of a grid of efficiencies, the other parameters at their priors
+        def misfit(e: float) -> float:
+            params = {**prior, "efficiency": e}
+            return sum(math.log(model.candidate(a, p, r.collective, r.size_bytes, r.comm, params).time_us
+                                / r.time_us) ** 2 for r, a, p in rows)
+
+        wanted = min((0.99 * 0.85 ** k for k in range(25)), key=misfit)
+        z = np.zeros(len(PARAMETER_KEYS))
+        z[PARAMETER_KEYS.index("efficiency")] = (math.log(wanted / (1 - wanted))
+                                                 - math.log(prior["efficiency"] / (1 - prior["efficiency"])))
+        starts.append(z)
     for t in (times[len(times) // 2], times[-1] / 2):
         for size in (sizes[len(sizes) // 4], sizes[len(sizes) // 2]):
             z = np.zeros(len(PARAMETER_KEYS))
@@ -265,7 +288,7 @@ def _best_start(model: CollectiveModel, rows: Rows, prior: dict[str, float], ite
             starts.append(z)
     best, best_cost = starts[0], math.inf
     for start in starts:
-        z, cost = _solve(model, rows, prior, start, iterations)
+        z, cost = _solve(model, rows, prior, start, iterations, held=held)
         if cost < best_cost:
             best, best_cost = z, cost
     return best
@@ -281,6 +304,17 @@ def _mean_abs(values: Sequence[float]) -> float:
     return sum(abs(v) for v in values) / len(values)
 
 
+def bandwidth_share(model: CollectiveModel, rows: Rows, params: dict[str, float]) -> float:
+    """The largest share of a row's time spent moving bytes under ``params``: halving the efficiency adds the
+    bandwidth term once more, so the share is (time at half the efficiency - time) / time."""
+    half = {**params, "efficiency": params["efficiency"] / 2}
+    share = 0.0
+    for r, a, p in rows:
+        t = model.candidate(a, p, r.collective, r.size_bytes, r.comm, params).time_us
+        share = max(share, model.candidate(a, p, r.collective, r.size_bytes, r.comm, half).time_us / t - 1)
+    return share
+
+
 def fit_key(model: CollectiveModel, rows: Rows, iterations: int = 200
             ) -> tuple[dict[str, float], float]:
     """Fitted parameters of one key from its rows, and the RMS of log(predicted / measured) time.
@@ -289,8 +323,9 @@ def fit_key(model: CollectiveModel, rows: Rows, iterations: int = 200
     smooth curve cannot follow: they are set aside and the key refitted on the rest (at most a quarter of them)."""
     first, algorithm, protocol = rows[0]
     prior = _prior(model, first, algorithm, protocol)
+    held = SIZE_TERMS if bandwidth_share(model, rows, prior) < BANDWIDTH_SHARE_MIN else ()
     all_rows = rows
-    z = _best_start(model, rows, prior, iterations)
+    z = _best_start(model, rows, prior, iterations, held)
     if len(rows) >= TRIM_MIN_ROWS:
         errors = np.abs(_log_errors(model, rows, _from_vector(z, prior)))
         limit = max(TRIM_FLOOR, TRIM_FACTOR * float(np.median(errors)))
@@ -298,10 +333,10 @@ def fit_key(model: CollectiveModel, rows: Rows, iterations: int = 200
         drop = {i for i in order[: len(rows) // 4] if errors[i] > limit}
         if drop:
             rows = [x for i, x in enumerate(rows) if i not in drop]
-            z, _ = _solve(model, rows, prior, z, iterations)
+            z, _ = _solve(model, rows, prior, z, iterations, held=held)
     # the reported error is a geomean of |error|: where a nearly absolute-error fit has the smaller mean |log
     # error| on the rows kept, it is the better curve
-    z_abs, _ = _solve(model, rows, prior, z, iterations, scale=ABS_SCALE)
+    z_abs, _ = _solve(model, rows, prior, z, iterations, scale=ABS_SCALE, held=held)
     if _mean_abs(_log_errors(model, rows, _from_vector(z_abs, prior))) < _mean_abs(
             _log_errors(model, rows, _from_vector(z, prior))):
         z = z_abs

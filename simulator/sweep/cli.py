@@ -188,9 +188,31 @@ def _summary(store: ResultStore, points: list[Point], held: list[Point], out: st
             print(f"  failed #{p.index} ({_describe(p)}): {first}", file=sys.stderr)
         if len(failed) > 5:
             print(f"  ... and {len(failed) - 5} more (the 'error' column has every message)", file=sys.stderr)
+    _warned(store, points)
     print(f"export: astrasim-py sweep export {shown_path(out)} --csv results.csv; "
           f"plot: astrasim-py plot {shown_path(out)} --x SETTING --y finish_ns", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _warned(store: ResultStore, points: list[Point], shown_lines: int = 3) -> None:
+    """Say that points ran with warnings, with the first few (they were only in the database: a sweep of generated
+    LLM layouts without a device, each computing in about 0 ns, said '2 of 2 points ok' and nothing else)."""
+    by_key = {p.key: p for p in points}
+    names, rows = store.rows("WHERE status = 'ok' AND warnings IS NOT NULL")
+    key, text = names.index("key"), names.index("warnings")
+    warned = sorted(((by_key[row[key]], row[text]) for row in rows if row[key] in by_key), key=lambda w: w[0].index)
+    if not warned:
+        return
+    first: dict[str, Point] = {}
+    for p, lines in warned:
+        for line in lines.splitlines():
+            first.setdefault(line, p)
+    print(f"{PROG}: {len(warned)} of the points ok ran with warnings (the 'warnings' column has every one):",
+          file=sys.stderr)
+    for line, p in list(first.items())[:shown_lines]:
+        print(f"  #{p.index}: {line}", file=sys.stderr)
+    if len(first) > shown_lines:
+        print(f"  ... and {len(first) - shown_lines} more", file=sys.stderr)
 
 
 def export(argv: list[str]) -> int:

@@ -216,6 +216,27 @@ def test_comm_group_collective_uses_only_its_members(tmp_path: Path) -> None:
     assert finish_times(result)[2:] == [1000, 1000] and result.ranks[0].finish_ns > 1000
 
 
+def test_a_group_that_runs_as_a_ring_instead_of_the_configured_algorithms_says_so(tmp_path: Path) -> None:
+    """On several dimensions a group of fewer than all NPUs runs one ring, as ASTRA-sim: the system's [direct,
+    direct] then changes nothing (compare --workload showed ring and direct equal to the ns), and now says so."""
+    net = {"topology": ["Switch", "Switch"], "npus_count": [2, 2], "bandwidth": [100.0, 25.0],
+           "latency": [500.0, 500.0]}
+    traces = [[coll(1, 0, 1 << 20, pg_name="1" if r < 2 else "2")] for r in range(4)]
+    finishes, said = [], []
+    for impl in ("ring", "direct"):
+        warnings: list[str] = []
+        result = simulate(tmp_path, traces, net, {"all-reduce-implementation": [impl, impl]},
+                          groups={1: (0, 1), 2: (2, 3)}, warn=warnings.append)
+        finishes.append(finish_times(result))
+        said.append([w for w in warnings if "ran as one ring over the group's members" in w])
+    assert finishes[0] == finishes[1]  # ASTRA-sim's numbers, unchanged
+    assert not said[0] and len(said[1]) == 1 and "'all-reduce-implementation' ['direct', 'direct']" in said[1][0]
+    warnings = []
+    simulate(tmp_path, [[coll(1, 0, 1 << 20)]] * 4, net, {"all-reduce-implementation": ["direct", "direct"]},
+             warn=warnings.append)
+    assert not any("one ring" in w for w in warnings)  # a collective over all NPUs runs the configured algorithms
+
+
 @pytest.mark.parametrize("problem,traces,pattern", [
     ("missing collective", [[coll(1, 0, 4096)]] * 3 + [[comp(1, 1)]], "rank 0 .* waits"),
     ("receive without send", [[comp(1, 1)], [recv(1, 0, 64, 3)]], "rank 1 .* waits for a send from rank 0 with tag 3"),
@@ -225,6 +246,19 @@ def test_deadlocks_are_reported_per_rank(tmp_path: Path, problem: str, traces: l
     with pytest.raises(DeadlockError, match=pattern) as info:
         simulate(tmp_path, traces, engine="message")
     assert "deadlock" in str(info.value)
+
+
+def test_a_deadlock_of_rendezvous_sends_says_what_the_sends_wait_for(tmp_path: Path) -> None:
+    """Two ranks that each send before receiving finish with eager sends and wait for ever with
+    --rendezvous-protocol; the report named the sends but not what they wait for, and advised checking tags and
+    sizes, which match (interleaved 1F1B traces with tensor parallelism end this way)."""
+    traces = [[send(1, 1 - r, 1 << 20, 5), recv(2, 1 - r, 1 << 20, 5, [1])] for r in range(2)]
+    assert min(finish_times(simulate(tmp_path, traces, engine="message"))) > 0
+    with pytest.raises(DeadlockError) as info:
+        simulate(tmp_path, traces, engine="message", rendezvous=True)
+    text = str(info.value)
+    assert "node 1 ('s', COMM_SEND_NODE) waits for rank 1 to post its receive (tag 5)" in text
+    assert "ranks that each send to the other before receiving wait for ever" in text
 
 
 @pytest.mark.parametrize("traces,system,groups,pattern", [

@@ -12,7 +12,7 @@ import pytest
 
 from simulator.report import render
 from simulator.timeline import build_timeline, parse_ranks
-from tests.conftest import REFERENCE, run_cli, simulate, simulation, write_trace_file
+from tests.conftest import REFERENCE, REPO, run_cli, simulate, simulation, write_trace_file
 from workload.schema import NodeType
 from workload.writer import make_node
 
@@ -65,6 +65,40 @@ def test_folded_timeline_draws_the_representatives(tmp_path: Path, reference: Pa
     assert "folded run): only those are drawn" in run.stderr
     pids = {e["pid"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"}
     assert pids == {0, 4}  # one rank per class: the two pipeline stages
+
+
+def test_folded_timeline_draws_asked_ranks_as_the_ranks_they_behave_like(tmp_path: Path, reference: Path) -> None:
+    """--timeline-ranks on a folded run: a rank that was not simulated is drawn as its class's representative (it
+    was silently left out, so asking for rank 5 wrote an empty timeline)."""
+    out = tmp_path / "t.json"
+    run = run_cli(*stg_args("--timeline", str(out), "--timeline-ranks", "5"))
+    assert run.returncode == 0, run.stderr
+    assert "--timeline-ranks 5 draws rank(s) 4, the ranks they behave like" in run.stderr
+    pids = {e["pid"] for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert pids == {4}
+
+
+def test_timeline_rank_list_naming_no_rank_of_the_network_is_refused_before_the_run(tmp_path: Path,
+                                                                                   reference: Path) -> None:
+    """A rank list outside the network (or a reversed range) used to be dropped silently after the whole run,
+    leaving an empty timeline; flags that shape a timeline without --timeline say they have no effect."""
+    for spec in ("8", "5-2", "0-3,9"):
+        run = run_cli(*stg_args("--timeline", str(tmp_path / "t.json"), "--timeline-ranks", spec))
+        assert run.returncode == 1 and "astrasim-py: error: --timeline-ranks:" in run.stderr, run.stderr
+        assert "within 0-7" in run.stderr and "end-to-end" not in run.stdout
+    assert not (tmp_path / "t.json").exists()
+    run = run_cli(*stg_args("--timeline-phases", "--quiet"))
+    assert run.returncode == 0 and "without --timeline FILE.json they have no effect" in run.stderr
+
+
+def test_timeline_phases_under_the_nccl_model_say_there_are_none(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    run = run_cli("--workload", "configs/workloads/all_reduce/8npus_1MiB/all_reduce", "--network",
+                  "configs/network/hgx_h100_8.yml", "--collective-model", "nccl", "--hw-profile", "hgx-h200",
+                  "--timeline", str(out), "--timeline-phases", "--quiet", cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    assert "the NCCL-like collective model runs no chunk-stream phases" in run.stderr
+    assert not any(e.get("cat") == "phase" for e in json.loads(out.read_text())["traceEvents"])
 
 
 def test_timeline_groups_ranks_by_node_on_multi_dimensional_networks(tmp_path: Path) -> None:
@@ -149,6 +183,7 @@ def test_csv_exports(tmp_path: Path, reference: Path) -> None:
     assert len(ranks) == 8 and {"finish_ns", "comm_only_ns", "idle_ns"} <= set(ranks[0])
     colls = list(csv.DictReader((tmp_path / "stg.collectives.csv").open()))
     assert {c["collective"] for c in colls} == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all(int(c["count"]) > 0 for c in colls)  # one rank's count: a whole number ('2', was '2.0')
     links = list(csv.DictReader((tmp_path / "stg.links.csv").open()))
     assert links and {"link", "bytes", "busy_ns", "utilization", "max_queue"} <= set(links[0])
 

@@ -87,3 +87,27 @@ def test_compare_refuses_sizes_of_zero_bytes() -> None:
         done = run_cli("compare", "--network", hgx8, "--collective", "all_reduce", *args)
         assert done.returncode == 1 and done.stdout == ""
         assert done.stderr.endswith("a size of 0 bytes moves nothing: give at least 1 byte\n"), done.stderr
+
+
+def test_compare_passes_on_what_its_runs_warned(tmp_path: Path) -> None:
+    """Each run's warnings reach the user once, naming the runs: a workload of untimed compute and group collectives
+    compared ring against direct printed two equal rows and nothing else."""
+    from tests.conftest import write_trace_file
+    from workload.schema import NodeType
+    from workload.writer import make_node
+
+    for r in range(32):
+        nodes = [make_node(1, "mm", NodeType.COMP_NODE, attrs={"num_ops": 10**9, "tensor_size": 1 << 20}),
+                 make_node(2, "ar", NodeType.COMM_COLL_NODE, data_deps=[1],
+                           attrs={"comm_type": int(CollectiveType.ALL_REDUCE), "comm_size": 1 << 20,
+                                  "pg_name": str(r // 8 + 1)})]
+        write_trace_file(tmp_path / f"w.{r}.et", nodes)
+    groups = tmp_path / "groups.json"
+    groups.write_text('{' + ", ".join(f'"{g + 1}": {list(range(8 * g, 8 * g + 8))}' for g in range(4)) + '}')
+    done = run_cli("compare", "--network", TORUS, "--workload", str(tmp_path / "w"), "--comm-groups", str(groups),
+                   "--algorithms", "ring,direct")
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "warning:" in line]
+    assert any(line.startswith("astrasim-py: warning: every run: ") and "--device" in line for line in lines)
+    assert [line for line in lines if "one ring over the group's members" in line and ": direct: " in line]
+    assert not [line for line in lines if "one ring" in line and ": ring: " in line]

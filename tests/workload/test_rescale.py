@@ -191,3 +191,22 @@ def test_a_group_strided_inside_a_block_is_named_as_such() -> None:
         "it is neither all ranks, nor an equal block of consecutive ranks, nor every k-th rank of all 32 (a group "
         "strided inside a block, as a pipeline stage's data-parallel group, is not re-tiled)")
     assert classify((0, 8, 16, 24), 32) == Tiling("stride", 8)
+
+
+def test_traces_written_with_a_groups_file_name_it_when_it_is_not_given(tmp_path: Path) -> None:
+    """Generated or converted with --groups-file, then simulated or rescaled without --comm-groups: the error and
+    the rescale report name the file beside the traces (they said only '--comm-groups')."""
+    done = run_cli("trace", "convert", "text", str(TEXT / "transformer.txt"), "-o", str(tmp_path / "t"),
+                   "--num-npus", "8", "--model-parallel-npus", "4", "--groups-file")
+    assert done.returncode == 0, done.stderr
+    groups = tmp_path / "t.comm_groups.json"
+    network = tmp_path / "ring8.yml"
+    network.write_text("topology: [Ring]\nnpus_count: [8]\nbandwidth: [50]\nlatency: [500]\n")
+    run = run_cli("--workload", str(tmp_path / "t"), "--network", str(network), "--quiet")
+    assert run.returncode == 1
+    assert f"is not defined (give it with --comm-groups {groups}, the file of groups beside these traces)" in run.stderr
+    run = run_cli("trace", "rescale", str(tmp_path / "t"), "--npus", "16", "-o", str(tmp_path / "r" / "t"))
+    assert f"{groups} beside them does: pass it with --comm-groups" in run.stderr
+    groups.unlink()
+    run = run_cli("--workload", str(tmp_path / "t"), "--network", str(network), "--quiet")
+    assert "(give it with --comm-groups, or in a METADATA node of the trace)" in run.stderr

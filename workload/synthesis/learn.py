@@ -12,7 +12,7 @@ import numpy as np
 
 from workload.errors import TraceError
 from workload.graph import TraceGraph
-from workload.groups import metadata_groups
+from workload.groups import metadata_groups, missing_groups_hint
 from workload.schema import NodeType
 from workload.synthesis import layout as lay
 from workload.synthesis.profile import BIN_KINDS, Profile, RankClass, Token
@@ -218,7 +218,7 @@ def _resolve_groups(rank: int, part: _Part, comm_groups: Mapping[int, Sequence[i
         if members is None:
             raise TraceError(error or f"communicator group {name} is not defined", path=part.path, rank=rank,
                              node_id=part.node_ids[pos],
-                             hint="give the groups with --comm-groups, or in a METADATA node of the trace")
+                             hint=missing_groups_hint(part.path))
         if rank not in members or any(not 0 <= m < num_ranks for m in members):
             raise TraceError(f"communicator group {name} ({list(members)[:16]}) does not fit rank {rank} of "
                              f"{num_ranks} ranks", path=part.path, rank=rank, node_id=part.node_ids[pos])
