@@ -130,7 +130,7 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
     label = METRICS[r["metric"]][0] if r["metric"] else "-"
     head = f"{r['row_id'][:width]:<{width}} {r['n_gpus']:>5} {r['layout'][:22]:<22} "
     if r["predicted"] is None:
-        lines = [head + f"{r['status']}: {r['reason']}"]
+        lines = [head + (f"{r['status']}: {r['reason']}" if r["reason"] else r["status"])]
     else:
         published, predicted = _value(r["published"], r["metric"]), _value(r["predicted"], r["metric"])
         lines = [head + f"{label:<16} {published:>9} {predicted:>9} {_pct(r['error']):>7}  step "

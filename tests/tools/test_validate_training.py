@@ -133,10 +133,13 @@ def test_runs_are_deterministic(tmp_path: Path, report: dict[str, Any]) -> None:
 
 def test_plot_and_plan_only(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    table = write_table(tmp_path / "small.tsv", ROWS[2:])
+    table = write_table(tmp_path / "small.tsv", ROWS[:1] + ROWS[2:])
     out = run_cli("validate-training", "--tables", str(table), "--plan-only", "--plot", str(tmp_path / "p.png"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "p.png").stat().st_size > 1000
+    # a planned row says so without an empty reason after it
+    assert not [line for line in out.stdout.splitlines() if line.rstrip().endswith("planned:")], out.stdout
+    assert any(line.rstrip().endswith("planned") for line in out.stdout.splitlines()), out.stdout
 
 
 def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:
