@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from compute.kernel_params import FAMILIES, KernelParams, parse_kernel_params
+from compute.kernel_params import SCALES, KernelParams, parse_kernel_params
 from compute.shapes import DTYPES
 from network.values import MAX_RATE, key_names, number, texts, whole
 from workload.errors import ConfigError, InputError, shown
@@ -90,8 +90,8 @@ class Device:
         k = self.kernels
         scale = dict(k.efficiency_scale)
         for family, factor in (efficiency_scale or {}).items():
-            if family not in FAMILIES or not 0 < factor <= 100:
-                raise InputError(f"efficiency scale {family}={factor!r}: families {', '.join(FAMILIES)}, factors in "
+            if family not in SCALES or not 0 < factor <= 100:
+                raise InputError(f"efficiency scale {family}={factor!r}: families {', '.join(SCALES)}, factors in "
                                  "(0, 100]")
             scale[family] = float(factor)
         if launch_overhead_us is not None and not 0 <= launch_overhead_us <= 1e6:

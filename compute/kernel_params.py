@@ -3,7 +3,8 @@
 Three groups follow the model's operator families (compute/kernels.py says what each parameter does), plus two
 device-level knobs left at their neutral values by the kernel-data fit, for a later calibration against whole
 training steps to set: ``launch_overhead_us`` (a gap added to every kernel, as a host that cannot keep the GPU
-fed leaves) and ``efficiency_scale`` (a factor on the fitted efficiency of each family).
+fed leaves) and ``efficiency_scale`` (a factor on the fitted efficiency of each family, and ``fp8_gemm`` one more
+on FP8 GEMMs).
 
     kernels:
       launch_overhead_us: 0.0
@@ -25,6 +26,9 @@ from network.values import key_names, number, whole
 from workload.errors import ConfigError, shown
 
 FAMILIES = ("gemm", "attention", "memory")
+# efficiency_scale keys: the families, and FP8 GEMMs on top of ``gemm`` (the kernel data's FP8 GEMMs are DeepGEMM's;
+# a training framework's FP8 GEMMs with their quantization kernels reach a different fraction)
+SCALES = (*FAMILIES, "fp8_gemm")
 MEMORY_CLASSES = ("elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer")
 MAX_US = 1e6
 
@@ -82,7 +86,7 @@ class KernelParams:
         g, a, m = self.gemm, self.attention, self.memory
         return {
             "launch_overhead_us": self.launch_overhead_us,
-            "efficiency_scale": {f: self.scale(f) for f in FAMILIES},
+            "efficiency_scale": {f: self.scale(f) for f in SCALES},
             "gemm": {"tiles": [list(t) for t in g.tiles], "efficiency": g.efficiency,
                      "dtype_efficiency": dict(g.dtype_efficiency), "k_fill": g.k_fill,
                      "wave_quantization": g.wave_quantization, "overlap": g.overlap,
@@ -165,4 +169,4 @@ def parse_kernel_params(data: Any, where: str) -> KernelParams:
         memory=MemoryParams(launch_us=memory_launch, efficiency=memory_eff),
         launch_overhead_us=number(k.get("launch_overhead_us", 0.0), "kernels.launch_overhead_us", where, high=MAX_US),
         efficiency_scale=tuple(_fractions(k.get("efficiency_scale") or {}, "kernels.efficiency_scale", where,
-                                          FAMILIES, high=100.0).items()))
+                                          SCALES, high=100.0).items()))

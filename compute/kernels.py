@@ -82,7 +82,8 @@ class KernelModel:
     # --- GEMM ------------------------------------------------------------------------------------------------
     def gemm_s(self, g: GemmShape, dtype: str) -> float:
         p = self.params.gemm
-        eff = min(1.0, p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * self.params.scale("gemm"))
+        scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if dtype == "fp8" else 1.0)
+        eff = min(1.0, p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * scale)
         return float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], self.device.peak_flops(dtype) * eff,
                                   self.units, self.bandwidth, p)) + self.gap_s
 
@@ -92,7 +93,8 @@ class KernelModel:
             return self._unfused_attention_s(a, dtype)
         p = self.params.attention
         query_tiles = -(-a.seq_q // p.block_q)
-        per_tile = (_key_blocks(a.seq_q, a.seq_kv, a.causal, p.block_q, p.block_kv) / query_tiles + p.tile_overhead)
+        per_tile = (_key_blocks(a.seq_q, a.seq_kv, a.causal, p.block_q, p.block_kv, a.window) / query_tiles
+                    + p.tile_overhead)
         tiles = a.batch * a.heads * query_tiles
         waves = float(_waves(tiles / self.units, p.wave_quantization))
         eff = p.efficiency * a.head_dim / (a.head_dim + p.head_dim_half)
@@ -174,12 +176,15 @@ def _pnorm(a: Any, b: Any, p: float) -> Any:
     return top * ((a / top) ** p + (b / top) ** p) ** (1 / p)
 
 
-def _key_blocks(seq_q: int, seq_kv: int, causal: bool, block_q: int, block_kv: int) -> float:
+def _key_blocks(seq_q: int, seq_kv: int, causal: bool, block_q: int, block_kv: int, window: int = 0) -> float:
     """Key blocks all query tiles of one (sequence, head) visit. Causal: the queries are the last ``seq_q`` of
-    ``seq_kv`` positions, and a tile stops at the block holding its last query's position."""
+    ``seq_kv`` positions, and a tile stops at the block holding its last query's position; with a sliding window
+    it starts at the block holding the first key its first query sees."""
     query_tiles = -(-seq_q // block_q)
     if not causal:
         return float(query_tiles * -(-seq_kv // block_kv))
     offset = max(seq_kv - seq_q, 0)
-    ends = np.minimum(np.arange(1, query_tiles + 1, dtype=np.int64) * block_q, seq_q) + offset
-    return float(np.sum(-(-ends // block_kv)))
+    starts = np.arange(query_tiles, dtype=np.int64) * block_q + offset
+    ends = np.minimum(starts - offset + block_q, seq_q) + offset
+    first = np.maximum(starts + 1 - window, 0) // block_kv if window else 0
+    return float(np.sum(-(-ends // block_kv) - first))

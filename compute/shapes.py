@@ -9,7 +9,8 @@ This is the whole contract between a trace and ``--compute-model kernels``: a CO
   independent (m x k) @ (k x n) products; absent = 1);
 - for ``attention``: ``attn_batch``, ``attn_heads``, ``attn_kv_heads``, ``attn_head_dim``, ``attn_seq_q``,
   ``attn_seq_kv`` (keys each query block sees; context parallelism makes it differ from ``attn_seq_q``),
-  ``attn_causal`` and ``attn_backward`` (bools), ``attn_flash`` (bool, absent = true: a fused kernel);
+  ``attn_causal`` and ``attn_backward`` (bools), ``attn_flash`` (bool, absent = true: a fused kernel),
+  ``attn_window`` (sliding-window attention: the keys a query sees, itself included; absent or 0 = all);
 - ``num_ops`` and ``tensor_size`` as ASTRA-sim reads them (FLOPs and bytes), which memory-bound classes and
   the optimizer are timed from, and which nodes without a class fall back to.
 
@@ -65,16 +66,23 @@ class AttentionShape:
     causal: bool = True
     backward: bool = False
     flash: bool = True
+    window: int = 0  # sliding-window attention: keys a query sees (itself included); 0 = every earlier key
 
     @property
     def pairs(self) -> int:
         """(query, key) pairs computed per head and sequence: a causal mask keeps the lower triangle of the
-        square whose last ``seq_q`` rows this kernel owns (the whole triangle when seq_q == seq_kv)."""
+        square whose last ``seq_q`` rows this kernel owns (the whole triangle when seq_q == seq_kv); a window
+        keeps the last ``window`` keys of each query."""
         if not self.causal:
             return self.seq_q * self.seq_kv
         # queries are the last seq_q positions of seq_kv keys: query j (0-based) sees seq_kv - seq_q + j + 1 keys
         offset = max(self.seq_kv - self.seq_q, 0)
-        return self.seq_q * offset + self.seq_q * (self.seq_q + 1) // 2
+        full = self.seq_q * offset + self.seq_q * (self.seq_q + 1) // 2
+        if not self.window:
+            return full
+        # the query at position p (0-based) loses max(0, p + 1 - window) keys: 1, 2, ... up to the last query's
+        last, before = max(offset + self.seq_q - self.window, 0), max(offset - self.window, 0)
+        return full - last * (last + 1) // 2 + before * (before + 1) // 2
 
     @property
     def flops(self) -> int:
@@ -86,7 +94,8 @@ class AttentionShape:
     def attributes(self) -> list[tuple[str, Any]]:
         return [("attn_batch", self.batch), ("attn_heads", self.heads), ("attn_kv_heads", self.kv_heads),
                 ("attn_head_dim", self.head_dim), ("attn_seq_q", self.seq_q), ("attn_seq_kv", self.seq_kv),
-                ("attn_causal", self.causal), ("attn_backward", self.backward), ("attn_flash", self.flash)]
+                ("attn_causal", self.causal), ("attn_backward", self.backward), ("attn_flash", self.flash)] + (
+                    [("attn_window", self.window)] if self.window else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +148,8 @@ def shape_from_attributes(attrs: Mapping[str, Any]) -> tuple[OpShape | None, str
             int(attrs["attn_batch"]), heads, int(kv_heads) if _positive(kv_heads) else heads,
             int(attrs["attn_head_dim"]), seq_q, int(seq_kv) if _positive(seq_kv) else seq_q,
             causal=bool(attrs.get("attn_causal", True)), backward=bool(attrs.get("attn_backward", False)),
-            flash=bool(attrs.get("attn_flash", True)))
+            flash=bool(attrs.get("attn_flash", True)),
+            window=int(attrs["attn_window"]) if _positive(attrs.get("attn_window")) else 0)
         return OpShape("attention", dtype, attention=attention), ""
     if op_class not in OP_CLASSES:
         return None, f"op_class {op_class!r} is not one of {', '.join(OP_CLASSES)}"

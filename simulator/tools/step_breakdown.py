@@ -5,7 +5,8 @@ The generator names every node, and its stage programs say what each name is (a 
 attention, elementwise or optimizer; a collective on a tp/dp/ep/edp/emb/cp group; a pipeline send or
 receive). The run's per-node spans (kept when a run records a timeline) are grouped by those names:
 
-- compute of a class = the summed time of its kernels (kernels run one at a time on a rank's stream);
+- compute of a class = the summed time of its kernels (kernels run one at a time on a rank's stream), and
+  their number;
 - exposed communication of a kind = the time its collectives run while no kernel does (kinds can overlap
   each other, so these can add up to more than the exposed total, which is given too);
 - bubble = the step minus the time some kernel or some collective runs: the rank idles or waits for a
@@ -50,6 +51,7 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
         raise ValueError("the breakdown needs the run's per-node spans (RunOptions(timeline=True))")
     graph = workload.graph
     compute_ns: dict[str, int] = defaultdict(int)
+    kernels: dict[str, int] = defaultdict(int)
     compute: list[tuple[int, int]] = []
     comm: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for i, start, end in workload.timeline.spans:
@@ -58,6 +60,7 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
             continue
         if kind[0] == "compute":
             compute_ns[kind[1]] += end - start
+            kernels[kind[1]] += 1
             compute.append((start, end))
         else:
             comm[kind[1]].append((start, end))
@@ -66,7 +69,8 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
     collectives = [span for k, iv in comm.items() if k != PP for span in iv]
     exposed_total = union_ns(compute + collectives) - busy
     return {"rank": workload.rank, "step_ns": finish_ns, "compute_busy_ns": busy,
-            "compute_ns_by_class": dict(sorted(compute_ns.items())), "exposed_comm_ns_by_kind": exposed,
+            "compute_ns_by_class": dict(sorted(compute_ns.items())),
+            "kernels_by_class": dict(sorted(kernels.items())), "exposed_comm_ns_by_kind": exposed,
             "exposed_collectives_ns": exposed_total, "bubble_ns": finish_ns - busy - exposed_total}
 
 

@@ -57,6 +57,10 @@ FEATURES: dict[str, Feature] = {
     "megatron_buckets": Feature("Megatron-Core's gradient bucket size", (("ddp_bucket_size", "megatron"),),
                                 minor=True),
     "grad_reduce_in_fp32": Feature("gradient reduction in fp32", (("grad_reduce_in_fp32", True),), minor=True),
+    "unfused_attention": Feature("attention core without a fused kernel (scores materialised, before "
+                                 "FlashAttention)", (("attention_backend", "unfused"),)),
+    "unfused_cross_entropy": Feature("the loss in fp32 passes over the logits (no cross-entropy fusion)",
+                                     (("cross_entropy", "unfused"),)),
     "iteration_tail": Feature("iteration tail (data loading, gradient clipping, logging)",
                               (("iteration_tail", True),), minor=True),
 }
@@ -75,6 +79,8 @@ class Framework:
     precision: tuple[str, str]
     grad_reduce_in_fp32: tuple[bool, str]
     megatron_buckets: bool  # Megatron-Core's DDP (gradient buckets of max(40M, 1M x dp x cp) parameters)
+    attention: tuple[str, str] = ("flash", "fused FlashAttention-style kernels (Transformer Engine)")
+    cross_entropy: tuple[str, str] = ("fused", "NeMo/Megatron-Bridge: cross_entropy_loss_fusion on")
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -89,19 +95,24 @@ _NEMO = Framework("NeMo / Megatron-Bridge recipes", (1, "the recipes' default mi
                   (True, "NeMo/Megatron-Bridge recipes: grad_reduce_in_fp32"), True)
 _BRIDGE = replace(_NEMO, precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
                                            "another FP8 quantization granularity (MXFP8), so the others are FP8"))
+_CE_UNFUSED = ("unfused", "Megatron-LM default: no --cross-entropy-loss-fusion; the vocabulary-parallel cross entropy "
+                          "in fp32 over the logits")
 _MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM default: off"), _NONE,
                       ("none", "Megatron-LM default: no recompute"),
                       ("bf16", "16-bit mixed precision (the MFU/peak the source quotes is the BF16/FP16 one)"),
-                      (True, "Megatron-LM reduces bf16 gradients in fp32"), True)
+                      (True, "Megatron-LM reduces bf16 gradients in fp32"), True, cross_entropy=_CE_UNFUSED)
 _FP16_GRADS = (False, "Megatron-LM of the time: 16-bit gradients")
+_UNFUSED = ("unfused", "Megatron-LM before FlashAttention (2021-2022): QK^T and AV as batched GEMMs around a fused "
+                       "scaled-masked softmax")
 FRAMEWORKS: dict[str, Framework] = {
     "megatron_sc21_t1": Framework("Megatron-LM (2021)", _MEGATRON_MBS,
                                   (False, "not in Megatron-LM in 2021"), (False, "not in Megatron-LM in 2021"),
                                   (False, "not in Megatron-LM in 2021"), _MEGATRON.recompute, _MEGATRON.precision,
-                                  _FP16_GRADS, False),
+                                  _FP16_GRADS, False, _UNFUSED, _CE_UNFUSED),
     "korthikanti22_t5": Framework("Megatron-LM (2022)", _MEGATRON_MBS, (False, "Megatron-LM (2022) default: off"),
                                   _MEGATRON.sequence_parallel, (False, "Megatron-LM (2022): not used"),
-                                  _MEGATRON.recompute, _MEGATRON.precision, _FP16_GRADS, False),
+                                  _MEGATRON.recompute, _MEGATRON.precision, _FP16_GRADS, False, _UNFUSED,
+                                  _CE_UNFUSED),
     "megatron_readme_h100": _MEGATRON,
     "nemo_2407": _NEMO,
     "megatron_bridge_perf": _BRIDGE,

@@ -152,6 +152,12 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dp > 1 and fw.megatron_buckets:
         reqs.append(("megatron_buckets", True))
     reqs.append(("iteration_tail", True))
+    if fw.cross_entropy[0] == "unfused":
+        reqs.append(("unfused_cross_entropy", True))
+        plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")
+    if fw.attention[0] == "unfused":
+        reqs.append(("unfused_attention", True))
+        plan.defaults_used.append(f"attention unfused ({fw.attention[1]})")
     if "scatter/gather optimization on" in text and dims["pp"] > 1 and tp > 1:
         reqs.append(("pp_scatter_gather", True))
     precision = row.text("precision").lower()

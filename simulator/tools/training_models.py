@@ -53,8 +53,8 @@ NEMOTRON = Family("Nemotron", {"gated_ffn": False, "tied_embeddings": False, "po
 QWEN3_MOE = Family("Qwen3 MoE", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
                                  "norm": "rmsnorm", "bias": False}, vocab=151936)
 GPT_OSS = Family("GPT-OSS", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
-                             "norm": "rmsnorm", "bias": True}, vocab=201088,
-                 needs=("sliding-window attention (every other layer attends to 128 tokens)",))
+                             "norm": "rmsnorm", "bias": True, "window_size": 128, "window_attn_skip_freq": 2},
+                 vocab=201088)
 HYBRID_MAMBA = Family("Nemotron-H", {}, needs=("Mamba-2 layers (a hybrid Mamba/attention/MoE model)",),
                       approximable=False)
 

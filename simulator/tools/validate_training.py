@@ -17,14 +17,14 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from simulator.tools.step_breakdown import PP
 from simulator.tools.step_run import Iteration, check_layout, iteration_nodes, run_limited
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, RowPlan, plan_row
 from simulator.tools.training_metrics import METRICS
-from simulator.tools.training_table import read_tables
+from simulator.tools.training_table import TrainingRow, read_tables
 from workload.errors import InputError
 from workload.optional import pyplot
 
@@ -130,7 +130,7 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
     label = METRICS[r["metric"]][0] if r["metric"] else "-"
     head = f"{r['row_id'][:width]:<{width}} {r['n_gpus']:>5} {r['layout'][:22]:<22} "
     if r["predicted"] is None:
-        lines = [head + f"{r['status']}: {r['reason']}"]
+        lines = [head + (f"{r['status']}: {r['reason']}" if r["reason"] else r["status"])]
     else:
         published, predicted = _value(r["published"], r["metric"]), _value(r["predicted"], r["metric"])
         lines = [head + f"{label:<16} {published:>9} {predicted:>9} {_pct(r['error']):>7}  step "
@@ -201,6 +201,43 @@ def draw(path: str, rows: Sequence[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
+def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *, approximate: bool = False,
+                  plan_only: bool = False, time_limit_s: float = 600.0, memory_gib: float = 4.0, quiet: bool = True,
+                  devices: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Plan and (unless ``plan_only``) simulate every row; the report's rows. ``devices`` maps a shipped device
+    name to a device file to use instead (a calibration trying other device-level knobs)."""
+    results = []
+    for i, row in enumerate(rows):
+        plan = plan_row(row, hw_profile)
+        runnable = plan.status == READY or (approximate and plan.status == NEEDS and plan.approximable)
+        status, reason, iteration = plan.status, plan.reason, None
+        if runnable:
+            try:
+                check_layout(plan.spec, row.row_id)
+                status = "planned" if plan.status == READY else "planned (approximate)"
+            except InputError as e:  # the generator refuses the layout (e.g. layers that do not split evenly)
+                runnable, status, reason = False, UNSUPPORTED, str(e)
+        nodes = None
+        if runnable and not plan_only:
+            if not quiet:
+                print(f"[{i + 1}/{len(rows)}] {row.row_id}: simulating {plan.n_gpus} ranks ...", file=sys.stderr)
+            device = (devices or {}).get(plan.device, plan.device)
+            got = run_limited(plan.spec, plan.network, plan.profile, device, row.row_id,  # type: ignore[arg-type]
+                              time_limit_s, int(memory_gib * 2**30))
+            if isinstance(got, str):
+                status, reason = FAILED, got
+                if "limit" in got:
+                    nodes = iteration_nodes(plan.spec, row.row_id)
+                    reason += f" ({plan.n_gpus} ranks, {nodes:,} trace nodes: beyond what one run simulates here)"
+            else:
+                iteration = got
+                nodes = got.trace_nodes
+                status = SIMULATED if plan.status == READY else APPROXIMATE
+        results.append(row_json(plan, status, reason if iteration is None else "", iteration))
+        results[-1]["trace_nodes"] = nodes
+    return results
+
+
 def run(argv: list[str], warn: Callable[[str], None]) -> int:
     args = build_parser().parse_args(argv)
     if args.plot:
@@ -216,34 +253,8 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         rows = [r for r in rows if pattern.search(r.row_id)]
         if not rows:
             raise InputError(f"--rows {args.rows!r} matches no row")
-    results = []
-    for i, row in enumerate(rows):
-        plan = plan_row(row, args.hw_profile)
-        runnable = plan.status == READY or (args.approximate and plan.status == NEEDS and plan.approximable)
-        status, reason, iteration = plan.status, plan.reason, None
-        if runnable:
-            try:
-                check_layout(plan.spec, row.row_id)
-                status = "planned" if plan.status == READY else "planned (approximate)"
-            except InputError as e:  # the generator refuses the layout (e.g. layers that do not split evenly)
-                runnable, status, reason = False, UNSUPPORTED, str(e)
-        nodes = None
-        if runnable and not args.plan_only:
-            if not args.quiet:
-                print(f"[{i + 1}/{len(rows)}] {row.row_id}: simulating {plan.n_gpus} ranks ...", file=sys.stderr)
-            got = run_limited(plan.spec, plan.network, plan.profile, plan.device, row.row_id,  # type: ignore[arg-type]
-                              args.time_limit, int(args.memory_limit * 2**30))
-            if isinstance(got, str):
-                status, reason = FAILED, got
-                if "limit" in got:
-                    nodes = iteration_nodes(plan.spec, row.row_id)
-                    reason += f" ({plan.n_gpus} ranks, {nodes:,} trace nodes: beyond what one run simulates here)"
-            else:
-                iteration = got
-                nodes = got.trace_nodes
-                status = SIMULATED if plan.status == READY else APPROXIMATE
-        results.append(row_json(plan, status, reason if iteration is None else "", iteration))
-        results[-1]["trace_nodes"] = nodes
+    results = evaluate_rows(rows, args.hw_profile, approximate=args.approximate, plan_only=args.plan_only,
+                            time_limit_s=args.time_limit, memory_gib=args.memory_limit, quiet=args.quiet)
     tables = summarize(results)
     print("error = predicted / published - 1 in the row's metric; step: published (or derived) -> predicted step time")
     width = min(64, max(len(r["row_id"]) for r in results))

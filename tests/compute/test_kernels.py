@@ -114,8 +114,19 @@ def test_knobs_scale_launch_and_efficiency() -> None:
     assert slow.seconds(big, 0, 0) > 1.9 * fast.seconds(big, 0, 0)
     assert slow.seconds(small, 0, 1000) == pytest.approx(fast.seconds(small, 0, 1000) + 5e-6)
     assert KernelModel(d.with_knobs(efficiency_scale={"gemm": 100})).efficiency(big, 0, 0) <= 1  # capped
-    with pytest.raises(InputError, match="families gemm, attention, memory"):
+    with pytest.raises(InputError, match="families gemm, attention, memory, fp8_gemm"):
         d.with_knobs(efficiency_scale={"conv": 2})
+
+
+def test_fp8_gemm_scale_touches_fp8_gemms_only() -> None:
+    d = device("H100")
+    slow = KernelModel(d.with_knobs(efficiency_scale={"fp8_gemm": 0.5}))
+    fast = KernelModel(d)
+    fp8, bf16 = gemm(8192, 8192, 8192, dtype="fp8"), gemm(8192, 8192, 8192)
+    assert slow.seconds(fp8, 0, 0) > 1.9 * fast.seconds(fp8, 0, 0)
+    assert slow.seconds(bf16, 0, 0) == fast.seconds(bf16, 0, 0)
+    both = KernelModel(d.with_knobs(efficiency_scale={"fp8_gemm": 0.5, "gemm": 0.5}))
+    assert both.seconds(fp8, 0, 0) > 1.9 * slow.seconds(fp8, 0, 0)  # the two multiply
 
 
 # --- golden figures: the device files reproduce the data they were fitted on --------------------------------------

@@ -53,3 +53,12 @@ def test_unusable_attributes_say_why() -> None:
         "gemm without positive gemm_n, gemm_k"
     assert "dtype 'int4'" in shape_from_attributes({"op_class": "norm", "dtype": "int4"})[1]
     assert shape_from_attributes({"op_class": "conv"})[1].startswith("op_class 'conv' is not one of gemm, ")
+
+
+def test_cross_entropy_counts_megatrons_fp32_passes_over_the_logits() -> None:
+    """Forward: cast to fp32, max, subtract, exp, sum, divide (36 + 2 bytes per bf16 logit); backward: scale in
+    place and cast back (12 + 2); timed as a loss kernel in fp32."""
+    fwd, bwd = costs.cross_entropy(4096, 32000, 2)
+    assert fwd.size_bytes == 4096 * 32000 * 38 and bwd.size_bytes == 4096 * 32000 * 14
+    assert fwd.shape == bwd.shape == OpShape("loss", "fp32")
+    assert bwd.flops == costs.BACKWARD_FACTOR * fwd.flops == costs.BACKWARD_FACTOR * costs.LOSS_FLOPS * 4096 * 32000

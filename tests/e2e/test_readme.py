@@ -94,17 +94,21 @@ def _joined(body: list[str]) -> list[tuple[int, str]]:
     return out
 
 
-def _workspace(tmp_path: Path) -> dict[str, str]:
-    """A folder like a checkout's (configs/, benchmarks/data/) and an environment where astrasim-py is this code."""
-    shutil.copytree(REPO / "configs", tmp_path / "configs")
-    shutil.copytree(REPO / "benchmarks" / "data", tmp_path / "benchmarks" / "data")
-    shutil.copytree(REPO / "tests" / "workload" / "fixtures", tmp_path / "tests" / "workload" / "fixtures")
+def _workspace(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """A folder like a checkout's (configs/, benchmarks/data/) with ``../shared`` beside it, as CI has it, and an
+    environment where astrasim-py is this code; returns (environment, the folder)."""
+    checkout = tmp_path / "checkout"
+    shutil.copytree(REPO / "configs", checkout / "configs")
+    shutil.copytree(REPO / "benchmarks" / "data", checkout / "benchmarks" / "data")
+    shutil.copytree(REPO / "tests" / "workload" / "fixtures", checkout / "tests" / "workload" / "fixtures")
+    if (REPO.parent / "shared").is_dir():
+        (tmp_path / "shared").symlink_to(REPO.parent / "shared", target_is_directory=True)
     shim = tmp_path / ".bin" / "astrasim-py"
     shim.parent.mkdir()
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m simulator "$@"\n')
     shim.chmod(0o755)
     return dict(os.environ, PATH=f"{shim.parent}{os.pathsep}{os.environ['PATH']}", MPLBACKEND="Agg",
-                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")), checkout
 
 
 def _shown(expected: tuple[str, ...], printed: list[str]) -> str | None:
@@ -124,7 +128,7 @@ def _shown(expected: tuple[str, ...], printed: list[str]) -> str | None:
 
 
 def run_page(page: Path, tmp_path: Path) -> int:
-    env = _workspace(tmp_path)
+    env, checkout = _workspace(tmp_path)
     ran = 0
     for command in commands(page):
         text = command.text
@@ -137,7 +141,7 @@ def run_page(page: Path, tmp_path: Path) -> int:
             text = text.split(" && ")[-1]
             assert text.startswith("astrasim-py "), where
         argv = [sys.executable, "-c", text] if command.python else ["bash", "-c", text]
-        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{where}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr, f"{where}\n{done.stderr[-2000:]}"
         if command.expected is not None:

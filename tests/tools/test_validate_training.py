@@ -133,10 +133,13 @@ def test_runs_are_deterministic(tmp_path: Path, report: dict[str, Any]) -> None:
 
 def test_plot_and_plan_only(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
-    table = write_table(tmp_path / "small.tsv", ROWS[2:])
+    table = write_table(tmp_path / "small.tsv", ROWS[:1] + ROWS[2:])
     out = run_cli("validate-training", "--tables", str(table), "--plan-only", "--plot", str(tmp_path / "p.png"))
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "p.png").stat().st_size > 1000
+    # a planned row says so without an empty reason after it
+    assert not [line for line in out.stdout.splitlines() if line.rstrip().endswith("planned:")], out.stdout
+    assert any(line.rstrip().endswith("planned") for line in out.stdout.splitlines()), out.stdout
 
 
 def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:
@@ -284,3 +287,20 @@ def test_a_layout_the_generator_refuses_is_reported_not_fatal(tmp_path: Path) ->
     first, second = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert first["status"] == UNSUPPORTED and "not divisible by tp=4" in first["reason"]
     assert second["status"] == "planned"
+
+
+def test_gpt_oss_windows_and_old_megatron_attention_are_generator_options() -> None:
+    """GPT-OSS rows run with their sliding windows (128 tokens, every other layer); the 2021-2022 Megatron-LM rows
+    with the unfused attention core of their time, and the report says it took that default."""
+    oss = plan_row(row({"source_id": "megatron_bridge_perf", "row_id": "oss", "model": "GPT OSS 120B",
+                        "seq_len": "4096", "TP": "1", "PP": "1", "EP": "8", "global_batch": "64", "micro_batch": "1",
+                        "n_gpus": "8", "gpu": "H100", "gpus_per_node": "8", "precision": "BF16",
+                        "tokens_per_s_per_gpu": "5000"}))
+    assert oss.status == READY, oss.reason
+    assert oss.spec["window_size"] == 128 and oss.spec["window_attn_skip_freq"] == 2
+    old = plan_row(row(ROWS[0]))
+    assert old.status == READY and old.spec["attention_backend"] == "unfused"
+    assert any(d.startswith("attention unfused (Megatron-LM before FlashAttention") for d in old.defaults_used)
+    assert old.spec["cross_entropy"] == "unfused"  # Megatron-LM without --cross-entropy-loss-fusion
+    bridge = plan_row(row(ROWS[3] | {"gpu": "B200", "gpus_per_node": "8"}))
+    assert "attention_backend" not in bridge.spec and "cross_entropy" not in bridge.spec  # NeMo: fused

@@ -51,9 +51,10 @@ class Attention:
         self.q_bytes = t * z.heads * z.head_dim * d
         self.kv_bytes = 2 * t * z.kv_heads * z.head_dim * d  # this rank's K and V
         dtype = dtype_for_bytes(d)
+        flash = sizes.flash
 
         def shape(seq_q: int, seq_kv: int, causal: bool, backward: bool) -> AttentionShape:
-            return AttentionShape(b, z.heads, z.kv_heads, z.head_dim, seq_q, seq_kv, causal, backward)
+            return AttentionShape(b, z.heads, z.kv_heads, z.head_dim, seq_q, seq_kv, causal, backward, flash)
 
         if self.kind == "p2p":
             n = model.seq_len // (2 * plan.cp)
@@ -81,12 +82,14 @@ class Attention:
                                   4 * self.q_bytes + 2 * gathered, dtype))
         elif self.kind == "a2a":
             self.a2a_kernels = costs.attention(b, model.seq_len, z.heads // plan.cp, z.kv_heads // plan.cp,
-                                               z.head_dim, d)
+                                               z.head_dim, d, flash=flash)
 
-    def forward(self, pre: str, x: list[int], phase: str) -> list[int]:
-        """From the QKV GEMM's output to the attention output."""
+    def forward(self, pre: str, x: list[int], phase: str, windowed: bool = False) -> list[int]:
+        """From the QKV GEMM's output to the attention output (``windowed``: a sliding-window layer's kernel;
+        the plan refuses a window with context parallelism)."""
         if self.kind == "none":
-            return self.prog.compute(pre + "attention", self.z.attn[0], x, phase)
+            return self.prog.compute(pre + "attention", (self.z.attn_window if windowed else self.z.attn)[0], x,
+                                     phase)
         if self.kind == "all_gather":
             kv = self.prog.coll(pre + "cp_kv_allgather", "cp", AG, self.kv_bytes, x, phase)
             return self.prog.compute(pre + "attention", self.gathered_kernels[0], kv, phase)
@@ -103,10 +106,11 @@ class Attention:
                 feed = got
         return self.prog.compute(pre + "attention_correction", self.correction, [self.prog.last_compute], phase)
 
-    def backward(self, pre: str, g: list[int]) -> list[int]:
+    def backward(self, pre: str, g: list[int], windowed: bool = False) -> list[int]:
         """From the attention output's gradient to the Q, K and V gradients."""
         if self.kind == "none":
-            return self.prog.compute(pre + "attention", self.z.attn[1], g, "bwd")
+            return self.prog.compute(pre + "attention", (self.z.attn_window if windowed else self.z.attn)[1], g,
+                                     "bwd")
         if self.kind == "all_gather":
             kv = self.prog.coll(pre + "cp_kv_allgather", "cp", AG, self.kv_bytes, g, "bwd")
             dx = self.prog.compute(pre + "attention", self.gathered_kernels[1], kv, "bwd")

@@ -136,7 +136,7 @@ class _StageBuilder:
         for layer in self.chunk_layers[chunk]:
             if mb == 0:
                 x = x + self.grads.first_use(f"layer{layer}")
-            x = self.layers.forward(f"{pre}layer{layer}.", x, "fwd")
+            x = self.layers.forward(f"{pre}layer{layer}.", x, "fwd", layer)
         if heads:
             x = prog.compute(pre + "final_norm", z.final_norm[0], x, "fwd")
             x = self.tp.gather(pre + "head", x, "fwd", gemm_input=False)
@@ -167,7 +167,7 @@ class _StageBuilder:
             g = prog.p2p(names + "recv_gradient", False, +1, self._tag(True, chunk, mb), z.act_local_bytes,
                          self._recv_deps(recv_deps), "bwd")
         for layer in reversed(self.chunk_layers[chunk]):
-            g = self.layers.backward(f"{pre}layer{layer}.", g, f"layer{layer}", mb)
+            g = self.layers.backward(f"{pre}layer{layer}.", g, f"layer{layer}", mb, layer)
             grads.after_backward(f"layer{layer}", g, mb)
         if embeds:
             g = self.tp.gather(pre + "embedding_grad", g, "bwd", gemm_input=False)

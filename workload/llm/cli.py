@@ -12,7 +12,14 @@ from workload.errors import InputError, TraceError, printable
 from workload.files import contained_path, read_yaml
 from workload.limits import add_output_limits, check_output, output_limits
 from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
-from workload.llm.options import FSDP_GRAD_SYNC, MEGATRON_BUCKET, PRECISIONS, TrainingOptions
+from workload.llm.options import (
+    ATTENTION_BACKENDS,
+    CROSS_ENTROPY,
+    FSDP_GRAD_SYNC,
+    MEGATRON_BUCKET,
+    PRECISIONS,
+    TrainingOptions,
+)
 from workload.llm.plan import DIMENSIONS, RECOMPUTE, ParallelPlan, RankMap, batch_split
 from workload.llm.presets import PRESETS, preset
 from workload.traceset import check_rank_count, print_progress
@@ -21,7 +28,8 @@ from workload.traceset import check_rank_count, print_progress
 MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads": "num_heads",
                    "--kv-heads": "num_kv_heads", "--head-dim": "head_dim", "--ffn-hidden": "ffn_hidden_size",
                    "--vocab": "vocab_size", "--seq-len": "seq_len", "--experts": "num_experts", "--top-k": "top_k",
-                   "--dtype-bytes": "dtype_bytes"}
+                   "--dtype-bytes": "dtype_bytes", "--window-size": "window_size",
+                   "--window-attn-skip-freq": "window_attn_skip_freq"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias"}
 MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}
 
@@ -108,6 +116,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="FSDP: all-gather the parameters again for the backward (--no-: keep them, Llama 3)")
     t.add_argument("--fsdp-grad-sync", choices=FSDP_GRAD_SYNC, default="every",
                    help="FSDP: reduce-scatter gradients every micro-batch, or only in the last")
+    t.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="flash",
+                   help="attention core: one fused FlashAttention-style kernel (default), or unfused: the score "
+                        "matrix materialised between two batched GEMMs, as Megatron-LM ran before FlashAttention")
+    t.add_argument("--cross-entropy", choices=CROSS_ENTROPY, default="fused",
+                   help="the loss as one fused kernel (default; --cross-entropy-loss-fusion, NeMo's setting) or "
+                        "unfused: Megatron-LM's default, several fp32 passes over the logits")
     t.add_argument("--iteration-tail", action="store_true",
                    help="add batch loading, gradient-norm clipping and loss logging nodes")
     t.add_argument("--dataloader-wait-us", type=int, default=0, metavar="US",
@@ -206,7 +220,9 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               fp8_param_gather=args.fp8_param_gather, overlap_grad_reduce=args.overlap_grad_reduce,
                               overlap_param_gather=args.overlap_param_gather, bucket_size=args.ddp_bucket_size,
                               tp_comm_overlap=args.tp_comm_overlap, reshard_after_forward=args.reshard_after_forward,
-                              fsdp_grad_sync=args.fsdp_grad_sync, iteration_tail=args.iteration_tail,
+                              fsdp_grad_sync=args.fsdp_grad_sync, attention_backend=args.attention_backend,
+                              cross_entropy=args.cross_entropy,
+                              iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
     return options

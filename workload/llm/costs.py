@@ -115,19 +115,26 @@ def attention_flops(batch: int, seq_len: int, heads: int, head_dim: int) -> int:
 
 
 def attention(batch: int, seq_len: int, heads: int, kv_heads: int, head_dim: int, dtype_bytes: int,
-              *, seq_kv: int | None = None, causal: bool = True, dtype: str = "") -> tuple[Kernel, Kernel]:
-    """(forward, backward) of the fused attention kernel over ``heads`` query and ``kv_heads`` key/value heads.
+              *, seq_kv: int | None = None, causal: bool = True, dtype: str = "", window: int = 0,
+              flash: bool = True) -> tuple[Kernel, Kernel]:
+    """(forward, backward) of the attention kernel over ``heads`` query and ``kv_heads`` key/value heads.
     ``seq_kv`` (default ``seq_len``): the keys the queries see, for a kernel owning only part of the sequence
-    (context parallelism); the shape then says so, ``flops`` and bytes stay those of ``seq_len`` queries."""
+    (context parallelism); the shape then says so, ``flops`` and bytes stay those of ``seq_len`` queries.
+    ``window``: sliding-window attention (each query sees that many keys, itself included; FLOPs counted over
+    the pairs it computes); ``flash`` False: the unfused kernels that materialise the scores."""
     tokens = batch * seq_len
-    flops = attention_flops(batch, seq_len, heads, head_dim)
     q_bytes = tokens * heads * head_dim * dtype_bytes
     kv_bytes = tokens * kv_heads * head_dim * dtype_bytes
     dtype = dtype or dtype_for_bytes(dtype_bytes)
 
     def shape(backward: bool) -> OpShape:
-        dims = AttentionShape(batch, heads, kv_heads, head_dim, seq_len, seq_kv or seq_len, causal, backward)
+        dims = AttentionShape(batch, heads, kv_heads, head_dim, seq_len, seq_kv or seq_len, causal, backward,
+                              flash, window)
         return OpShape("attention", dtype, attention=dims)
+
+    flops = attention_flops(batch, seq_len, heads, head_dim)
+    if window:
+        flops = 4 * head_dim * heads * batch * AttentionShape(1, 1, 1, 1, seq_len, seq_len, causal, window=window).pairs
 
     forward = Kernel("attention", "attention", flops, 2 * q_bytes + 2 * kv_bytes, shape(False))
     backward = Kernel("attention_bwd", "attention", BACKWARD_FACTOR * flops, 4 * q_bytes + 4 * kv_bytes, shape(True))
@@ -144,6 +151,20 @@ def elementwise(name: str, elements: int, flops_per_element: int, tensors_read: 
                      elements * (tensors_read + tensors_written) * dtype_bytes, shape)
     backward = Kernel(name + "_bwd", "elementwise", elements * flops_per_element * BACKWARD_FACTOR,
                       elements * (tensors_written + 2 * tensors_read) * dtype_bytes, shape)
+    return forward, backward
+
+
+def cross_entropy(tokens: int, vocab: int, dtype_bytes: int) -> tuple[Kernel, Kernel]:
+    """(forward, backward) of the vocabulary-parallel cross entropy as Megatron-LM computes it, in fp32 over the
+    ``tokens x vocab`` logits: forward casts them to fp32 (read ``dtype_bytes``, write 4), takes the max (read 4),
+    subtracts it, exponentiates and divides by the sum in place (read and write 4 each, the sum reads 4 more) and
+    keeps the softmax; backward scales it by the loss gradient in place and casts it back (read 4, write
+    ``dtype_bytes``): 36 + b bytes per logit forward, 12 + b backward, where one pass each was counted before."""
+    elements = tokens * vocab
+    shape = OpShape("loss", "fp32")
+    forward = Kernel("loss", "elementwise", elements * LOSS_FLOPS, elements * (dtype_bytes + 36), shape)
+    backward = Kernel("loss_bwd", "elementwise", elements * LOSS_FLOPS * BACKWARD_FACTOR, elements * (dtype_bytes + 12),
+                      shape)
     return forward, backward
 
 

@@ -39,14 +39,15 @@ class LayerPasses:
             self.permute = costs.elementwise("permute", elements, 1, 1, 1, model.dtype_bytes)
             self.unpermute = costs.elementwise("unpermute", elements, 2, 1, 1, model.dtype_bytes)
 
-    def forward(self, pre: str, x: list[int], phase: str) -> list[int]:
-        """``pre`` is the node name prefix (e.g. "mb0.fwd.layer3."); returns the layer output's node."""
+    def forward(self, pre: str, x: list[int], phase: str, layer: int = 0) -> list[int]:
+        """``pre`` is the node name prefix (e.g. "mb0.fwd.layer3."), ``layer`` the layer's index in the model;
+        returns the layer output's node."""
         c, z = self.prog.compute, self.z
         if phase == "fwd":
             x = x + self.grads.gather(pre[:-1], "layer", phase)
         x = c(pre + "attn_norm", z.norm[0], x, phase)
         x = self.tp.column_forward(pre, "attn", z.qkv, x, phase)
-        x = self.attention.forward(pre, x, phase)
+        x = self.attention.forward(pre, x, phase, self.m.windowed(layer))
         x = self.tp.row_forward(pre, "attn", z.attn_out, x, phase)
         x = c(pre + "mlp_norm", z.norm[0], x, phase)
         if self.m.is_moe:
@@ -76,12 +77,12 @@ class LayerPasses:
         x = c(pre + "unpermute", self.unpermute[0], x, phase)
         return x if z.sp else self.tp.reduce(pre + "mlp", x, phase)
 
-    def backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
+    def backward(self, pre: str, g: list[int], unit: str, micro_batch: int, layer: int = 0) -> list[int]:
         """The layer's backward (after its recompute); returns its input gradient's node."""
         c, z, ready = self.prog.compute, self.z, self.grads.tensor_ready
         g = g + self.grads.gather(pre[:-1], "layer", "bwd")
         if self.recompute == "full":
-            self.forward(pre.replace(".bwd.", ".recompute."), g, "recompute")
+            self.forward(pre.replace(".bwd.", ".recompute."), g, "recompute", layer)
         if self.m.is_moe:
             g = self._moe_backward(pre, g, unit, micro_batch)
         else:
@@ -96,8 +97,8 @@ class LayerPasses:
         dx = self.tp.row_backward(pre, "attn_grad", z.attn_out, g)
         ready(unit, "attn_out", [self.prog.last_compute], micro_batch)
         if self.recompute == "selective":
-            self.attention.forward(pre.replace(".bwd.", ".recompute."), dx, "recompute")
-        dx = self.attention.backward(pre, dx)
+            self.attention.forward(pre.replace(".bwd.", ".recompute."), dx, "recompute", self.m.windowed(layer))
+        dx = self.attention.backward(pre, dx, self.m.windowed(layer))
         dx_in = self.tp.column_backward(pre, "attn_input", z.qkv, dx)
         ready(unit, "qkv", [self.prog.last_compute], micro_batch)
         g = self.tp.reduce(pre + "attn_grad", dx_in, "bwd")

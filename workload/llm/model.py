@@ -40,6 +40,15 @@ class ModelConfig:
     num_experts: int = 1
     top_k: int = 1
     dtype_bytes: int = 2
+    window_size: int | None = None  # sliding-window attention: keys a query sees (itself included); None = all
+    window_attn_skip_freq: int = 0  # with a window, every N-th layer attends to all keys (Megatron-Core's name)
+
+    def windowed(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) attends through the sliding window: all layers, or (with
+        window_attn_skip_freq N) all but every N-th, as Megatron-Core alternates them (GPT-OSS: N = 2)."""
+        if not self.window_size:
+            return False
+        return not (self.window_attn_skip_freq and (layer + 1) % self.window_attn_skip_freq == 0)
 
     # --- derived shapes ---------------------------------------------------------------------------
     @property
@@ -124,6 +133,10 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"model {self.name}: {name} must be a whole number >= 1 (got {value!r})")
+        for name, low in (("window_size", 1), ("window_attn_skip_freq", 0)):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise InputError(f"model {self.name}: {name} must be a whole number >= {low} (got {value!r})")
         if self.head_dim is None and self.hidden_size % self.num_heads:
             raise InputError(f"model {self.name}: hidden size {self.hidden_size} is not divisible by "
                              f"{self.num_heads} heads (give the head size with --head-dim)")

@@ -29,6 +29,12 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   reshard_after_forward False the layer's parameters gathered for the forward stay for its backward (Llama 3's
   setting); "last" reduce-scatters the gradients only during the last micro-batch's backward (gradient
   accumulation without sync, as torch's pipeline schedules run FSDP).
+- ``attention_backend`` ("flash"): the attention core as one fused FlashAttention-style kernel, or "unfused":
+  the score matrix materialised between two batched GEMMs with a fused softmax, as Megatron-LM ran it before
+  FlashAttention (2021-2022; Megatron-Core's --attention-backend unfused).
+- ``cross_entropy`` ("fused"): the loss over the vocabulary as one fused kernel reading the logits once
+  (Megatron-Core's --cross-entropy-loss-fusion, on in NeMo and Megatron-Bridge), or "unfused": Megatron-LM's
+  default vocabulary-parallel cross entropy, several fp32 passes over the logits (workload/llm/costs.py).
 - ``iteration_tail`` (False): the end and start of a real iteration as nodes: a data-loader batch copy per
   micro-batch on the first and last stage (``dataloader_wait_us`` of host wait before it, default 0), the
   gradient norm for clipping (a local norm kernel, a 4-byte all-reduce over the model-parallel group, or over
@@ -44,6 +50,8 @@ from dataclasses import dataclass
 from workload.errors import InputError
 
 PRECISIONS = ("bf16", "fp16", "fp8")
+ATTENTION_BACKENDS = ("flash", "unfused")
+CROSS_ENTROPY = ("fused", "unfused")
 FSDP_GRAD_SYNC = ("every", "last")
 MEGATRON_BUCKET = "megatron"
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
@@ -65,6 +73,8 @@ class TrainingOptions:
     tp_comm_overlap: bool = False
     reshard_after_forward: bool = True
     fsdp_grad_sync: str = "every"
+    attention_backend: str = "flash"
+    cross_entropy: str = "fused"
     iteration_tail: bool = False
     dataloader_wait_us: int = 0
 
@@ -84,6 +94,11 @@ class TrainingOptions:
         """Raise InputError (one line) for settings that contradict each other or the plan."""
         if self.precision is not None and self.precision not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise InputError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)} "
+                             f"(got {self.attention_backend!r})")
+        if self.cross_entropy not in CROSS_ENTROPY:
+            raise InputError(f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)} (got {self.cross_entropy!r})")
         if self.fsdp_grad_sync not in FSDP_GRAD_SYNC:
             raise InputError(f"fsdp_grad_sync must be one of {', '.join(FSDP_GRAD_SYNC)} "
                              f"(got {self.fsdp_grad_sync!r})")

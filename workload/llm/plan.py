@@ -185,6 +185,9 @@ class ParallelPlan:
         if self.cp == 1:
             return
         where = f"plan for {model.name}: cp={self.cp}"
+        if model.window_size and model.window_size < model.seq_len:
+            raise InputError(f"{where}: sliding-window attention (window {model.window_size}) with context "
+                             "parallelism is not modelled (use cp=1)")
         if self.cp_comm_type == "a2a":
             heads, kv = model.num_heads // self.tp, model.kv_heads // self.tp
             if model.seq_len % self.cp or heads % self.cp or kv % self.cp:

@@ -48,7 +48,10 @@ class StageSizes:
         self.norm = costs.elementwise("norm", t_local * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
         self.final_norm = costs.elementwise("final_norm", t_local * h, costs.NORM_FLOPS[m.norm], 1, 1, d)
         self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, fp8=self.fp8)
-        self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d)
+        self.flash = flash = options.attention_backend == "flash"
+        self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d, flash=flash)
+        self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
+            if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
         self.attn_out = matmul("attn_out", t, heads * hd, h, d, fp8=self.fp8)
         in_width = (2 if m.gated_ffn else 1) * f
         if m.is_moe:
@@ -73,7 +76,8 @@ class StageSizes:
                                      2 if m.gated_ffn else 1, 1, d)
         vocab = p.padded_vocab(m) // tp
         self.head = Matmul("lm_head", t, h, vocab, d)
-        self.loss = costs.elementwise("loss", t * vocab, costs.LOSS_FLOPS, 1, 1, d)
+        self.loss = costs.cross_entropy(t, vocab, d) if options.cross_entropy == "unfused" else \
+            costs.elementwise("loss", t * vocab, costs.LOSS_FLOPS, 1, 1, d)
         self.embed = costs.elementwise("embedding", t * h, 1, 1, 1, d)
 
     def rows(self, matmul_: Matmul, parts: int) -> list[Matmul]:
