@@ -163,8 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="astra-sim (default): reproduce ASTRA-sim 2.x exactly; corrected: children of zero-time "
                         "nodes are issued at once instead of at the rank's next event")
     p.add_argument("--engine", choices=ENGINES, default="auto",
-                   help="auto (default): simulate one representative rank when all ranks are symmetric, else every "
-                        "message; message: always every message; symmetric: insist on the representative rank")
+                   help="auto (default): simulate one rank per class of ranks that behave alike, every rank when "
+                        "they cannot be folded; message: always every rank; symmetric: insist on one representative "
+                        "rank")
     p.add_argument("--collective-model", default="astra-sim", metavar="|".join(COLLECTIVE_MODELS),
                    help="astra-sim (default): ASTRA-sim's chunked collective algorithms over the network model; nccl: "
                         "every collective and send/receive timed by the NCCL/RCCL-like model of --hw-profile (the "
