@@ -47,11 +47,12 @@ class Messaging:
         self.messages = 0
         self._on_arrival = self._arrived  # bound once, not per message
 
-    def _match(self, key: tuple[int, int, int, int], send: bool) -> Match:
+    def _match(self, key: tuple[int, int, int, int], send: bool, head: Match | None = None) -> Match:
         """The match of the next send (``send``) or receive with this key: the oldest waiting other half, or a
-        new match queued behind the key's others."""
+        new match queued behind the key's others. ``head``: the key's waiting entry when the caller has it."""
         waiting = self._waiting
-        head = waiting.get(key)
+        if head is None:
+            head = waiting.get(key)
         if head is None:
             waiting[key] = entry = Match()
             return entry
@@ -76,7 +77,7 @@ class Messaging:
         if head is None:  # nothing waits: the common case, matched here without a call
             self._waiting[key] = entry = Match()
         else:
-            entry = self._match(key, True)
+            entry = self._match(key, True, head)
         entry.on_sent = on_sent
         entry.send_arg = arg
         entry.sent = True
@@ -90,7 +91,7 @@ class Messaging:
         if head is None:
             self._waiting[key] = entry = Match()
         else:
-            entry = self._match(key, False)
+            entry = self._match(key, False, head)
             if entry.arrived:
                 self.clock.call_later(0, on_received, arg, **self._own)
                 return

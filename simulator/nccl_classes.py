@@ -32,7 +32,6 @@ class CommClass:
     members: tuple[int, ...]  # the canonical communicator's members
     pairs: int  # (representative, communicator) pairs whose calls make up one call of the class
     orbit: int  # how many communicators the class holds
-    token: tuple[int, int]  # this representative's pair
 
 
 class NcclClasses:
@@ -59,7 +58,7 @@ class NcclClasses:
     def _classify(self, rank: int, gid: int, members: Sequence[int]) -> CommClass:
         q = self.quotient
         if gid == 0:
-            return CommClass(0, tuple(members), len(q.representatives), 1, (rank, 0))
+            return CommClass(0, tuple(members), len(q.representatives), 1)
         number = next((n for n, g in self.groups_of.get(rank, {}).items() if g.gid == gid), None)
         if number is None:
             raise AssertionError(f"rank {rank} issues on communicator {gid}, which it has not declared")
@@ -82,7 +81,7 @@ class NcclClasses:
         identity = (0,) * len(q.orders)
         images = tuple(q.moved(m, shift, identity) for m in members)
         pairs = {(q.rep_list[m], q.group_image(canonical, q.label(m))) for m in images}
-        return CommClass(canonical, images, len(pairs), len(reached), (rank, number))
+        return CommClass(canonical, images, len(pairs), len(reached))
 
     def resource(self, key: tuple[Any, ...]) -> tuple[tuple[Any, ...], int]:
         """(the class of a GPU port ("up", rank) or NIC ("nic", node, nic), how many resources it holds)."""

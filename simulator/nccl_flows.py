@@ -47,7 +47,7 @@ class FlowScheduler:
     """Transfer jobs sharing resources (see the module docstring)."""
 
     __slots__ = ("_heap", "_next_id", "_wakes", "active", "completed_work", "contexts", "engine", "load",
-                 "max_active", "orbits", "started_work", "users")
+                 "orbits", "started_work", "users")
 
     def __init__(self, engine: Any, contexts: Callable[[int, Any, int], None] | None = None) -> None:
         self.engine = engine
@@ -61,7 +61,6 @@ class FlowScheduler:
         self._next_id = 0
         self.started_work = 0  # ns of full-rate transfer started and completed (conservation checks)
         self.completed_work = 0
-        self.max_active = 0
 
     def start(self, work_ns: int, resources: tuple[int, ...], callbacks: list[Completion],
               weights: Sequence[int] | None = None) -> None:
@@ -86,8 +85,6 @@ class FlowScheduler:
                 affected.update(on)
             on[job.id] = job
             load[r] = load.get(r, 0) + w
-        if len(self.active) > self.max_active:
-            self.max_active = len(self.active)
         if affected:
             self._rerate(affected.values(), now)
         self._rerate((job,), now)

@@ -125,7 +125,7 @@ class NcclRun:
                 keys.extend(("up", r) for r in ranks)
         if len(by_node) > 1:
             keys.extend(dict.fromkeys(("nic", r // gpn, (r % gpn) * nics // gpn) for r in members))
-        return list(dict.fromkeys(keys))
+        return keys
 
     def _new_comm(self, members: tuple[int, ...], expected: int, orbit: int = 1) -> _Comm:
         """A communicator over ``members``; in a run by classes its resources are classes, each weighing the

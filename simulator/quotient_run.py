@@ -271,7 +271,7 @@ class QuotientMessaging(Messaging):
         if entry is None:  # nothing waits: the common case, matched here without a call (Messaging.send)
             self._waiting[key] = entry = Match()
         else:
-            entry = self._match(key, True)
+            entry = self._match(key, True, entry)
         entry.on_sent = on_sent
         entry.send_arg = arg
         entry.sent = True
@@ -289,7 +289,7 @@ class QuotientMessaging(Messaging):
         if entry is None:  # nothing sent yet: the common case, matched without a call (Messaging.recv)
             self._waiting[key] = entry = Match()
         else:
-            entry = self._match(key, False)
+            entry = self._match(key, False, entry)
             if entry.arrived:
                 self.clock.call_later(0, on_received, arg, offset=self.clock.own(dst))  # type: ignore[attr-defined]
                 return
