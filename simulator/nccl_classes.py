@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.collectives.hardware import HardwareProfile
 from simulator.quotient import Quotient
 from simulator.system import CommGroup
 
@@ -37,10 +38,11 @@ class CommClass:
 class NcclClasses:
     """Communicator and resource classes of a quotient run (see the module docstring)."""
 
-    def __init__(self, quotient: Quotient, gpus_per_node: int, nics_per_node: int) -> None:
+    def __init__(self, quotient: Quotient, profile: HardwareProfile) -> None:
         self.quotient = quotient
-        self.gpus_per_node = gpus_per_node
-        self.nics_per_node = nics_per_node
+        self.profile = profile
+        self.gpus_per_node = profile.gpus_per_node
+        self.nics_per_node = profile.nics_per_node
         self.groups_of: dict[int, dict[int, CommGroup]] = {}  # representative -> its groups (RankWorkload.groups)
         self._comms: dict[tuple[int, int], CommClass] = {}
         self._forward = [s.groups for s in quotient.shifts]
@@ -104,9 +106,8 @@ class NcclClasses:
         ms per communicator on 16,384 ranks of Llama-3 405B)."""
         found = self._nic_classes.get(orbit)
         if found is None:
-            gpn, nics = self.gpus_per_node, self.nics_per_node
-            ranks = self.quotient.table[orbit]
-            codes = np.unique((ranks // gpn) * nics + (ranks % gpn) * nics // gpn)  # in (node, nic) order
+            nics = self.nics_per_node
+            codes = np.unique(self.profile.nic_of(self.quotient.table[orbit]))  # in (node, nic) order
             first = int(codes[0])
             found = self._nic_classes[orbit] = (("nic", first // nics, first % nics), len(codes))
         return found

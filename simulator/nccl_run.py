@@ -87,7 +87,7 @@ class NcclRun:
         self.warn = warn or (lambda message: None)
         self._unforced: set[tuple[str, int, int]] = set()
         self.gpus_per_node = profile.gpus_per_node
-        self.nics_per_node = profile.scale_out.nics_per_node if profile.scale_out is not None else 1
+        self.nics_per_node = profile.nics_per_node
         self.npus = npus
         self.simulated = simulated
         self.world = tuple(range(npus))
@@ -124,7 +124,7 @@ class NcclRun:
             if len(ranks) > 1:
                 keys.extend(("up", r) for r in ranks)
         if len(by_node) > 1:
-            keys.extend(dict.fromkeys(("nic", r // gpn, (r % gpn) * nics // gpn) for r in members))
+            keys.extend(dict.fromkeys(("nic", *divmod(self.profile.nic_of(r), nics)) for r in members))
         return keys
 
     def _new_comm(self, members: tuple[int, ...], expected: int, orbit: int = 1) -> _Comm:

@@ -291,10 +291,7 @@ class Simulation:
         if self.hw_profile is None:
             return ()
         ranks = np.arange(self.network.num_npus)
-        gpn = self.hw_profile.gpus_per_node
-        out = self.hw_profile.scale_out
-        nics = out.nics_per_node if out is not None else 1
-        return ranks // gpn, (ranks // gpn) * nics + (ranks % gpn) * nics // gpn
+        return ranks // self.hw_profile.gpus_per_node, self.hw_profile.nic_of(ranks)
 
     def _generated_quotient(self, system: SystemConfig) -> Quotient | None:
         """For a generated workload that describes its ranks (TraceSet.structure): the classes, found without
@@ -328,8 +325,7 @@ class Simulation:
 
             classes = None
             if quotient is not None:
-                out = self.hw_profile.scale_out
-                classes = NcclClasses(quotient, self.hw_profile.gpus_per_node, out.nics_per_node if out else 1)
+                classes = NcclClasses(quotient, self.hw_profile)
             simulated_ranks = quotient.representatives if quotient is not None else (0,) if symmetric else range(npus)
             backend = self.nccl = NcclRun(engine, self.hw_profile, npus, simulated_ranks, opts.nccl_algorithm,
                                           self.warn, classes)

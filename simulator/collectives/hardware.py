@@ -124,6 +124,17 @@ class HardwareProfile:
     path: str = ""
     gpus_per_host: int | None = None  # hosts (schedulable machines) of a multi-host NVLink domain; None: one host
 
+    @property
+    def nics_per_node(self) -> int:
+        """NICs a node's traffic leaves by (1 for a profile without scale-out NICs)."""
+        return self.scale_out.nics_per_node if self.scale_out is not None else 1
+
+    def nic_of(self, ranks: Any) -> Any:
+        """The NIC rank(s) ``ranks`` leave their node by, numbered across nodes (node x NICs per node + index):
+        a node's NICs split its GPUs into equal blocks of consecutive ranks. An int or an array of ranks."""
+        gpn, nics = self.gpus_per_node, self.nics_per_node
+        return (ranks // gpn) * nics + (ranks % gpn) * nics // gpn
+
     def for_job(self, npus: int) -> HardwareProfile:
         """The profile as a job of ``npus`` GPUs sees it. On a domain of several hosts a job beyond one domain is
         placed in equal slices of whole hosts, as Slurm's ``--segment`` places it (Megatron-Bridge's launcher asks

@@ -7,14 +7,23 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.collectives.hardware import HardwareProfile, load_profile
 from simulator.nccl_classes import NcclClasses
 from simulator.quotient import Quotient, Shift
+
+
+def node_profile(gpus_per_node: int, nics_per_node: int) -> HardwareProfile:
+    """A shipped profile with nodes of ``gpus_per_node`` GPUs and ``nics_per_node`` NICs."""
+    hgx = load_profile("hgx-h100")
+    assert hgx.scale_out is not None
+    return replace(hgx, gpus_per_node=gpus_per_node, scale_out=replace(hgx.scale_out, nics_per_node=nics_per_node))
 
 
 def quotient_of_shifts(npus: int, sigmas: list[np.ndarray], orders: list[int]) -> Quotient:
@@ -81,7 +90,7 @@ def test_nic_classes_are_the_nics_the_shifts_reach(layout: tuple[int, int], node
     if not sigmas:
         sigmas, orders = [ranks.copy()], [1]
     q = quotient_of_shifts(npus, sigmas, orders)
-    classes = NcclClasses(q, gpn, nics)
+    classes = NcclClasses(q, node_profile(gpn, nics))
     for r in data.draw(st.permutations(range(npus)), "query order"):
         key = ("nic", r // gpn, (r % gpn) * nics // gpn)
         assert classes.resource(key) == walked(q, key, gpn, nics), key
@@ -95,7 +104,7 @@ def test_nic_classes_cost_the_orbits_not_a_walk_per_nic() -> None:
     npus = 16_384
     ranks = np.arange(npus)
     q = quotient_of_shifts(npus, [(ranks + 16) % npus], [npus // 16])
-    classes = NcclClasses(q, gpn, nics)
+    classes = NcclClasses(q, node_profile(gpn, nics))
     started = time.process_time()
     found = {classes.resource(("nic", r // gpn, r % gpn)) for r in range(npus)}
     used_s = time.process_time() - started
