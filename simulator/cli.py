@@ -27,6 +27,7 @@ from network.backends import BACKENDS
 from network.config import load_network, load_packet_config
 from simulator.checks import COMPUTE_MODELS
 from simulator.config import MemoryConfig, default_system, load_memory, load_system
+from simulator.node_table import COMM_STREAMS, SINGLE_STREAM
 from simulator.results import SimulationResult, format_astra_sim, format_text
 from simulator.simulation import (
     COLLECTIVE_MODELS,
@@ -178,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --collective-model nccl: run this algorithm (ring, tree, nvls, nvls_tree, collnet, pat, "
                         "direct, msccl) for every collective it can run, as NCCL_ALGO does; the library picks for the "
                         "rest")
+    p.add_argument("--comm-streams", choices=COMM_STREAMS, default=SINGLE_STREAM,
+                   help="single (default): one communication node in flight per rank, as ASTRA-sim; communicator: "
+                        "one per communicator (a collective's group, a send's peer), as NCCL runs each communicator "
+                        "on its own CUDA stream, so a data-parallel reduce-scatter does not hold up tensor- or "
+                        "pipeline-parallel traffic")
     p.add_argument("--drop-dangling-deps", action="store_true",
                    help="ignore dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
@@ -226,7 +232,7 @@ def run_simulation(argv: list[str]) -> int:
                          engine=args.engine, progress=not args.quiet, strict=args.strict,
                          timeline=bool(args.timeline), timeline_phases=args.timeline_phases,
                          max_wall_time_s=args.max_wall_time, collective_model=args.collective_model,
-                         hw_profile=args.hw_profile, nccl_algorithm=args.nccl_algo)
+                         hw_profile=args.hw_profile, nccl_algorithm=args.nccl_algo, comm_streams=args.comm_streams)
     sim = Simulation(workload_traces(args.workload, network.num_npus), network, system, memory, groups, options, _warn)
     try:
         result = sim.run()

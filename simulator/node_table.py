@@ -1,7 +1,10 @@
 """Per-node facts the simulator needs, pulled out of a TraceGraph once into plain lists.
 
 Lanes are ASTRA-sim's hardware slots: one CPU op, one GPU compute op and one GPU communication op may be
-in flight per rank; receives take no slot.
+in flight per rank; receives take no slot. With ``--comm-streams communicator`` (``communicator_lanes``) a
+rank has one communication slot per communicator instead, as NCCL runs every communicator on its own CUDA
+stream: a collective's slot is its group's, a send's the peer's (a two-rank communicator), and collectives
+without a group share ASTRA-sim's slot.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from workload.schema import CollectiveType, NodeType
 
 CPU_LANE, COMPUTE_LANE, COMM_LANE, RECV_LANE = 0, 1, 2, 3
 NUM_LANES = 4
+SINGLE_STREAM, COMMUNICATOR_STREAMS = "single", "communicator"
+COMM_STREAMS = (SINGLE_STREAM, COMMUNICATOR_STREAMS)
 NO_VALUE = -1
 MAX_DURATION_MICROS = (2**63 - 1) // 1000  # one node's time must fit a signed 64-bit count of ns
 
@@ -140,3 +145,26 @@ def _columns(graph: TraceGraph, which: Collection[str], whole: bool) -> dict[str
     if "involved_dim" in which:
         out["involved_dim"] = attrs.bool_lists("involved_dim")
     return out
+
+
+def communicator_lanes(table: NodeTable) -> tuple[list[int], int]:
+    """(lane of every node, number of lanes) with one communication lane per communicator: collectives by their
+    group (``pg_name``), sends by their peer; everything else in ASTRA-sim's lanes. Lanes are numbered in node
+    order, so ranks whose traces are images of each other number them alike."""
+    lanes = list(table.lanes)
+    numbers: dict[tuple[int, str | int], int] = {}
+    for i, lane in enumerate(lanes):
+        if lane != COMM_LANE:
+            continue
+        ntype = table.types[i]
+        if ntype == NodeType.COMM_COLL_NODE:
+            name = table.pg_name.get(i, "")
+            if name in ("", "0"):
+                continue
+            key: tuple[int, str | int] = (ntype, name)
+        elif ntype == NodeType.COMM_SEND_NODE and table.comm_dst[i] != NO_VALUE:
+            key = (ntype, table.comm_dst[i])
+        else:
+            continue
+        lanes[i] = numbers.setdefault(key, NUM_LANES + len(numbers))
+    return lanes, NUM_LANES + len(numbers)

@@ -23,6 +23,8 @@ from simulator.node_table import (
     NO_VALUE,
     NUM_LANES,
     RECV_LANE,
+    SINGLE_STREAM,
+    communicator_lanes,
     node_table,
 )
 from simulator.recording import CollectiveRecord, Intervals, TimelineLog
@@ -49,7 +51,7 @@ class RankWorkload:
                  *, memory: RemoteMemory, roofline: Roofline | None, replay_only: bool, corrected: bool,
                  kernels: KernelModel | None = None,
                  comm_groups: dict[int, tuple[int, ...]], warn: Callable[[str], None],
-                 timeline: bool = False, nccl: NcclRun | None = None) -> None:
+                 timeline: bool = False, nccl: NcclRun | None = None, comm_streams: str = SINGLE_STREAM) -> None:
         self.rank = rank
         self.path = path
         self.graph = graph
@@ -67,8 +69,10 @@ class RankWorkload:
             self.kernel_ns = node_times(graph, kernels, is_gpu_compute(np.asarray(t.types), np.asarray(t.is_cpu)),
                                         t.num_ops, t.tensor_size,
                                         np.asarray(t.has_num_ops) | np.asarray(t.has_tensor_size)).ns
-        self.feeder = Feeder(graph, deps, lanes=self.table.lanes, num_lanes=NUM_LANES)
-        self.slot_busy = [False] * NUM_LANES  # the receive lane never gets busy
+        self.lanes, num_lanes = (self.table.lanes, NUM_LANES) if comm_streams == SINGLE_STREAM else \
+            communicator_lanes(self.table)
+        self.feeder = Feeder(graph, deps, lanes=self.lanes, num_lanes=num_lanes)
+        self.slot_busy = [False] * num_lanes  # the receive lane never gets busy
         self.groups: dict[int, CommGroup] = {gid: CommGroup(gid, members) for gid, members in comm_groups.items()}
         self.start_ns: dict[int, int] = {}
         self.intervals = Intervals()
@@ -92,7 +96,7 @@ class RankWorkload:
 
     def _issue_ready(self) -> None:
         feeder, busy = self.feeder, self.slot_busy
-        closed = [busy[0], busy[1], busy[2], False]
+        closed = list(busy)  # the receive lane is never busy
         deferred = False
         while True:
             best = best_lane = -1
@@ -114,7 +118,7 @@ class RankWorkload:
     def _issue(self, i: int) -> bool:
         """Issue node i; True when it finished at once (its children then wait for the next walk)."""
         t = self.table
-        lane = t.lanes[i]
+        lane = self.lanes[i]
         if lane != RECV_LANE:
             self.slot_busy[lane] = True
         self.start_ns[i] = self.engine.now
@@ -294,7 +298,7 @@ class RankWorkload:
 
     # --- completion ----------------------------------------------------------------------------------
     def _release(self, i: int) -> None:
-        lane = self.table.lanes[i]
+        lane = self.lanes[i]
         if lane != RECV_LANE:
             self.slot_busy[lane] = False
         self._record(i)

@@ -22,6 +22,7 @@ from simulator.chunk_order import ChunkOrders
 from simulator.config import IMPLEMENTATION_KEYS, MemoryConfig, SystemConfig, check_memory_fits
 from simulator.engine import CheckedEngine, Engine
 from simulator.memory import RemoteMemory
+from simulator.node_table import COMM_STREAMS, SINGLE_STREAM
 from simulator.quotient import Quotient, find_quotient, finer, quotient_of
 from simulator.quotient_run import Diverged, QuotientEngine, QuotientMessaging
 from simulator.rank import RankWorkload
@@ -80,6 +81,8 @@ class RunOptions:
     # NCCL/RCCL-like model (simulator/nccl_run.py) times every collective and send/receive
     hw_profile: str | None = None  # the nccl model's hardware profile: a shipped name or a profile file (.yml)
     nccl_algorithm: str | None = None  # the nccl model runs this algorithm wherever it can (as NCCL_ALGO)
+    comm_streams: str = SINGLE_STREAM  # single: ASTRA-sim's one communication node in flight per rank;
+    # communicator: one per communicator (a collective's group, a send's peer), as NCCL's streams
 
 
 def _finite(value: Any, low: float, high: float) -> bool:
@@ -124,6 +127,9 @@ class Simulation:
         if opts.max_wall_time_s is not None and not (_finite(opts.max_wall_time_s, 0, 1e9) and opts.max_wall_time_s):
             raise InputError("the wall-time limit must be a positive number of seconds, not "
                              f"{shown(opts.max_wall_time_s)}")
+        if opts.comm_streams not in COMM_STREAMS:
+            raise InputError(f"unknown communication streams {shown(opts.comm_streams)}; valid: "
+                             f"{', '.join(COMM_STREAMS)}")
         if opts.compute_model not in COMPUTE_MODELS:
             raise InputError(f"unknown compute model {shown(opts.compute_model)}; valid: {', '.join(COMPUTE_MODELS)}")
         self._check_collective_model()
@@ -357,7 +363,7 @@ class Simulation:
                 RankSystem(r, setup), memory=memory, roofline=roofline, kernels=self.compute.kernels,
                 replay_only=self.system.replay_only,
                 corrected=opts.semantics == "corrected", comm_groups=self.comm_groups, warn=self.warn,
-                timeline=opts.timeline, nccl=self.nccl))
+                timeline=opts.timeline, nccl=self.nccl, comm_streams=opts.comm_streams))
             if opts.timeline_phases:
                 ranks[-1].system.phase_log = []
         if isinstance(messaging, QuotientMessaging):

@@ -20,6 +20,7 @@ from typing import Any
 
 from network.config import NetworkConfig
 from simulator.config import MemoryConfig, default_system
+from simulator.node_table import COMMUNICATOR_STREAMS
 from simulator.simulation import RunOptions, Simulation
 from simulator.tools.step_breakdown import NodeKinds, slowest_rank_breakdown
 from workload.errors import InputError
@@ -58,6 +59,7 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     compute_model = best_compute_model()
     extra = {"compute_model": compute_model} if compute_model != "roofline" else {}
     options = RunOptions(collective_model="nccl", hw_profile=profile, device=device, progress=progress,
+                         comm_streams=COMMUNICATOR_STREAMS,
                          timeline=True, **extra)
     sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options,
                      warn=warn)

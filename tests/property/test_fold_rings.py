@@ -1,7 +1,8 @@
 """Folded runs with the send/receive rings of context-parallel ring attention and --tp-comm-overlap, virtual
 stages with sequence parallelism, experts over the data-parallel ranks (groups of the same ranks), under the
 astra-sim collective model (both analytical backends) and the NCCL model (profiles with 4, 8 and 16 NICs per
-node): every rank equals the message engine's, to the nanosecond."""
+node), with one communication stream per rank or one per communicator: every rank equals the message
+engine's, to the nanosecond."""
 
 from __future__ import annotations
 
@@ -74,3 +75,15 @@ def test_rings_fold_exactly(tmp_path: Path, case: dict[str, Any], backend: str) 
 @given(ring_layouts(), st.sampled_from(["aws-p4d-a100", "hgx-h100", "oci-a100-b4"]))
 def test_nccl_runs_fold_exactly(tmp_path: Path, case: dict[str, Any], profile: str) -> None:
     run_both(tmp_path, case, collective_model="nccl", hw_profile=profile)
+
+
+@settings(max_examples=max(EXAMPLES, 10), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ring_layouts(), st.sampled_from(["hgx-h100", "oci-a100-b4"]))
+def test_communicator_streams_fold_exactly(tmp_path: Path, case: dict[str, Any], profile: str) -> None:
+    """One communication stream per communicator (--comm-streams communicator), with the distributed optimizer's
+    overlapped buckets in the mix: folded runs still equal the message engine's."""
+    case["spec"].update(overlap_grad_reduce=True, ddp_bucket_size="megatron", iteration_tail=True)
+    if case["spec"]["zero"] == 1:
+        case["spec"]["overlap_param_gather"] = True
+    run_both(tmp_path, case, collective_model="nccl", hw_profile=profile, comm_streams="communicator")

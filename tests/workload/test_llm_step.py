@@ -142,6 +142,22 @@ def test_overlap_param_gather_starts_the_iteration(tmp_path: Path) -> None:
         assert gathers[i].id in g.deps
 
 
+def test_overlapped_buckets_are_waited_for_where_their_modules_run(tmp_path: Path) -> None:
+    """Megatron's buckets with overlap_param_gather on one stage: the embedding waits only for the bucket holding
+    it (the last one reduced, gathered first); the final norm, in the first bucket (gathered last), is waited for
+    at the end of the forward, not before the embedding."""
+    plan = ParallelPlan(dp=2, num_micro_batches=2, zero_stage=1)
+    t = traces(tmp_path, SMALL_GPT, plan, overlap_grad_reduce=True, overlap_param_gather=True, bucket_size=1)[0]
+    gathers = [n for n in t.collectives(AG) if "_param_allgather" in n.name]
+    assert len(gathers) > 2 and gathers[-1].name == "bucket0_dp_param_allgather"
+    embedding = next(n for n in t.compute() if n.name == "mb0.fwd.embedding")
+    batch = [t.by_id(d) for d in embedding.deps]
+    waited = {d for n in [embedding, *batch] for d in n.deps}
+    assert gathers[0].id in waited and gathers[-1].id not in waited
+    final_norm = next(n for n in t.compute() if n.name == "mb0.fwd.final_norm")
+    assert gathers[-1].id in final_norm.deps
+
+
 def test_overlapping_gradients_and_fsdp_choices_shorten_the_step(tmp_path: Path) -> None:
     base = {"generate": "llm", "num_layers": 4, "hidden_size": 1024, "num_heads": 16, "num_kv_heads": 4,
             "ffn_hidden_size": 4096, "vocab_size": 1000, "seq_len": 1024, "dp": 4, "global_batch": 8}

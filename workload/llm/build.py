@@ -123,7 +123,8 @@ class _StageBuilder:
         embeds, heads = self._holds(chunk)
         x = self.grads.gather(pre + "root", "root", "fwd") if self.grads.root_params and (embeds or heads) else []
         if (embeds or heads) and mb == 0:
-            x = x + self.grads.first_use("root")
+            x = x + self.grads.first_use("root", None if self.grads.mode != "bucket" else
+                                         "embedding" if embeds else "lm_head")
         if embeds:
             x = self.tail.batch(pre, True, x)
             x = prog.compute(pre + "embedding", z.embed[0], x, "fwd")
@@ -138,6 +139,8 @@ class _StageBuilder:
                 x = x + self.grads.first_use(f"layer{layer}")
             x = self.layers.forward(f"{pre}layer{layer}.", x, "fwd", layer)
         if heads:
+            if embeds and mb == 0 and self.grads.mode == "bucket":
+                x = x + self.grads.first_use("root", "lm_head")
             x = prog.compute(pre + "final_norm", z.final_norm[0], x, "fwd")
             x = self.tp.gather(pre + "head", x, "fwd", gemm_input=False)
             x = prog.compute(pre + "lm_head", z.head.forward(), x, "fwd")

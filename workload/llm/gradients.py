@@ -237,13 +237,17 @@ class GradientSync:
                 self.param_gathers[i] = got
                 prev = [got]
 
-    def first_use(self, unit: str) -> list[int]:
-        """The parameter all-gathers ``unit``'s first forward waits for (overlap_param_gather)."""
+    def first_use(self, unit: str, tensor: str | None = None) -> list[int]:
+        """The parameter all-gathers ``unit``'s first forward waits for (overlap_param_gather); in bucket mode
+        ``tensor`` narrows it to the buckets holding that tensor of the unit (the embedding waits for its own
+        bucket at the start of the forward, the final norm and output layer for theirs at its end: Megatron's
+        forward pre-hook waits per module)."""
         if not self.param_gathers:
             return []
         gathers = self._gather_list()
         if self.mode == "bucket":
-            wanted = {f"bucket{b.index}" for b in self.bucket_of.get(unit, [])}
+            wanted = {f"bucket{b.index}" for b in self.bucket_of.get(unit, [])
+                      if tensor is None or (unit, tensor) in b.tensors}
             return sorted(self.param_gathers[i] for i, g in enumerate(gathers) if g[0] in wanted
                           and i in self.param_gathers)
         return sorted(self.param_gathers[i] for i, g in enumerate(gathers) if g[0] == unit and i in self.param_gathers)

@@ -3,8 +3,10 @@
 Every rank of a stage runs the same program and differs only in its communicator groups and send/recv peers,
 which workload/llm/emit.py fills in. Compute nodes form one chain in program order (one GPU stream, as ASTRA-sim
 runs one compute node at a time per rank); a collective or a send runs beside compute whenever no dependency
-orders them, and ASTRA-sim runs one communication node at a time per rank (the trace cannot express a second
-communication stream; overlap is expressed by what waits for what).
+orders them. ASTRA-sim runs one communication node at a time per rank; the simulator's ``--comm-streams
+communicator`` runs one per communicator (a collective's group, a send's peer), as NCCL's streams do, so the
+data-parallel buckets no longer hold up tensor- or pipeline-parallel traffic. Overlap is expressed by what waits
+for what.
 """
 
 from __future__ import annotations
