@@ -184,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "one per communicator (a collective's group, a send's peer), as NCCL runs each communicator "
                         "on its own CUDA stream, so a data-parallel reduce-scatter does not hold up tensor- or "
                         "pipeline-parallel traffic")
+    p.add_argument("--sm-sharing", action="store_true",
+                   help="with --collective-model nccl and --compute-model kernels: a running collective holds one SM "
+                        "per channel, and a GEMM or attention kernel started meanwhile runs on the SMs left")
     p.add_argument("--drop-dangling-deps", action="store_true",
                    help="ignore dependencies on nodes absent from a trace (with a warning) instead of failing")
     p.add_argument("--json", dest="json_path", metavar="FILE", help="write the results as JSON")
@@ -232,7 +235,8 @@ def run_simulation(argv: list[str]) -> int:
                          engine=args.engine, progress=not args.quiet, strict=args.strict,
                          timeline=bool(args.timeline), timeline_phases=args.timeline_phases,
                          max_wall_time_s=args.max_wall_time, collective_model=args.collective_model,
-                         hw_profile=args.hw_profile, nccl_algorithm=args.nccl_algo, comm_streams=args.comm_streams)
+                         hw_profile=args.hw_profile, nccl_algorithm=args.nccl_algo, comm_streams=args.comm_streams,
+                         sm_sharing=args.sm_sharing)
     sim = Simulation(workload_traces(args.workload, network.num_npus), network, system, memory, groups, options, _warn)
     try:
         result = sim.run()

@@ -100,6 +100,7 @@ class NcclRun:
         self._pending: dict[tuple[int, int], _Call] = {}
         self._seq: dict[tuple[int, int], int] = {}  # (rank, communicator id) -> calls issued so far
         self._pairs: dict[tuple[int, int], _Comm] = {}
+        self._blocks: dict[tuple[int, int, str, int], int] = {}
         self.collectives = 0
         self.messages = 0
 
@@ -205,6 +206,18 @@ class NcclRun:
             plan, latency, transfer = self._timing(call.comm, kind, size_bytes)
             done: list[Completion] = [(r, c, f, (a, plan.chosen), None) for r, c, f, a in call.arrived]
             self.engine.call_later(latency, self._begin, (transfer, call.comm, done), **self._later)
+
+    def blocks(self, comm_id: int, members: tuple[int, ...], kind: str, size_bytes: int) -> int:
+        """Thread blocks (one SM each: the chosen candidate's channels) of the collective ``issue`` would run."""
+        key = (comm_id, len(members), kind, size_bytes)
+        found = self._blocks.get(key)
+        if found is None:
+            communicator = Communicator.of(tuple(dict.fromkeys(members)), self.gpus_per_node)
+            forced = self.algorithm
+            if forced is not None and not self.model.runs(forced, kind, size_bytes, communicator):
+                forced = None
+            found = self._blocks[key] = self.model.plan(kind, size_bytes, communicator, forced).chosen.channels
+        return found
 
     def _mismatch(self, call: _Call, rank: int, comm_id: int, members: tuple[int, ...], kind: str, size: int
                   ) -> str:

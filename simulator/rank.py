@@ -28,6 +28,7 @@ from simulator.node_table import (
     node_table,
 )
 from simulator.recording import CollectiveRecord, Intervals, TimelineLog
+from simulator.sm_sharing import SmSharing
 from simulator.system import POINT_TO_POINT, CommGroup, DataSet, RankSystem, wire_tag
 from workload.errors import InputError, TraceError, shown
 from workload.feeder import Feeder
@@ -51,7 +52,8 @@ class RankWorkload:
                  *, memory: RemoteMemory, roofline: Roofline | None, replay_only: bool, corrected: bool,
                  kernels: KernelModel | None = None,
                  comm_groups: dict[int, tuple[int, ...]], warn: Callable[[str], None],
-                 timeline: bool = False, nccl: NcclRun | None = None, comm_streams: str = SINGLE_STREAM) -> None:
+                 timeline: bool = False, nccl: NcclRun | None = None, comm_streams: str = SINGLE_STREAM,
+                 sm_sharing: bool = False) -> None:
         self.rank = rank
         self.path = path
         self.graph = graph
@@ -87,6 +89,9 @@ class RankWorkload:
         self._collective_info: dict[int, tuple[str, int, int]] = {}  # node -> (kind, participants, group)
         self.timeline = TimelineLog() if timeline else None
         self.nccl = nccl  # --collective-model nccl: collectives go to the run's NCCL-like model
+        # --sm-sharing: the SMs this rank's running collectives hold slow its compute-bound kernels
+        self.sms = SmSharing(graph, kernels.units) if sm_sharing and kernels is not None and nccl is not None \
+            else None
 
     # --- the issue loop ------------------------------------------------------------------------------
     def wake(self, _: Any = None) -> None:
@@ -132,6 +137,8 @@ class RankWorkload:
                 runtime = self.kernel_ns[i]
                 if runtime <= 0:
                     return self._finish_at_once(i)
+                if self.sms is not None:
+                    runtime = self.sms.scaled(i, runtime)
                 self.gpu_compute_ns += runtime
                 self.system.register(runtime, self._node_done, i)
             elif self.roofline is None or t.is_cpu[i] or self.kernel_ns is not None:
@@ -222,13 +229,17 @@ class RankWorkload:
         dataset = DataSet(1, self.engine.now)  # a placeholder for progress lines and deadlock reports
         dataset.label = i
         self.collectives[i] = dataset
+        members = group.members if group else self.nccl.world
         try:
-            self.nccl.issue(self.rank, gid, group.members if group else self.nccl.world, kind, size,
-                            self._nccl_done, i, lambda: self._where(i))
+            self.nccl.issue(self.rank, gid, members, kind, size, self._nccl_done, i, lambda: self._where(i))
         except InputError as e:
             raise self._error(i, str(e)) from None
+        if self.sms is not None:
+            self.sms.hold(i, self.nccl.blocks(gid, members, kind, size))
 
     def _nccl_done(self, i: int, chosen: Candidate) -> None:
+        if self.sms is not None:
+            self.sms.release(i)
         self._collective_done(i, self.engine.now - self.start_ns[i], chosen)
 
     def _group(self, i: int) -> CommGroup | None:

@@ -83,6 +83,7 @@ class RunOptions:
     nccl_algorithm: str | None = None  # the nccl model runs this algorithm wherever it can (as NCCL_ALGO)
     comm_streams: str = SINGLE_STREAM  # single: ASTRA-sim's one communication node in flight per rank;
     # communicator: one per communicator (a collective's group, a send's peer), as NCCL's streams
+    sm_sharing: bool = False  # running NCCL collectives hold SMs that compute-bound kernels lose (nccl + kernels)
 
 
 def _finite(value: Any, low: float, high: float) -> bool:
@@ -130,6 +131,9 @@ class Simulation:
         if opts.comm_streams not in COMM_STREAMS:
             raise InputError(f"unknown communication streams {shown(opts.comm_streams)}; valid: "
                              f"{', '.join(COMM_STREAMS)}")
+        if opts.sm_sharing and (opts.collective_model != "nccl" or opts.compute_model != "kernels"):
+            raise InputError("SM sharing (--sm-sharing) needs --collective-model nccl (the blocks its collectives run) "
+                             "and --compute-model kernels (the device's SMs and which kernels are compute-bound)")
         if opts.compute_model not in COMPUTE_MODELS:
             raise InputError(f"unknown compute model {shown(opts.compute_model)}; valid: {', '.join(COMPUTE_MODELS)}")
         self._check_collective_model()
@@ -363,7 +367,8 @@ class Simulation:
                 RankSystem(r, setup), memory=memory, roofline=roofline, kernels=self.compute.kernels,
                 replay_only=self.system.replay_only,
                 corrected=opts.semantics == "corrected", comm_groups=self.comm_groups, warn=self.warn,
-                timeline=opts.timeline, nccl=self.nccl, comm_streams=opts.comm_streams))
+                timeline=opts.timeline, nccl=self.nccl, comm_streams=opts.comm_streams,
+                sm_sharing=opts.sm_sharing))
             if opts.timeline_phases:
                 ranks[-1].system.phase_log = []
         if isinstance(messaging, QuotientMessaging):

@@ -156,7 +156,7 @@ def _variant(t: _Template, buf: np.ndarray, diff: np.ndarray, path: str, checks:
         io_offset=base.io_offset, io_length=base.io_length, attrs=attrs, warnings=list(base.warnings),
         duration_ns=base.duration_ns, layout=base.layout, variant=Variation(base, changed, occ),
         # the dependency structure is the template's: its nodes keep their indices and dependencies their targets
-        cache={k: v for k, v in base.cache.items() if k.startswith("deps:")})
+        cache={k: v for k, v in base.cache.items() if isinstance(k, str) and k.startswith("deps:")})
     if checks and changed:
         check_changed_values(graph, occ, changed)
     return graph

@@ -59,7 +59,7 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     compute_model = best_compute_model()
     extra = {"compute_model": compute_model} if compute_model != "roofline" else {}
     options = RunOptions(collective_model="nccl", hw_profile=profile, device=device, progress=progress,
-                         comm_streams=COMMUNICATOR_STREAMS,
+                         comm_streams=COMMUNICATOR_STREAMS, sm_sharing=compute_model == "kernels",
                          timeline=True, **extra)
     sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options,
                      warn=warn)

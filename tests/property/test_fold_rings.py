@@ -81,9 +81,11 @@ def test_nccl_runs_fold_exactly(tmp_path: Path, case: dict[str, Any], profile: s
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ring_layouts(), st.sampled_from(["hgx-h100", "oci-a100-b4"]))
 def test_communicator_streams_fold_exactly(tmp_path: Path, case: dict[str, Any], profile: str) -> None:
-    """One communication stream per communicator (--comm-streams communicator), with the distributed optimizer's
-    overlapped buckets in the mix: folded runs still equal the message engine's."""
+    """One communication stream per communicator (--comm-streams communicator) and collectives holding SMs
+    (--sm-sharing), with the distributed optimizer's overlapped buckets in the mix: folded runs still equal the
+    message engine's."""
     case["spec"].update(overlap_grad_reduce=True, ddp_bucket_size="megatron", iteration_tail=True)
     if case["spec"]["zero"] == 1:
         case["spec"]["overlap_param_gather"] = True
-    run_both(tmp_path, case, collective_model="nccl", hw_profile=profile, comm_streams="communicator")
+    run_both(tmp_path, case, collective_model="nccl", hw_profile=profile, comm_streams="communicator",
+             compute_model="kernels", sm_sharing=True)

@@ -175,3 +175,17 @@ def test_uncalibrated_devices_say_so(traces: tuple[str, str]) -> None:
     api_simulate(prefix, net, device="TPUv4", compute_model="kernels", warn=warnings.append)
     assert any("device TPUv4: no kernel measurements calibrate its kernel parameters (they are H100's)" in w
                for w in warnings)
+
+
+def test_ranks_read_as_variants_of_one_trace_run_under_the_kernel_model(tmp_path: Path) -> None:
+    """Two context-parallel ranks: the second trace is read as a variant of the first, after the kernel model
+    cached its times on the first (a key that is not a text); the folded run equals the message engine's."""
+    spec = {"generate": "llm", "num_layers": 2, "hidden_size": 256, "num_heads": 8, "num_kv_heads": 8,
+            "ffn_hidden_size": 512, "vocab_size": 1000, "seq_len": 64, "cp": 2, "global_batch": 1}
+    (tmp_path / "w.yaml").write_text(json.dumps(spec))
+    (tmp_path / "n.yml").write_text(json.dumps({"topology": ["Ring"], "npus_count": [2], "bandwidth": [400.0],
+                                                "latency": [500.0]}))
+    runs = [api_simulate(str(tmp_path / "w.yaml"), str(tmp_path / "n.yml"), device="H100", compute_model="kernels",
+                         collective_model="nccl", hw_profile="hgx-h100", engine=engine)
+            for engine in ("auto", "message")]
+    assert runs[0].ranks == runs[1].ranks and runs[0].ranks[0].finish_ns > 0
