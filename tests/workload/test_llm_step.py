@@ -126,20 +126,30 @@ def test_megatron_buckets(tmp_path: Path) -> None:
     assert TrainingOptions(bucket_size="megatron").bucket_params(dp=8, cp=1) == 40_000_000
 
 
-def test_overlap_param_gather_starts_the_iteration(tmp_path: Path) -> None:
-    """The distributed optimizer's all-gathers (of the previous step's update) run per layer at the start, one after
-    the other; each layer's first forward waits for its own; none follows the optimizer."""
+def test_overlap_param_gather_runs_one_ahead_of_the_forward(tmp_path: Path) -> None:
+    """The distributed optimizer's all-gathers (of the previous step's update) run per layer in forward order: the
+    first at the start of the iteration, each next one when the one before is done and the forward has reached
+    the unit that one serves (Megatron-Core r0.8 dispatches the next bucket's all-gather in the forward pre-hook
+    that waits for the current one); each layer's first forward waits for its own; none follows the optimizer."""
     plan = ParallelPlan(dp=2, num_micro_batches=2, zero_stage=1)
     t = traces(tmp_path, SMALL, plan, overlap_grad_reduce=True, overlap_param_gather=True)[0]
     gathers = [n for n in t.collectives(AG) if "_param_allgather" in n.name]
     assert [n.name for n in gathers] == ["root_dp_param_allgather"] + [f"layer{i}_dp_param_allgather"
                                                                         for i in range(SMALL.num_layers)]
-    assert max(n.id for n in gathers) < min(n.id for n in t.compute())
+    assert gathers[0].id < min(n.id for n in t.compute()) and not gathers[0].deps
+    first_kernel = {i: next(n for n in t.compute() if n.name == f"mb0.fwd.layer{i}.attn_norm")
+                    for i in range(SMALL.num_layers)}
     for i, g in enumerate(gathers[1:]):
-        first = next(n for n in t.compute() if n.name == f"mb0.fwd.layer{i}.attn_norm")
         later = next(n for n in t.compute() if n.name == f"mb1.fwd.layer{i}.attn_norm")
-        assert g.id in first.deps and g.id not in later.deps
+        assert g.id in first_kernel[i].deps and g.id not in later.deps
         assert gathers[i].id in g.deps
+        gates = [t.by_id(d) for d in g.deps if t.by_id(d).type == NodeType.COMP_NODE]
+        if i >= 2:  # dispatched when the forward reached layer i - 1: behind the kernels issued before it
+            (gate,) = gates
+            assert gate.name.startswith("mb0.fwd.") and first_kernel[i - 2].id < gate.id < first_kernel[i - 1].id
+        else:  # layer 0's is dispatched at the embedding and layer 1's at layer 0, behind the first kernel only
+            assert all(n.name == "mb0.fwd.embedding" for n in gates)
+    assert all("optimizer" not in t.by_id(d).name for g in gathers for d in g.deps)
 
 
 def test_overlapped_buckets_are_waited_for_where_their_modules_run(tmp_path: Path) -> None:

@@ -75,7 +75,10 @@ class GradientSync:
         self.buckets: list[Bucket] = []
         self.closing: dict[tuple[str, str], list[Bucket]] = {}  # (unit, tensor) -> buckets it completes
         self.bucket_of: dict[str, list[Bucket]] = {}  # unit -> buckets holding its tensors
-        self.param_gathers: dict[int, int] = {}  # bucket index (or unit position) -> all-gather at the start
+        self.param_gathers: dict[int, int] = {}  # position in the gather list -> its all-gather (overlapped)
+        self.gather_ahead = False  # overlap_param_gather: all-gathers dispatched one ahead of the forward
+        self.dispatched = 0  # positions of the gather list issued so far
+        self.last_gather: list[int] = []
         if self.mode == "bucket":
             for chunk, units in enumerate(chunk_units):
                 self._fill_buckets(chunk, units)
@@ -225,29 +228,47 @@ class GradientSync:
                            "optimizer")
 
     def start(self) -> None:
-        """With overlap_param_gather: the parameter all-gathers at the start of the iteration (those of the
-        previous step's update), in forward order, one after the other."""
-        if self.p.zero_stage not in (1, 2) or not self.o.overlap_param_gather:
-            return
-        prev: list[int] = []
-        for i, (name, kind, params, fp8) in enumerate(self._gather_list()):
+        """With overlap_param_gather: the first parameter all-gather (of the previous step's update) at the start
+        of the iteration; the next ones follow in forward order as the forward reaches them (first_use)."""
+        self.gather_ahead = self.p.zero_stage in (1, 2) and self.o.overlap_param_gather
+        if self.gather_ahead:
+            self._dispatch_through(0, [])
+
+    def _dispatch_through(self, index: int, gate: list[int]) -> None:
+        """Issue the parameter all-gathers up to ``index`` of the gather list (each after the one before and
+        after ``gate``)."""
+        gathers = self._gather_list()
+        while self.dispatched <= min(index, len(gathers) - 1):
+            name, kind, params, fp8 = gathers[self.dispatched]
             got = self.prog.coll_id(f"{name}_{kind}_param_allgather", kind, AG, self.param_bytes(params, fp8, kind),
-                                    prev, "fwd")
+                                    sorted({*self.last_gather, *gate}), "fwd")
             if got is not None:
-                self.param_gathers[i] = got
-                prev = [got]
+                self.param_gathers[self.dispatched] = got
+                self.last_gather = [got]
+            self.dispatched += 1
 
     def first_use(self, unit: str, tensor: str | None = None) -> list[int]:
         """The parameter all-gathers ``unit``'s first forward waits for (overlap_param_gather); in bucket mode
         ``tensor`` narrows it to the buckets holding that tensor of the unit (the embedding waits for its own
         bucket at the start of the forward, the final norm and output layer for theirs at its end: Megatron's
-        forward pre-hook waits per module)."""
-        if not self.param_gathers:
+        forward pre-hook waits per module).
+
+        Waiting for a bucket's all-gather dispatches the next bucket's (Megatron-Core r0.8's
+        _finish_param_sync_helper, one bucket ahead so that communication kernels do not block compute kernels
+        in the single hardware queue of CUDA_DEVICE_MAX_CONNECTIONS=1): it starts once that one is done and the
+        kernel before this module has started (it is queued behind the kernels issued before it)."""
+        if not self.gather_ahead:
             return []
         gathers = self._gather_list()
         if self.mode == "bucket":
             wanted = {f"bucket{b.index}" for b in self.bucket_of.get(unit, [])
                       if tensor is None or (unit, tensor) in b.tensors}
-            return sorted(self.param_gathers[i] for i, g in enumerate(gathers) if g[0] in wanted
-                          and i in self.param_gathers)
-        return sorted(self.param_gathers[i] for i, g in enumerate(gathers) if g[0] == unit and i in self.param_gathers)
+            indices = [i for i, g in enumerate(gathers) if g[0] in wanted]
+        else:
+            indices = [i for i, g in enumerate(gathers) if g[0] == unit]
+        if not indices:
+            return []
+        gate = [self.prog.prev_compute] if self.prog.prev_compute else []
+        self._dispatch_through(max(indices), gate)
+        self._dispatch_through(max(indices) + 1, gate)
+        return sorted(self.param_gathers[i] for i in indices if i in self.param_gathers)

@@ -17,9 +17,10 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
 - ``bucket_size`` (None): parameters per gradient bucket. None = one bucket per layer (and one for the
   embedding/output layer); "megatron" = Megatron-Core's default max(40M, 1M x dp x cp), in Megatron's parameter
   order, with one bucket per model chunk on pipeline stages after the first and on chunks after the first.
-- ``overlap_param_gather`` (False): the distributed optimizer's parameter all-gathers run per bucket at the
-  start of the iteration, each layer's first forward waiting for its bucket (Megatron overlaps them with the
-  next forward); off, they follow the optimizer step.
+- ``overlap_param_gather`` (False): the distributed optimizer's parameter all-gathers run per bucket with the
+  next iteration's first forward, one bucket ahead: the first at the start, each next one once the one before is
+  done and the forward has reached the module waiting for it (Megatron-Core r0.8's forward pre-hook); each
+  module's first forward waits for its bucket. Off, they follow the optimizer step.
 - ``tp_comm_overlap`` (False): Megatron-Core's --tp-comm-overlap (Transformer Engine userbuffers, needs sequence
   parallelism): the all-gather before the QKV and FC1 GEMMs and before the projection and FC2 input-gradient
   GEMMs becomes a ring exchange of tp - 1 steps feeding tp GEMM chunks; the reduce-scatter after the projection

@@ -55,6 +55,7 @@ class Program:
     def __init__(self, kinds: set[str], ring_tag_base: int) -> None:
         self.ops: list[Op] = []
         self.last_compute = 0
+        self.prev_compute = 0  # the compute node before last_compute (0: none)
         self.kinds = kinds  # the group kinds this stage's ranks have (size > 1)
         self._next_ring_tag = ring_tag_base
 
@@ -65,6 +66,7 @@ class Program:
     def compute(self, name: str, kernel: Kernel, deps: list[int], phase: str) -> list[int]:
         """A kernel after the previous one (the compute chain) and after ``deps``."""
         ctrl = [self.last_compute] if self.last_compute and self.last_compute not in deps else []
+        self.prev_compute = self.last_compute
         self.last_compute = self.add(Op(name, NodeType.COMP_NODE, phase, list(deps), ctrl, kernel=kernel))
         return [self.last_compute]
 
