@@ -14,6 +14,9 @@ from typing import Any
 
 PACKAGE = "ChakraProtoMsg"
 MESSAGES = ("Node", "GlobalMetadata", "AttributeProto", "IOInfo", "Tensor")
+# A node attribute of astrasim-py's own (ASTRA-sim ignores it): the SMs a collective's kernel occupies when it is
+# not NCCL's (Transformer Engine's userbuffers); read by --sm-sharing (simulator/sm_sharing.py)
+COMM_SMS = "comm_sms"
 
 
 class NodeType(enum.IntEnum):

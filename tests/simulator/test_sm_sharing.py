@@ -54,6 +54,15 @@ def test_a_kernel_beside_a_collective(tmp_path: Path, attrs: dict[str, object], 
         assert base == gemm_ns() and 0 < blocks < sms
 
 
+def test_a_collective_stating_its_sms_holds_those(tmp_path: Path) -> None:
+    """A userbuffers collective (comm_sms 16, as Transformer Engine's) holds 16 SMs, not NCCL's channels."""
+    size = 1024 * MiB
+    traces = [[coll(1, AR, size, comm_sms=16), kernel(2, GEMM)]] * 2
+    sim, _ = simulation(tmp_path, traces, switch(2), timeline=True, sm_sharing=True, **RUN)
+    sms = device("H100").compute_units
+    assert spans(sim, 0)["k2"] == (0, -(-gemm_ns() * sms // (sms - 16)))
+
+
 def test_a_kernel_after_the_collective_runs_at_full_speed(tmp_path: Path) -> None:
     traces = [[coll(1, AR, 64 * MiB), kernel(2, GEMM, [1])]] * 2
     sim, _ = simulation(tmp_path, traces, switch(2), timeline=True, sm_sharing=True, **RUN)

@@ -180,6 +180,22 @@ def test_overlapping_gradients_and_fsdp_choices_shorten_the_step(tmp_path: Path)
 
 # --- tensor-parallel communication overlap ---------------------------------------------------------------------
 
+def test_tp_comm_overlap_marks_userbuffers_kernels_with_their_sms(tmp_path: Path) -> None:
+    """Transformer Engine's userbuffers run the pipelined reduce-scatters and the backward's bulk all-gather and
+    reduce-scatter on 16 SMs: those collectives say so (comm_sms); the others (NCCL's) and the ring exchange's
+    sends do not, nor does anything without tp_comm_overlap."""
+    plan = ParallelPlan(tp=2, num_micro_batches=1, sequence_parallel=True)
+    over = traces(tmp_path / "a", SMALL, plan, tp_comm_overlap=True)[0]
+    marked = {n.name.split(".", 3)[-1] for n in over.nodes if n.attrs.get("comm_sms") == 16 and ".layer1." in n.name}
+    assert marked == {"attn_chunk0_reducescatter", "attn_chunk1_reducescatter", "attn_chunk2_reducescatter",
+                      "attn_chunk3_reducescatter", "mlp_chunk0_reducescatter", "mlp_chunk1_reducescatter",
+                      "mlp_chunk2_reducescatter", "mlp_chunk3_reducescatter", "attn_input_allgather",
+                      "mlp_input_allgather", "attn_grad_reducescatter", "mlp_grad_reducescatter"}
+    assert all(n.type == NodeType.COMM_COLL_NODE for n in over.nodes if "comm_sms" in n.attrs)
+    plain = traces(tmp_path / "b", SMALL, plan)[0]
+    assert not any("comm_sms" in n.attrs for n in plain.nodes)
+
+
 def test_tp_comm_overlap_splits_gemms_around_ring_steps(tmp_path: Path) -> None:
     """QKV and FC1 (forward), projection and FC2 input gradients (backward): tp GEMM chunks fed by tp - 1
     ring steps; projection and FC2 forward: 4 chunks, each reduce-scattered on its own."""

@@ -38,6 +38,7 @@ class Op:
     peer: Peer = 0
     tag: int = 0
     host_us: int | None = None
+    sms: int = 0  # a collective run by a kernel on this many SMs rather than NCCL's (Transformer Engine userbuffers)
 
 
 @dataclass(slots=True)
@@ -74,17 +75,18 @@ class Program:
         """A host-side wait of ``duration_us`` (a CPU node: it holds no GPU stream)."""
         return [self.add(Op(name, NodeType.COMP_NODE, phase, list(deps), host_us=duration_us))]
 
-    def coll_id(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str
-                ) -> int | None:
+    def coll_id(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str,
+                sms: int = 0) -> int | None:
         """A collective on this rank's ``kind`` group; None without such a group (size 1) or data."""
         if kind not in self.kinds or size_bytes == 0:
             return None
         return self.add(Op(name, NodeType.COMM_COLL_NODE, phase, list(deps), comm_type=comm_type,
-                           size_bytes=size_bytes, group=kind))
+                           size_bytes=size_bytes, group=kind, sms=sms))
 
-    def coll(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str) -> list[int]:
+    def coll(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str,
+             sms: int = 0) -> list[int]:
         """Like coll_id; returns what the next node depends on (the collective, or else ``deps``)."""
-        got = self.coll_id(name, kind, comm_type, size_bytes, deps, phase)
+        got = self.coll_id(name, kind, comm_type, size_bytes, deps, phase, sms)
         return deps if got is None else [got]
 
     def p2p(self, name: str, send: bool, peer: Peer, tag: int, size_bytes: int, deps: list[int], phase: str,

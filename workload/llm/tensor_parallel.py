@@ -11,6 +11,9 @@ With ``tp_comm_overlap`` (Megatron-Core's --tp-comm-overlap, Transformer Engine'
   shard it multiplies; the weight gradient of the projection and FC2 waits for the whole ring;
 - GEMM + reduce-scatter (projection and FC2 forward) is pipelined: 4 GEMM chunks, each chunk's reduce-scatter
   running beside the next chunk.
+The ring exchange runs on copy engines; the pipelined reduce-scatters and the backward's all-gather and
+reduce-scatter beside the QKV and FC1 GEMMs ("bulk" overlap) are userbuffers kernels on 16 SMs (Transformer
+Engine 1.8's defaults: num_sm 16, use_ce on), written as the collectives' ``comm_sms`` attribute.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from workload.llm.sizes import StageSizes
 from workload.schema import CollectiveType
 
 AR, AG, RS = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
+USERBUFFERS_SMS = 16  # Transformer Engine's initialize_ub: num_sm of the pipelined and bulk overlaps (v1.8)
 
 
 class TensorParallel:
@@ -33,19 +37,24 @@ class TensorParallel:
         self.overlap = overlap and sizes.sp and tp > 1
 
     # --- plain collectives -----------------------------------------------------------------------------
-    def gather(self, name: str, deps: list[int], phase: str, gemm_input: bool = True) -> list[int]:
-        """Sequence parallel: all-gather the local tokens (a GEMM input: FP8 with FP8 GEMMs)."""
+    def gather(self, name: str, deps: list[int], phase: str, gemm_input: bool = True, bulk: bool = False
+               ) -> list[int]:
+        """Sequence parallel: all-gather the local tokens (a GEMM input: FP8 with FP8 GEMMs); ``bulk``: a
+        linear layer's backward overlap (userbuffers with tp_comm_overlap)."""
         if not self.sp:
             return deps
         size = self.z.gemm_input_gather_bytes if gemm_input else self.z.act_local_bytes
-        return self.prog.coll(name + "_allgather", "tp", AG, size, deps, phase)
+        return self.prog.coll(name + "_allgather", "tp", AG, size, deps, phase, self._sms(bulk))
 
-    def reduce(self, name: str, deps: list[int], phase: str) -> list[int]:
+    def reduce(self, name: str, deps: list[int], phase: str, bulk: bool = False) -> list[int]:
         """A row-parallel output (or column-parallel input gradient): reduce-scatter with sequence parallelism,
         else all-reduce."""
         if self.sp:
-            return self.prog.coll(name + "_reducescatter", "tp", RS, self.z.act_bytes, deps, phase)
+            return self.prog.coll(name + "_reducescatter", "tp", RS, self.z.act_bytes, deps, phase, self._sms(bulk))
         return self.prog.coll(name + "_allreduce", "tp", AR, self.z.act_bytes, deps, phase)
+
+    def _sms(self, userbuffers: bool) -> int:
+        return USERBUFFERS_SMS if userbuffers and self.overlap else 0
 
     # --- GEMMs with their communication -----------------------------------------------------------------
     def column_forward(self, pre: str, comm: str, gemm: Matmul, x: list[int], phase: str) -> list[int]:
@@ -66,7 +75,7 @@ class TensorParallel:
         for i, chunk in enumerate(self.z.rows(gemm, PIPELINE_RS_SPLITS)):
             y = self.prog.compute(f"{pre}{gemm.name}_chunk{i}", chunk.forward(), x, phase)
             share = chunk.tokens * self.z.act_bytes // gemm.tokens
-            out += self.prog.coll(f"{pre}{comm}_chunk{i}_reducescatter", "tp", RS, share, y, phase)
+            out += self.prog.coll(f"{pre}{comm}_chunk{i}_reducescatter", "tp", RS, share, y, phase, USERBUFFERS_SMS)
         return out
 
     def row_backward(self, pre: str, comm: str, gemm: Matmul, g: list[int]) -> list[int]:
@@ -86,7 +95,7 @@ class TensorParallel:
                         ) -> list[int]:
         """A column-parallel GEMM's backward: the saved input's all-gather beside the input-gradient GEMM, the
         weight gradient after both; returns the input gradient (not yet reduced)."""
-        saved = self.gather(pre + saved_comm, dx, "bwd", gemm_input=saved_gemm_input)
+        saved = self.gather(pre + saved_comm, dx, "bwd", gemm_input=saved_gemm_input, bulk=True)
         dx_in = self.prog.compute(pre + gemm.name + "_dgrad", gemm.dgrad(), dx, "bwd")
         self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), sorted(set(dx + saved)), "bwd")
         return dx_in
