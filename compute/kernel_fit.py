@@ -36,8 +36,10 @@ ABOVE_ONE: tuple[Callable[[float], float], Callable[[float], float]] = (
 
 
 # Memory-bound classes no table measures, and the measured class each is taken to work like: a softmax and a
-# cross-entropy loss reduce along rows as a norm does; a fused optimizer step streams its tensors once.
-ANALOGUES = {"softmax": "norm", "loss": "norm", "optimizer": "elementwise"}
+# cross-entropy loss reduce along rows as a norm does; a fused optimizer step streams its tensors once; a
+# low-precision cast (Transformer Engine's cast/cast-transpose with its amax, MXFP8/NVFP4 block quantization)
+# reduces along rows or blocks and writes once, as a norm does.
+ANALOGUES = {"softmax": "norm", "loss": "norm", "optimizer": "elementwise", "quantize": "norm"}
 
 
 def round4(x: float) -> float:
