@@ -13,6 +13,8 @@ own rows determine: H200 is H100's silicon with faster memory (no fit; its rows 
 the AMD devices fit their GEMM efficiency (and the NVIDIA ones their FP8 efficiency) to their maximum-achievable-
 matmul rows, and their attention efficiency follows their GEMM efficiency in proportion; GB300 takes B300's fit
 (the same Blackwell Ultra GPU, no measurements of its own). TPUs have no kernel data: H100's values, marked assumed.
+The quantization class (Transformer Engine's casts of low-precision GEMM operands) is fitted once on the B200 and
+GB200 cast rows (torchao's MXFP8 and NVFP4 kernels) for every Blackwell GPU.
 
 Maximum-achievable-matmul rows are the best shape of a search, a ceiling: the H100 curve (fitted on typical shapes)
 predicts H100's BF16 ceiling some percent slow, and every device fitted on its ceiling rows is fitted to that same
@@ -48,6 +50,10 @@ PRODUCTION_ATTENTION = {"A100": "fa2", "H100": "cudnn"}  # what Megatron-Core/Tr
 DERIVED = {"H200": ("H100", ()), "B200": ("H100", ("efficiency", "fp8")), "B300": ("H100", ("efficiency", "fp8")),
            "GB200": ("H100", ("efficiency", "fp8")), "MI300X": ("H100", ("efficiency",)),
            "MI325X": ("H100", ("efficiency",)), "MI355X": ("H100", ("efficiency",))}
+# Quantization kernels (Transformer Engine's casts): measured on B200 and GB200 (the same HBM3e at 8,000 GB/s), fitted
+# once for the Blackwell GPUs; the others take the class they work like (kernel_fit.ANALOGUES).
+QUANTIZE_FAMILY = ("B200", "B300", "GB200", "GB300")
+QUANTIZE = ("quantize", "quantize_fp4")
 SAME_GPU = {"GB300": "B300"}  # no measurements of its own: the named device's fit, on its own peaks
 CEILING_TABLE = "mamf.tsv"  # best-shape-of-a-search rows: see the module docstring
 CUBLAS_FP8_TABLES = ("mamf.tsv",)  # FP8 GEMMs as cuBLAS (and so Transformer Engine) runs them
@@ -111,6 +117,17 @@ def fit_all(rows: list[Measurement]) -> dict[str, tuple[Device, dict[str, Any]]]
     for name, source in SAME_GPU.items():
         d = _derive(shipped[name], out[source][0], [], ())
         out[name] = (d, _calibration(d, [], "derived (no fit)", source, None))
+    quantize = [m for name in QUANTIZE_FAMILY for m in rows_of.get(name, []) if m.family == "memory"
+                and m.shapes[0].op_class == "quantize"]
+    if quantize:
+        fitted_q = fit_memory(out[QUANTIZE_FAMILY[0]][0], quantize)
+        for name in QUANTIZE_FAMILY:
+            d, cal = out[name]
+            m = d.kernels.memory
+            memory = replace(m, launch_us={**m.launch_us, **{c: fitted_q.launch_us[c] for c in QUANTIZE}},
+                             efficiency={**m.efficiency, **{c: fitted_q.efficiency[c] for c in QUANTIZE}})
+            d = with_params(d, replace(d.kernels, memory=memory))
+            out[name] = (d, _with_quantize(d, cal, quantize))
     for name, source in ASSUMED.items():
         d = _derive(shipped[name], fitted[source], [], ())
         out[name] = (d, _calibration(d, [], "assumed", source, None))
@@ -157,6 +174,25 @@ def _derive(target: Device, source: Device, rows: list[Measurement], free: tuple
     attention = replace(source.kernels.attention, efficiency=round4(min(0.95, source.kernels.attention.efficiency
                                                                         * ratio)), launch_us=gemm.launch_us)
     return with_params(d, replace(d.kernels, gemm=gemm, attention=attention))
+
+
+def _with_quantize(d: Device, cal: dict[str, Any], rows: list[Measurement]) -> dict[str, Any]:
+    """``cal`` with the Blackwell quantization-kernel fit: its data, fitted values, assumption and residuals."""
+    tables: dict[tuple[str, str], int] = {}
+    for m in rows:
+        tables[m.table, m.source_id] = tables.get((m.table, m.source_id), 0) + 1
+    data = [x for x in cal["data"] if not str(x["table"]).startswith("torchao")]
+    cal["data"] = data + [{"table": t, "rows": n, "source": SOURCES[s][0], "url": SOURCES[s][1],
+                           "licence": SOURCES[s][2]} for (t, s), n in sorted(tables.items())]
+    cal.setdefault("fitted", {})["memory"] = {c: {"efficiency": d.kernels.memory.efficiency[c],
+                                                  "launch_us": d.kernels.memory.launch_us[c]} for c in QUANTIZE}
+    cal["assumptions"] = [a for a in cal["assumptions"] if not a.startswith("memory-bound quantize")] + [
+        f"quantization kernels (FP8/MXFP8 casts, NVFP4 quantization): an efficiency and a launch each, fitted on "
+        f"{', '.join(QUANTIZE_FAMILY[::2])} rows for {', '.join(QUANTIZE_FAMILY)}; torchao's kernels stand in for "
+        "Transformer Engine's"]
+    residual = {k: v for k, v in cal["residuals"].items() if not k.startswith("torchao")}
+    cal["residuals"] = residual | residuals(d, rows, None)
+    return cal
 
 
 def _calibration(d: Device, rows: list[Measurement], status: str, source: str | None,

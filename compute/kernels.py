@@ -62,7 +62,7 @@ class KernelModel:
             return self.gemm_s(shape.gemm, self.device.math_dtype(shape.dtype))
         if shape.attention is not None:
             return self.attention_s(shape.attention, self.device.math_dtype(shape.dtype))
-        return self.memory_s(shape.op_class, tensor_size, num_ops)
+        return self.memory_s(memory_class(shape), tensor_size, num_ops)
 
     def efficiency(self, shape: OpShape | None, num_ops: int, tensor_size: int) -> float:
         """Roofline time / modelled time: how close to the device's peaks the kernel runs (0, 1]."""
@@ -137,6 +137,13 @@ class KernelModel:
         compute = num_ops / (self.device.peak_flops("bf16") * min(1.0, g.efficiency * self.params.scale("gemm")))
         memory = tensor_size / (self.bandwidth * min(1.0, eff * self.params.scale("memory")))
         return launch_us * 1e-6 + self.gap_s + max(compute, memory)
+
+
+def memory_class(shape: OpShape) -> str:
+    """The memory-bound parameter class timing ``shape``: its op_class, except that NVFP4 quantization (quantize in
+    fp4: a Hadamard transform, stochastic rounding, 16 x 16 weight blocks) is slower per byte than an FP8 cast and
+    has its own class, quantize_fp4."""
+    return "quantize_fp4" if shape.op_class == "quantize" and shape.dtype == "fp4" else shape.op_class
 
 
 def gemm_seconds(m: Any, n: Any, k: Any, batch: Any, dtype_bytes: Any, flops: float, units: int, bandwidth: float,

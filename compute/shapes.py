@@ -3,8 +3,8 @@
 This is the whole contract between a trace and ``--compute-model kernels``: a COMP_NODE may carry
 
 - ``op_class`` (string): gemm | attention | elementwise | norm | softmax | activation | embedding | loss |
-  optimizer | quantize (a low-precision cast: amax, scale, cast and transpose of a GEMM operand; another class is
-  timed as if it had none);
+  optimizer | quantize (a low-precision cast: amax, scale, cast and transpose of a GEMM operand, its dtype the
+  precision it casts to; another class is timed as if it had none);
 - ``dtype`` (string): fp32 | tf32 | bf16 | fp16 | fp8 | fp4 (the math precision; absent = bf16; fp4 is NVFP4,
   half a byte per element);
 - for ``gemm``: ``gemm_m``, ``gemm_n``, ``gemm_k`` and ``gemm_batch`` (a batched or grouped GEMM of that many

@@ -22,10 +22,11 @@ What a copy costs depends on the recipe (Megatron-Core's --fp8-recipe / --fp4-re
   scale byte per 16 elements each.
 
 The kernels are timed by the kernel model's ``quantize`` class (memory-bound: bytes at a fraction of HBM
-bandwidth plus a launch). Left out: Transformer Engine's fusion of a norm or activation with the cast of its
-output (LayerNormLinear, LayerNormMLP: the cast is timed as its own kernel), the amax all-reduces of current
-scaling over tensor-parallel ranks, the delayed-scaling amax-history update once per step, and the random
-Hadamard transform's arithmetic (memory-bound in any case).
+bandwidth plus a launch; NVFP4's, dtype fp4, by its own slower class, which includes the Hadamard transform).
+Left out: Transformer Engine's fusion of a norm or activation with the cast of its output (LayerNormLinear,
+LayerNormMLP: the cast is timed as its own kernel), Blackwell's per-tensor FP8 GEMMs taking any layout (the
+transposed copy is still written), the amax all-reduces of current scaling over tensor-parallel ranks and of
+delayed scaling once per forward, and the amax-history update.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def operand_kernels(name: str, elements: int, recipe: str) -> tuple[Kernel, ...]
 def _kernels(name: str, elements: int, recipe: str) -> tuple[Kernel, ...]:
     if elements <= 0:
         return ()
-    shape = OpShape("quantize", "bf16")
+    shape = OpShape("quantize", "fp4" if recipe == "nvfp4" else "fp8")  # the precision it quantizes to
     return tuple(Kernel(f"{name}_{p.label}", "elementwise", elements * QUANTIZE_FLOPS,
                         round(elements * (p.read + p.written)), shape) for p in PASSES[recipe])
 
