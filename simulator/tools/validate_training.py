@@ -22,6 +22,7 @@ from typing import Any
 
 from simulator.tools.step_breakdown import PP
 from simulator.tools.step_run import Iteration, check_layout, iteration_nodes, run_limited
+from simulator.tools.training_consistency import disagreements, format_disagreements
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, RowPlan, plan_row
 from simulator.tools.training_metrics import METRICS
 from simulator.tools.training_table import TrainingRow, read_tables
@@ -263,9 +264,17 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         print("\n".join(format_row(r, args.verbose, width)))
     print()
     print("\n".join(format_summary(tables)))
+    conflicts = disagreements(rows, {r["row_id"]: r["published_step_time_s"] for r in results})
+    if conflicts:
+        print()
+        print("\n".join(format_disagreements(conflicts)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": results, "tables": tables}, f, indent=1, allow_nan=False)
+            json.dump({"rows": results, "tables": tables,
+                       "disagreements": [{"row_ids": list(d.row_ids),
+                                          "published_step_time_s": list(d.published_step_time_s),
+                                          "least_error": _sig(d.least_error)} for d in conflicts]},
+                      f, indent=1, allow_nan=False)
             f.write("\n")
     if args.plot:
         draw(args.plot, results)
