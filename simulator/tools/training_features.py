@@ -61,6 +61,8 @@ FEATURES: dict[str, Feature] = {
                                  "FlashAttention)", (("attention_backend", "unfused"),)),
     "unfused_cross_entropy": Feature("the loss in fp32 passes over the logits (no cross-entropy fusion)",
                                      (("cross_entropy", "unfused"),)),
+    "moe_host_sync": Feature("the dropless MoE dispatcher's host wait for the token counts and the expert "
+                             "section's host issue time", (("moe_host_sync", True),)),
     "iteration_tail": Feature("iteration tail (data loading, gradient clipping, logging)",
                               (("iteration_tail", True),), minor=True),
 }

@@ -152,6 +152,10 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dp > 1 and fw.megatron_buckets:
         reqs.append(("megatron_buckets", True))
     reqs.append(("iteration_tail", True))
+    if dims["ep"] > 1 and "tokendrop" not in row.text("model").lower():
+        reqs.append(("moe_host_sync", True))
+        plan.defaults_used.append("MoE dispatch dropless (Megatron-Core's default; the row states no token drop): "
+                                  "host waits for the token counts, expert section host-issued")
     if fw.cross_entropy[0] == "unfused":
         reqs.append(("unfused_cross_entropy", True))
         plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")

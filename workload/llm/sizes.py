@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from workload.llm import costs
+from workload.llm import costs, moe_host
 from workload.llm.costs import Matmul
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
@@ -67,6 +67,10 @@ class StageSizes:
             self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, fp8=self.fp8)
             self.dispatch_bytes = t_local * m.top_k * h * d
             self.expert_gather_bytes = self.dispatch_bytes
+            self.moe_host_sync = options.moe_host_sync
+            self.count_bytes = moe_host.count_bytes(m.num_experts)
+            self.host_forward_us = moe_host.expert_section_host_us(experts, self.fp8, backward=False)
+            self.host_backward_us = moe_host.expert_section_host_us(experts, self.fp8, backward=True)
             routed, act_width = moe_tokens, ef
         else:
             routed, act_width = t, f
