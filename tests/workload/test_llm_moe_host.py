@@ -87,3 +87,14 @@ def test_cli_flag() -> None:
     options = cli.options_from_args(args, cli.plan_from_args(args))
     assert options.moe_host_sync
     assert replace(options, moe_host_sync=False) != options
+
+
+def test_expert_gemms_run_per_expert_on_four_streams(tmp_path: Path) -> None:
+    """Transformer Engine's GroupedLinear: one GEMM per local expert, four streams; a single local expert is one
+    plain GEMM."""
+    rank = traces(tmp_path, replace(SMALL_MOE, num_experts=8), ParallelPlan(dp=2, ep=2))[0]
+    experts = [n for n in rank.compute() if ".expert_" in n.name]
+    assert experts and all(n.attrs["gemm_batch"] == 4 and n.attrs["gemm_streams"] == moe_host.GROUPED_GEMM_STREAMS
+                           for n in experts)
+    single = traces(tmp_path / "one", replace(SMALL_MOE, num_experts=2), ParallelPlan(dp=2, ep=2))[0]
+    assert all("gemm_streams" not in n.attrs for n in single.compute() if ".expert_" in n.name)

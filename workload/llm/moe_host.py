@@ -31,6 +31,10 @@ The constants are host costs of the software stack, not of the GPU (public measu
 
 from __future__ import annotations
 
+# Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP) runs one cuBLAS GEMM per local expert,
+# round-robin over a fixed set of compute streams (transformer_engine/common/util/multi_stream.cpp: 4;
+# gemm/cublaslt_gemm.cu multi_stream_cublas_gemm), so at most that many experts' GEMMs run at a time.
+GROUPED_GEMM_STREAMS = 4
 HOST_OP_US = 10.0
 LAUNCH_US = 4.0
 # framework operators of the expert section besides the per-expert GEMM launches: forward = split-size

@@ -21,10 +21,10 @@ from workload.llm.plan import ParallelPlan
 FP8_BYTES = 1
 
 
-def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, fp8: bool = False
-           ) -> Matmul:
+def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, fp8: bool = False,
+           streams: int = 0) -> Matmul:
     """A Matmul, in FP8 when ``fp8`` (the kernel model reads the precision; the bytes stay the model's)."""
-    return Matmul(name, tokens, k, n, dtype_bytes, weights, "fp8" if fp8 else "")
+    return Matmul(name, tokens, k, n, dtype_bytes, weights, "fp8" if fp8 else "", streams)
 
 
 class StageSizes:
@@ -63,8 +63,10 @@ class StageSizes:
             self.expert_gather = etp > 1 and (self.sp or etp != tp)
             moe_tokens = t_local * m.top_k * (etp if self.expert_gather else 1)
             self.router = Matmul("router", t_local, h, m.num_experts, d)
-            self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, fp8=self.fp8)
-            self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, fp8=self.fp8)
+            streams = moe_host.GROUPED_GEMM_STREAMS if experts > 1 else 0
+            self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, fp8=self.fp8,
+                                 streams=streams)
+            self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, fp8=self.fp8, streams=streams)
             self.dispatch_bytes = t_local * m.top_k * h * d
             self.expert_gather_bytes = self.dispatch_bytes
             self.moe_host_sync = options.moe_host_sync
