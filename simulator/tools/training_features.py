@@ -117,6 +117,7 @@ FRAMEWORKS: dict[str, Framework] = {
                                   _CE_UNFUSED),
     "megatron_readme_h100": _MEGATRON,
     "nemo_2407": _NEMO,
+    "nemo_2412": _NEMO,
     "megatron_bridge_perf": _BRIDGE,
     "mlperf_gpt3": _NEMO,
 }
