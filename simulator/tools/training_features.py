@@ -35,6 +35,7 @@ FEATURES: dict[str, Feature] = {
     "pp": Feature("pipeline parallelism", (("pp", VALUE),), structural=True),
     "dp": Feature("data parallelism", (("dp", VALUE),), structural=True),
     "ep": Feature("expert parallelism", (("ep", VALUE),), structural=True),
+    "etp": Feature("expert tensor parallelism apart from tensor parallelism", (("etp", VALUE),)),
     "vp": Feature("interleaved pipeline schedule", (("vp", VALUE), ("virtual_pipeline", VALUE))),
     "cp": Feature("context parallelism", (("cp", VALUE),), structural=True),
     "account_for_embedding": Feature("the embedding counted as a layer in the pipeline split",
@@ -83,6 +84,7 @@ class Framework:
     megatron_buckets: bool  # Megatron-Core's DDP (gradient buckets of max(40M, 1M x dp x cp) parameters)
     attention: tuple[str, str] = ("flash", "fused FlashAttention-style kernels (Transformer Engine)")
     cross_entropy: tuple[str, str] = ("fused", "NeMo/Megatron-Bridge: cross_entropy_loss_fusion on")
+    expert_tp: tuple[int | None, str] = (None, "Megatron-Core default: expert_tensor_parallel_size = TP")
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -96,7 +98,9 @@ _NEMO = Framework("NeMo / Megatron-Bridge recipes", (1, "the recipes' default mi
                   ("bf16", "NeMo/Megatron-Bridge default: BF16 mixed precision"),
                   (True, "NeMo/Megatron-Bridge recipes: grad_reduce_in_fp32"), True)
 _BRIDGE = replace(_NEMO, precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
-                                           "another FP8 quantization granularity (MXFP8), so the others are FP8"))
+                                           "another FP8 quantization granularity (MXFP8), so the others are FP8"),
+                  expert_tp=(1, "Megatron-Bridge's MoE performance recipes (Qwen3, GPT-OSS): "
+                                "expert_tensor_parallel_size 1"))
 _CE_UNFUSED = ("unfused", "Megatron-LM default: no --cross-entropy-loss-fusion; the vocabulary-parallel cross entropy "
                           "in fp32 over the logits")
 _MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM default: off"), _NONE,

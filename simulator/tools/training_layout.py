@@ -152,6 +152,9 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dp > 1 and fw.megatron_buckets:
         reqs.append(("megatron_buckets", True))
     reqs.append(("iteration_tail", True))
+    if dims["ep"] > 1 and tp > 1 and fw.expert_tp[0] is not None and fw.expert_tp[0] != tp:
+        reqs.append(("etp", fw.expert_tp[0]))
+        plan.defaults_used.append(f"expert tensor parallelism {fw.expert_tp[0]} ({fw.expert_tp[1]})")
     if dims["ep"] > 1 and "tokendrop" not in row.text("model").lower():
         reqs.append(("moe_host_sync", True))
         plan.defaults_used.append("MoE dispatch dropless (Megatron-Core's default; the row states no token drop): "
