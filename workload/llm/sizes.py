@@ -12,19 +12,20 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from workload.llm import costs, moe_host
+from workload.llm import costs
 from workload.llm.costs import Matmul
 from workload.llm.model import ModelConfig
+from workload.llm.moe_host import GROUPED_GEMM_STREAMS, count_bytes, expert_section_host_us
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 
 FP8_BYTES = 1
 
 
-def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, fp8: bool = False,
-           streams: int = 0) -> Matmul:
+def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, fp8: bool = False
+           ) -> Matmul:
     """A Matmul, in FP8 when ``fp8`` (the kernel model reads the precision; the bytes stay the model's)."""
-    return Matmul(name, tokens, k, n, dtype_bytes, weights, "fp8" if fp8 else "", streams)
+    return Matmul(name, tokens, k, n, dtype_bytes, weights, "fp8" if fp8 else "")
 
 
 class StageSizes:
@@ -63,16 +64,17 @@ class StageSizes:
             self.expert_gather = etp > 1 and (self.sp or etp != tp)
             moe_tokens = t_local * m.top_k * (etp if self.expert_gather else 1)
             self.router = Matmul("router", t_local, h, m.num_experts, d)
-            streams = moe_host.GROUPED_GEMM_STREAMS if experts > 1 else 0
-            self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, fp8=self.fp8,
-                                 streams=streams)
-            self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, fp8=self.fp8, streams=streams)
+            self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, fp8=self.fp8)
+            self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, fp8=self.fp8)
             self.dispatch_bytes = t_local * m.top_k * h * d
             self.expert_gather_bytes = self.dispatch_bytes
+            if experts > 1:  # Transformer Engine's GroupedLinear: a GEMM per local expert, a few streams at a time
+                self.mlp_in, self.mlp_out = (replace(g, streams=GROUPED_GEMM_STREAMS)
+                                             for g in (self.mlp_in, self.mlp_out))
             self.moe_host_sync = options.moe_host_sync
-            self.count_bytes = moe_host.count_bytes(m.num_experts)
-            self.host_forward_us = moe_host.expert_section_host_us(experts, self.fp8, backward=False)
-            self.host_backward_us = moe_host.expert_section_host_us(experts, self.fp8, backward=True)
+            self.count_bytes = count_bytes(m.num_experts)
+            self.host_forward_us = expert_section_host_us(experts, self.fp8, backward=False)
+            self.host_backward_us = expert_section_host_us(experts, self.fp8, backward=True)
             routed, act_width = moe_tokens, ef
         else:
             routed, act_width = t, f
