@@ -84,7 +84,6 @@ class Framework:
     megatron_buckets: bool  # Megatron-Core's DDP (gradient buckets of max(40M, 1M x dp x cp) parameters)
     attention: tuple[str, str] = ("flash", "fused FlashAttention-style kernels (Transformer Engine)")
     cross_entropy: tuple[str, str] = ("fused", "NeMo/Megatron-Bridge: cross_entropy_loss_fusion on")
-    expert_tp: tuple[int | None, str] = (None, "Megatron-Core default: expert_tensor_parallel_size = TP")
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -98,9 +97,7 @@ _NEMO = Framework("NeMo / Megatron-Bridge recipes", (1, "the recipes' default mi
                   ("bf16", "NeMo/Megatron-Bridge default: BF16 mixed precision"),
                   (True, "NeMo/Megatron-Bridge recipes: grad_reduce_in_fp32"), True)
 _BRIDGE = replace(_NEMO, precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
-                                           "another FP8 quantization granularity (MXFP8), so the others are FP8"),
-                  expert_tp=(1, "Megatron-Bridge's MoE performance recipes (Qwen3, GPT-OSS): "
-                                "expert_tensor_parallel_size 1"))
+                                           "another FP8 quantization granularity (MXFP8), so the others are FP8"))
 _CE_UNFUSED = ("unfused", "Megatron-LM default: no --cross-entropy-loss-fusion; the vocabulary-parallel cross entropy "
                           "in fp32 over the logits")
 _MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM default: off"), _NONE,
@@ -124,6 +121,12 @@ FRAMEWORKS: dict[str, Framework] = {
     "nemo_2412": _NEMO,
     "megatron_bridge_perf": _BRIDGE,
     "mlperf_gpt3": _NEMO,
+}
+
+# Expert tensor parallelism where a source's MoE runs set it apart from TP (Megatron-Core's default is TP).
+EXPERT_TP: dict[str, tuple[int, str]] = {
+    "megatron_bridge_perf": (1, "Megatron-Bridge's MoE performance recipes (Qwen3, GPT-OSS): "
+                                "expert_tensor_parallel_size 1"),
 }
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from network.config import NetworkConfig
-from simulator.tools.training_features import FEATURES, FRAMEWORKS, Framework, missing_label, resolve
+from simulator.tools.training_features import EXPERT_TP, FEATURES, FRAMEWORKS, Framework, missing_label, resolve
 from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
 from simulator.tools.training_metrics import Metric, choose_metric
 from simulator.tools.training_models import ROW_DIMS, model_for
@@ -152,9 +152,10 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dp > 1 and fw.megatron_buckets:
         reqs.append(("megatron_buckets", True))
     reqs.append(("iteration_tail", True))
-    if dims["ep"] > 1 and tp > 1 and fw.expert_tp[0] is not None and fw.expert_tp[0] != tp:
-        reqs.append(("etp", fw.expert_tp[0]))
-        plan.defaults_used.append(f"expert tensor parallelism {fw.expert_tp[0]} ({fw.expert_tp[1]})")
+    etp, why = EXPERT_TP.get(row.source_id, (tp, ""))
+    if dims["ep"] > 1 and etp != tp:
+        reqs.append(("etp", etp))
+        plan.defaults_used.append(f"expert tensor parallelism {etp} ({why})")
     if dims["ep"] > 1 and "tokendrop" not in row.text("model").lower():
         reqs.append(("moe_host_sync", True))
         plan.defaults_used.append("MoE dispatch dropless (Megatron-Core's default; the row states no token drop): "
