@@ -143,6 +143,7 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
         comm = ", ".join(f"{k} {v / step:.0%}" for k, v in b["exposed_comm_ns_by_kind"].items() if v and k != PP)
         lines.append(f"{'':>8}compute {b['compute_busy_ns'] / step:.0%} ({classes}); exposed comm "
                      f"{b['exposed_collectives_ns'] / step:.0%}" + (f" ({comm})" if comm else "")
+                     + (f"; exposed host {b['exposed_host_ns'] / step:.0%}" if b.get("exposed_host_ns") else "")
                      + f"; bubble {b['bubble_ns'] / step:.0%}; {r['hw_profile']}, {r['compute_model']} compute, "
                      f"{r['simulated_ranks']} of {r['n_gpus']} ranks simulated")
         if r["left_out"]:
