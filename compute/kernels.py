@@ -9,6 +9,8 @@ fall short, each with few parameters fitted per device on public kernel measurem
   its pipeline and writing back (small K pays it in full). Small M or N waste part of each tile; the library's
   smaller tiles, slower per FLOP, win there (the model takes the fastest tile, as its heuristics do). Compute
   and operand streaming overlap imperfectly (a p-norm of the two times: skinny GEMMs are memory bound).
+  A grouped GEMM run as one kernel per group, a few streams at a time (Transformer Engine's experts), takes
+  rounds of that many concurrent kernels.
 - Attention (fused, FlashAttention-style): one tile per block of queries walks the key blocks it sees (a
   causal mask halves the walk but computes whole diagonal blocks), plus a fixed per-tile cost; the softmax
   work per score makes small head dimensions slower; the backward pass runs at its own fraction of forward.
@@ -34,7 +36,7 @@ if TYPE_CHECKING:  # a run that does not time kernels imports neither
     from compute.devices import Device
     from compute.kernel_params import GemmParams
 
-MEMORY_CLASSES_BY_OP = {"elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer"}
+MEMORY_CLASSES_BY_OP = {"elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer", "quantize"}
 
 
 class KernelModel:
@@ -62,7 +64,7 @@ class KernelModel:
             return self.gemm_s(shape.gemm, self.device.math_dtype(shape.dtype))
         if shape.attention is not None:
             return self.attention_s(shape.attention, self.device.math_dtype(shape.dtype))
-        return self.memory_s(shape.op_class, tensor_size, num_ops)
+        return self.memory_s(memory_class(shape), tensor_size, num_ops)
 
     def efficiency(self, shape: OpShape | None, num_ops: int, tensor_size: int) -> float:
         """Roofline time / modelled time: how close to the device's peaks the kernel runs (0, 1]."""
@@ -84,8 +86,16 @@ class KernelModel:
         p = self.params.gemm
         scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if dtype == "fp8" else 1.0)
         eff = min(1.0, p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * scale)
-        return float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], self.device.peak_flops(dtype) * eff,
-                                  self.units, self.bandwidth, p)) + self.gap_s
+        flops = self.device.peak_flops(dtype) * eff
+        if g.streams and g.batch > g.streams:  # one kernel per product, ``streams`` at a time: rounds of them
+            rounds, rest = divmod(g.batch, g.streams)
+            seconds = rounds * gemm_seconds(g.m, g.n, g.k, g.streams, DTYPE_BYTES[dtype], flops, self.units,
+                                            self.bandwidth, p)
+            if rest:
+                seconds += gemm_seconds(g.m, g.n, g.k, rest, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth, p)
+            return float(seconds) + self.gap_s
+        return float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth,
+                                  p)) + self.gap_s
 
     # --- attention -------------------------------------------------------------------------------------------
     def attention_s(self, a: AttentionShape, dtype: str) -> float:
@@ -110,7 +120,7 @@ class KernelModel:
         """Scores materialised: batched GEMMs around a softmax over the whole score matrix (backward: four GEMMs
         and the softmax's gradient)."""
         bh = a.batch * a.heads
-        scores = bh * a.seq_q * a.seq_kv * DTYPE_BYTES[dtype]
+        scores = round(bh * a.seq_q * a.seq_kv * DTYPE_BYTES[dtype])
         if not a.backward:
             gemms = [GemmShape(a.seq_q, a.seq_kv, a.head_dim, bh), GemmShape(a.seq_q, a.head_dim, a.seq_kv, bh)]
             softmax = self.memory_s("softmax", 2 * scores, 0)
@@ -139,6 +149,13 @@ class KernelModel:
         return launch_us * 1e-6 + self.gap_s + max(compute, memory)
 
 
+def memory_class(shape: OpShape) -> str:
+    """The memory-bound parameter class timing ``shape``: its op_class, except that NVFP4 quantization (quantize in
+    fp4: a Hadamard transform, stochastic rounding, 16 x 16 weight blocks) is slower per byte than an FP8 cast and
+    has its own class, quantize_fp4."""
+    return "quantize_fp4" if shape.op_class == "quantize" and shape.dtype == "fp4" else shape.op_class
+
+
 def gemm_seconds(m: Any, n: Any, k: Any, batch: Any, dtype_bytes: Any, flops: float, units: int, bandwidth: float,
                  p: GemmParams) -> Any:
     """GEMM time(s) for scalars or NumPy arrays of dimensions (the fit evaluates whole tables at once); ``flops``:
@@ -154,15 +171,15 @@ def gemm_seconds(m: Any, n: Any, k: Any, batch: Any, dtype_bytes: Any, flops: fl
 
 
 def gemm_bytes(g: GemmShape, dtype: str) -> int:
-    """Operands read and result written once."""
-    return (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch * DTYPE_BYTES[dtype]
+    """Operands read and result written once (in ``dtype``; FP4 packs two elements in a byte)."""
+    return round((g.m * g.k + g.k * g.n + g.m * g.n) * g.batch * DTYPE_BYTES[dtype])
 
 
 def attention_bytes(a: AttentionShape, dtype: str) -> int:
     """Q, K, V read and O written (backward: also O, dO read and dQ, dK, dV written)."""
     q = a.batch * a.seq_q * a.heads * a.head_dim
     kv = a.batch * a.seq_kv * a.kv_heads * a.head_dim
-    return (4 * q + 4 * kv if a.backward else 2 * q + 2 * kv) * DTYPE_BYTES[dtype]
+    return round((4 * q + 4 * kv if a.backward else 2 * q + 2 * kv) * DTYPE_BYTES[dtype])
 
 
 def _waves(waves: Any, quantization: float) -> Any:

@@ -35,6 +35,7 @@ FEATURES: dict[str, Feature] = {
     "pp": Feature("pipeline parallelism", (("pp", VALUE),), structural=True),
     "dp": Feature("data parallelism", (("dp", VALUE),), structural=True),
     "ep": Feature("expert parallelism", (("ep", VALUE),), structural=True),
+    "etp": Feature("expert tensor parallelism apart from tensor parallelism", (("etp", VALUE),)),
     "vp": Feature("interleaved pipeline schedule", (("vp", VALUE), ("virtual_pipeline", VALUE))),
     "cp": Feature("context parallelism", (("cp", VALUE),), structural=True),
     "account_for_embedding": Feature("the embedding counted as a layer in the pipeline split",
@@ -47,6 +48,10 @@ FEATURES: dict[str, Feature] = {
     "fsdp": Feature("FSDP (parameters gathered per layer)", (("fsdp", True), ("zero", 3))),
     "fp8": Feature("FP8 GEMMs", (("precision", "fp8"),)),
     "fp4": Feature("FP4 GEMMs", (("precision", "fp4"),)),
+    "fp8_tensorwise": Feature("FP8 current scaling (each tensor's own amax before its cast)",
+                              (("fp8_recipe", "tensorwise"),)),
+    "fp8_delayed": Feature("FP8 delayed scaling (amax history)", (("fp8_recipe", "delayed"),)),
+    "mxfp8": Feature("MXFP8 block scaling", (("fp8_recipe", "mxfp8"),)),
     "overlap_grad_reduce": Feature("gradient reduction overlapped with backward", (("overlap_grad_reduce", True),)),
     "overlap_param_gather": Feature("parameter all-gather overlapped with forward", (("overlap_param_gather", True),)),
     "tp_comm_overlap": Feature("tensor-parallel communication overlapped with GEMMs", (("tp_comm_overlap", True),)),
@@ -61,6 +66,8 @@ FEATURES: dict[str, Feature] = {
                                  "FlashAttention)", (("attention_backend", "unfused"),)),
     "unfused_cross_entropy": Feature("the loss in fp32 passes over the logits (no cross-entropy fusion)",
                                      (("cross_entropy", "unfused"),)),
+    "moe_host_sync": Feature("the dropless MoE dispatcher's host wait for the token counts and the expert "
+                             "section's host issue time", (("moe_host_sync", True),)),
     "iteration_tail": Feature("iteration tail (data loading, gradient clipping, logging)",
                               (("iteration_tail", True),), minor=True),
 }
@@ -81,6 +88,7 @@ class Framework:
     megatron_buckets: bool  # Megatron-Core's DDP (gradient buckets of max(40M, 1M x dp x cp) parameters)
     attention: tuple[str, str] = ("flash", "fused FlashAttention-style kernels (Transformer Engine)")
     cross_entropy: tuple[str, str] = ("fused", "NeMo/Megatron-Bridge: cross_entropy_loss_fusion on")
+    fp8_recipe: tuple[str, str] = ("delayed", "Transformer Engine's default FP8 recipe: delayed scaling")
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -93,7 +101,9 @@ _NEMO = Framework("NeMo / Megatron-Bridge recipes", (1, "the recipes' default mi
                   ("none", "NeMo/Megatron-Bridge default: no recompute"),
                   ("bf16", "NeMo/Megatron-Bridge default: BF16 mixed precision"),
                   (True, "NeMo/Megatron-Bridge recipes: grad_reduce_in_fp32"), True)
-_BRIDGE = replace(_NEMO, precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
+_BRIDGE = replace(_NEMO, fp8_recipe=("tensorwise", "Megatron-Bridge's performance recipes run FP8 as fp8_cs (current "
+                                                   "scaling) or fp8_mx; they have no delayed-scaling recipe"),
+                  precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
                                            "another FP8 quantization granularity (MXFP8), so the others are FP8"))
 _CE_UNFUSED = ("unfused", "Megatron-LM default: no --cross-entropy-loss-fusion; the vocabulary-parallel cross entropy "
                           "in fp32 over the logits")
@@ -118,6 +128,12 @@ FRAMEWORKS: dict[str, Framework] = {
     "nemo_2412": _NEMO,
     "megatron_bridge_perf": _BRIDGE,
     "mlperf_gpt3": _NEMO,
+}
+
+# Expert tensor parallelism where a source's MoE runs set it apart from TP (Megatron-Core's default is TP).
+EXPERT_TP: dict[str, tuple[int, str]] = {
+    "megatron_bridge_perf": (1, "Megatron-Bridge's MoE performance recipes (Qwen3, GPT-OSS): "
+                                "expert_tensor_parallel_size 1"),
 }
 
 

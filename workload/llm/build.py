@@ -137,7 +137,7 @@ class _StageBuilder:
         for layer in self.chunk_layers[chunk]:
             if mb == 0:
                 x = x + self.grads.first_use(f"layer{layer}")
-            x = self.layers.forward(f"{pre}layer{layer}.", x, "fwd", layer)
+            x = self.layers.forward(f"{pre}layer{layer}.", x, "fwd", layer, first_micro_batch=mb == 0)
         if heads:
             if embeds and mb == 0 and self.grads.mode == "bucket":
                 x = x + self.grads.first_use("root", "lm_head")
