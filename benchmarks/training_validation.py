@@ -2,7 +2,7 @@
 ``--compute-model kernels`` and the NCCL-like collectives, one line per row with its error and where the step went,
 and the plot of predicted vs published step time.
 
-    python benchmarks/training_validation.py [--shared ../shared] [--rows REGEX] [--time-limit S]
+    python benchmarks/training_validation.py [--shared ../shared] [--unseen] [--rows REGEX] [--time-limit S]
                                              [--save FILE.json] [--resume FILE.json] [--plot docs/FILE.png]
     python benchmarks/training_validation.py --from-json benchmarks/data/training_validation.json [--plot ...]
 
@@ -36,8 +36,13 @@ ROOT = Path(__file__).resolve().parent.parent
 CLASSES = (("matmul", "mm"), ("attention", "at"), ("elementwise", "el"), ("optimizer", "op"))
 
 
-def tables(shared: Path) -> list[str]:
-    return sorted(str(p) for p in (shared / "reference" / "hardware" / "training").glob("*.tsv"))
+UNSEEN = ROOT / "benchmarks" / "data" / "unseen_training"
+
+
+def tables(shared: Path, unseen: bool = False) -> list[str]:
+    """The shared calibration tables, or with ``unseen`` the published runs kept out of calibration."""
+    folder = UNSEEN if unseen else shared / "reference" / "hardware" / "training"
+    return sorted(str(p) for p in folder.glob("*.tsv"))
 
 
 def shares(r: dict[str, Any]) -> str:
@@ -104,6 +109,8 @@ def save(path: str, rows: Sequence[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shared", default=str(ROOT.parent / "shared"))
+    p.add_argument("--unseen", action="store_true",
+                   help="the published runs kept out of calibration (benchmarks/data/unseen_training/) instead")
     p.add_argument("--rows", help="only rows whose row_id matches this regular expression")
     p.add_argument("--time-limit", type=float, default=300.0, help="CPU seconds per row (default 300)")
     p.add_argument("--save", metavar="FILE.json", help="keep the run's rows")
@@ -118,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         import re
 
-        chosen = read_tables(tables(Path(args.shared)))
+        chosen = read_tables(tables(Path(args.shared), args.unseen))
         if args.rows:
             chosen = [r for r in chosen if re.search(args.rows, r.row_id)]
         kept = {r["row_id"]: r for r in json.loads(Path(args.resume).read_text())["rows"]

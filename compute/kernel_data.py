@@ -45,6 +45,12 @@ SOURCES = {
     "deepgemm_readme": ("DeepGEMM FP8 GEMM throughput on H800 (README tables, first release)",
                         "https://github.com/deepseek-ai/DeepGEMM/blob/a6d97a1c1b48a7a9d7994d0e155ee6f11d0a3f07/README.md",
                         "MIT"),
+    "torchao_mx_b200": ("torchao MXFP8 quantization kernel microbenchmarks, B200 1000 W (16384 x 16384 casts)",
+                        "https://github.com/pytorch/ao/blob/36027d82d1ad9949597ea16002ff4940374b1b94/docs/source/"
+                        "workflows/training.md#quantization-kernel-microbenchmarks", "BSD-3-Clause"),
+    "torchao_nvfp4_gb200": ("torchao NVFP4 training kernel benchmarks, GB200 (CuTe DSL kernels, Llama 3 shapes)",
+                            "https://github.com/pytorch/ao/blob/36027d82d1ad9949597ea16002ff4940374b1b94/benchmarks/"
+                            "prototype/nvfp4_training/README.md", "BSD-3-Clause"),
     "mamf": ("Maximum achievable matmul FLOPS per accelerator (ml-engineering, mamf-finder.py)",
              "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/"
              "accelerator/README.md#maximum-achievable-matmul-flops-comparison-table", "CC-BY-SA-4.0"),

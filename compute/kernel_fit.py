@@ -24,7 +24,7 @@ import numpy as np
 from compute.devices import Device
 from compute.kernel_data import Measurement, errors, summarize
 from compute.kernel_params import AttentionParams, GemmParams, KernelParams, MemoryParams
-from compute.kernels import KernelModel, gemm_seconds
+from compute.kernels import KernelModel, gemm_seconds, memory_class
 from compute.shapes import DTYPE_BYTES
 
 Transform = tuple[str, Callable[[float], float], Callable[[float], float]]
@@ -36,8 +36,11 @@ ABOVE_ONE: tuple[Callable[[float], float], Callable[[float], float]] = (
 
 
 # Memory-bound classes no table measures, and the measured class each is taken to work like: a softmax and a
-# cross-entropy loss reduce along rows as a norm does; a fused optimizer step streams its tensors once.
-ANALOGUES = {"softmax": "norm", "loss": "norm", "optimizer": "elementwise"}
+# cross-entropy loss reduce along rows as a norm does; a fused optimizer step streams its tensors once; a
+# low-precision cast (Transformer Engine's cast/cast-transpose with its amax, MXFP8 block quantization) reduces
+# along rows or blocks and writes once, as a norm does; NVFP4's quantization is a cast where it is not measured.
+ANALOGUES = {"softmax": "norm", "loss": "norm", "optimizer": "elementwise", "quantize": "norm",
+             "quantize_fp4": "quantize"}
 
 
 def round4(x: float) -> float:
@@ -173,16 +176,20 @@ def fit_attention(groups: dict[tuple[str, str], tuple[Device, list[Measurement]]
 
 # --- memory-bound classes ------------------------------------------------------------------------------------------
 def fit_memory(device: Device, rows: Sequence[Measurement]) -> MemoryParams:
+    """An efficiency and a launch time per class measured in ``rows``; a class measured at one size only keeps the
+    device's launch time (one size cannot tell the two apart) and fits its efficiency."""
     base = device.kernels.memory
-    classes = sorted({m.shapes[0].op_class for m in rows})
+    classes = sorted({memory_class(m.shapes[0]) for m in rows})
+    sizes = {c: {m.size_bytes for m in rows if memory_class(m.shapes[0]) == c} for c in classes}
+    timed = [c for c in classes if len(sizes[c]) > 1]
     kinds: dict[str, tuple[Callable[[float], float], ...]] = {
-        **{f"launch:{c}": POSITIVE for c in classes}, **{c: FRACTION for c in classes}}
-    start = {**{f"launch:{c}": max(base.of(c)[0], 0.1) for c in classes},
+        **{f"launch:{c}": POSITIVE for c in timed}, **{c: FRACTION for c in classes}}
+    start = {**{f"launch:{c}": max(base.of(c)[0], 0.1) for c in timed},
              **{c: min(base.of(c)[1], 0.99) for c in classes}}
     vec = _Vector(start, kinds)
 
     def params(v: dict[str, float]) -> MemoryParams:
-        return MemoryParams(launch_us={**base.launch_us, **{c: v[f"launch:{c}"] for c in classes}},
+        return MemoryParams(launch_us={**base.launch_us, **{c: v.get(f"launch:{c}", base.of(c)[0]) for c in classes}},
                             efficiency={**base.efficiency, **{c: v[c] for c in classes}})
 
     def residuals(z: np.ndarray) -> np.ndarray:
@@ -191,9 +198,9 @@ def fit_memory(device: Device, rows: Sequence[Measurement]) -> MemoryParams:
     fitted = params({n: round4(v) for n, v in vec.values(levenberg_marquardt(residuals, vec.z0)).items()})
     # classes without rows take the measured class they work like (see ANALOGUES)
     launch, eff = dict(fitted.launch_us), dict(fitted.efficiency)
-    for cls, like in ANALOGUES.items():
-        if cls not in classes and like in classes:
-            launch[cls], eff[cls] = fitted.launch_us[like], fitted.efficiency[like]
+    for cls, like in ANALOGUES.items():  # in order: a class may take one that took another's
+        if cls not in classes and like in launch:
+            launch[cls], eff[cls] = launch[like], eff[like]
     return MemoryParams(launch_us=launch, efficiency=eff)
 
 

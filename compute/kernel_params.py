@@ -29,7 +29,8 @@ FAMILIES = ("gemm", "attention", "memory")
 # efficiency_scale keys: the families, and FP8 GEMMs on top of ``gemm`` (the kernel data's FP8 GEMMs are DeepGEMM's;
 # a training framework's FP8 GEMMs with their quantization kernels reach a different fraction)
 SCALES = (*FAMILIES, "fp8_gemm")
-MEMORY_CLASSES = ("elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer")
+MEMORY_CLASSES = ("elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer", "quantize",
+                  "quantize_fp4")  # quantize_fp4: op_class quantize in dtype fp4 (compute/kernels.memory_class)
 MAX_US = 1e6
 
 

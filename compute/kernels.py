@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # a run that does not time kernels imports neither
     from compute.devices import Device
     from compute.kernel_params import GemmParams
 
-MEMORY_CLASSES_BY_OP = {"elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer"}
+MEMORY_CLASSES_BY_OP = {"elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer", "quantize"}
 
 
 class KernelModel:
@@ -62,7 +62,7 @@ class KernelModel:
             return self.gemm_s(shape.gemm, self.device.math_dtype(shape.dtype))
         if shape.attention is not None:
             return self.attention_s(shape.attention, self.device.math_dtype(shape.dtype))
-        return self.memory_s(shape.op_class, tensor_size, num_ops)
+        return self.memory_s(memory_class(shape), tensor_size, num_ops)
 
     def efficiency(self, shape: OpShape | None, num_ops: int, tensor_size: int) -> float:
         """Roofline time / modelled time: how close to the device's peaks the kernel runs (0, 1]."""
@@ -110,7 +110,7 @@ class KernelModel:
         """Scores materialised: batched GEMMs around a softmax over the whole score matrix (backward: four GEMMs
         and the softmax's gradient)."""
         bh = a.batch * a.heads
-        scores = bh * a.seq_q * a.seq_kv * DTYPE_BYTES[dtype]
+        scores = round(bh * a.seq_q * a.seq_kv * DTYPE_BYTES[dtype])
         if not a.backward:
             gemms = [GemmShape(a.seq_q, a.seq_kv, a.head_dim, bh), GemmShape(a.seq_q, a.head_dim, a.seq_kv, bh)]
             softmax = self.memory_s("softmax", 2 * scores, 0)
@@ -139,6 +139,13 @@ class KernelModel:
         return launch_us * 1e-6 + self.gap_s + max(compute, memory)
 
 
+def memory_class(shape: OpShape) -> str:
+    """The memory-bound parameter class timing ``shape``: its op_class, except that NVFP4 quantization (quantize in
+    fp4: a Hadamard transform, stochastic rounding, 16 x 16 weight blocks) is slower per byte than an FP8 cast and
+    has its own class, quantize_fp4."""
+    return "quantize_fp4" if shape.op_class == "quantize" and shape.dtype == "fp4" else shape.op_class
+
+
 def gemm_seconds(m: Any, n: Any, k: Any, batch: Any, dtype_bytes: Any, flops: float, units: int, bandwidth: float,
                  p: GemmParams) -> Any:
     """GEMM time(s) for scalars or NumPy arrays of dimensions (the fit evaluates whole tables at once); ``flops``:
@@ -154,15 +161,15 @@ def gemm_seconds(m: Any, n: Any, k: Any, batch: Any, dtype_bytes: Any, flops: fl
 
 
 def gemm_bytes(g: GemmShape, dtype: str) -> int:
-    """Operands read and result written once."""
-    return (g.m * g.k + g.k * g.n + g.m * g.n) * g.batch * DTYPE_BYTES[dtype]
+    """Operands read and result written once (in ``dtype``; FP4 packs two elements in a byte)."""
+    return round((g.m * g.k + g.k * g.n + g.m * g.n) * g.batch * DTYPE_BYTES[dtype])
 
 
 def attention_bytes(a: AttentionShape, dtype: str) -> int:
     """Q, K, V read and O written (backward: also O, dO read and dQ, dK, dV written)."""
     q = a.batch * a.seq_q * a.heads * a.head_dim
     kv = a.batch * a.seq_kv * a.kv_heads * a.head_dim
-    return (4 * q + 4 * kv if a.backward else 2 * q + 2 * kv) * DTYPE_BYTES[dtype]
+    return round((4 * q + 4 * kv if a.backward else 2 * q + 2 * kv) * DTYPE_BYTES[dtype])
 
 
 def _waves(waves: Any, quantization: float) -> Any:

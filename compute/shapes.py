@@ -3,8 +3,10 @@
 This is the whole contract between a trace and ``--compute-model kernels``: a COMP_NODE may carry
 
 - ``op_class`` (string): gemm | attention | elementwise | norm | softmax | activation | embedding | loss |
-  optimizer (another class is timed as if it had none);
-- ``dtype`` (string): fp32 | tf32 | bf16 | fp16 | fp8 (the math precision; absent = bf16);
+  optimizer | quantize (a low-precision cast: amax, scale, cast and transpose of a GEMM operand, its dtype the
+  precision it casts to; another class is timed as if it had none);
+- ``dtype`` (string): fp32 | tf32 | bf16 | fp16 | fp8 | fp4 (the math precision; absent = bf16; fp4 is NVFP4,
+  half a byte per element);
 - for ``gemm``: ``gemm_m``, ``gemm_n``, ``gemm_k`` and ``gemm_batch`` (a batched or grouped GEMM of that many
   independent (m x k) @ (k x n) products; absent = 1);
 - for ``attention``: ``attn_batch``, ``attn_heads``, ``attn_kv_heads``, ``attn_head_dim``, ``attn_seq_q``,
@@ -24,9 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-OP_CLASSES = ("gemm", "attention", "elementwise", "norm", "softmax", "activation", "embedding", "loss", "optimizer")
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+OP_CLASSES = ("gemm", "attention", "elementwise", "norm", "softmax", "activation", "embedding", "loss", "optimizer",
+              "quantize")
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
 DEFAULT_DTYPE = "bf16"
 
 

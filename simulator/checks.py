@@ -211,8 +211,10 @@ class _SlowerPrecision:
         d = self.device
         if d is None or not graph.attrs.has("dtype"):
             return
+        # a quantization kernel's dtype is the precision it casts to, not math it runs: it is timed the same anywhere
+        classes = graph.attrs.strings("op_class", strict=False) if graph.attrs.has("op_class") else {}
         for i, dtype in graph.attrs.strings("dtype", strict=False).items():
-            if dtype in DTYPES and not d.has(dtype) and gpu_compute[i]:
+            if dtype in DTYPES and not d.has(dtype) and gpu_compute[i] and classes.get(i) != "quantize":
                 self.count += 1
                 self.dtypes.add(dtype)
                 if not self.example:
@@ -223,7 +225,7 @@ class _SlowerPrecision:
         assert d is not None
         names = "/".join(sorted(x.upper() for x in self.dtypes))
         rate = d.math_dtype(sorted(self.dtypes)[0]).upper()
-        better = "--device NAME of a GPU with it (e.g. --device H100)"
+        better = f"--device NAME of a GPU with it (e.g. --device {'B200' if 'fp4' in self.dtypes else 'H100'})"
         if not self.kernels:
             better += " and --compute-model kernels (the roofline model times every node at the BF16 peak)"
         return (f"--device {d.name} has no {names} math: {self.count} GPU compute node(s) in {names} ({self.example}) "

@@ -138,11 +138,14 @@ class _Fixed:
 
     def __post_init__(self) -> None:
         p = self.params
-        object.__setattr__(self, "latency_us",
-                           p["latency_us"] + self.steps * p["hop_latency_us"] + self.net_latency_us)
+        object.__setattr__(self, "latency_us", self.latency_with(p))
         object.__setattr__(self, "efficiency", p["efficiency"])
         object.__setattr__(self, "fill_us", p["fill_us"])
         object.__setattr__(self, "fill_bytes", p["fill_MB"] * 1e6)
+
+    def latency_with(self, params: dict[str, float]) -> float:
+        """Start-up, per-step and transport latency (us) under timing parameters ``params``."""
+        return params["latency_us"] + self.steps * params["hop_latency_us"] + self.net_latency_us
 
 
 class CollectiveModel(LibraryEstimate):
@@ -265,7 +268,7 @@ class CollectiveModel(LibraryEstimate):
             fill_bytes = fixed.fill_bytes
         else:
             calibrated = True
-            latency = params["latency_us"] + fixed.steps * params["hop_latency_us"] + fixed.net_latency_us
+            latency = fixed.latency_with(params)
             efficiency, fill_us, fill_bytes = params["efficiency"], params["fill_us"], params["fill_MB"] * 1e6
         algbw = fixed.library_algbw
         if algorithm == TREE and kind == ALL_REDUCE:  # the library's medium-size correction of its tree estimate

@@ -47,6 +47,10 @@ FEATURES: dict[str, Feature] = {
     "fsdp": Feature("FSDP (parameters gathered per layer)", (("fsdp", True), ("zero", 3))),
     "fp8": Feature("FP8 GEMMs", (("precision", "fp8"),)),
     "fp4": Feature("FP4 GEMMs", (("precision", "fp4"),)),
+    "fp8_tensorwise": Feature("FP8 current scaling (each tensor's own amax before its cast)",
+                              (("fp8_recipe", "tensorwise"),)),
+    "fp8_delayed": Feature("FP8 delayed scaling (amax history)", (("fp8_recipe", "delayed"),)),
+    "mxfp8": Feature("MXFP8 block scaling", (("fp8_recipe", "mxfp8"),)),
     "overlap_grad_reduce": Feature("gradient reduction overlapped with backward", (("overlap_grad_reduce", True),)),
     "overlap_param_gather": Feature("parameter all-gather overlapped with forward", (("overlap_param_gather", True),)),
     "tp_comm_overlap": Feature("tensor-parallel communication overlapped with GEMMs", (("tp_comm_overlap", True),)),
@@ -81,6 +85,7 @@ class Framework:
     megatron_buckets: bool  # Megatron-Core's DDP (gradient buckets of max(40M, 1M x dp x cp) parameters)
     attention: tuple[str, str] = ("flash", "fused FlashAttention-style kernels (Transformer Engine)")
     cross_entropy: tuple[str, str] = ("fused", "NeMo/Megatron-Bridge: cross_entropy_loss_fusion on")
+    fp8_recipe: tuple[str, str] = ("delayed", "Transformer Engine's default FP8 recipe: delayed scaling")
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -93,7 +98,9 @@ _NEMO = Framework("NeMo / Megatron-Bridge recipes", (1, "the recipes' default mi
                   ("none", "NeMo/Megatron-Bridge default: no recompute"),
                   ("bf16", "NeMo/Megatron-Bridge default: BF16 mixed precision"),
                   (True, "NeMo/Megatron-Bridge recipes: grad_reduce_in_fp32"), True)
-_BRIDGE = replace(_NEMO, precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
+_BRIDGE = replace(_NEMO, fp8_recipe=("tensorwise", "Megatron-Bridge's performance recipes run FP8 as fp8_cs (current "
+                                                   "scaling) or fp8_mx; they have no delayed-scaling recipe"),
+                  precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
                                            "another FP8 quantization granularity (MXFP8), so the others are FP8"))
 _CE_UNFUSED = ("unfused", "Megatron-LM default: no --cross-entropy-loss-fusion; the vocabulary-parallel cross entropy "
                           "in fp32 over the logits")
@@ -115,6 +122,7 @@ FRAMEWORKS: dict[str, Framework] = {
                                   _CE_UNFUSED),
     "megatron_readme_h100": _MEGATRON,
     "nemo_2407": _NEMO,
+    "nemo_2412": _NEMO,
     "megatron_bridge_perf": _BRIDGE,
     "mlperf_gpt3": _NEMO,
 }

@@ -164,14 +164,29 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if not precision:
         precision = fw.precision[0]
         plan.defaults_used.append(f"precision {precision} ({fw.precision[1]})")
-    if "fp4" in precision:
-        reqs.append(("fp4", True))
-    elif "fp8" in precision:
-        reqs.append(("fp8", True))
+    reqs += _low_precision(precision.split("(")[0], fw, plan)
     if dp > 1 and fw.grad_reduce_in_fp32[0] and "fp16" not in precision:
         reqs.append(("grad_reduce_in_fp32", True))
         plan.defaults_used.append(f"gradient reduction in fp32 ({fw.grad_reduce_in_fp32[1]})")
     return reqs
+
+
+def _low_precision(precision: str, fw: Framework, plan: RowPlan) -> list[tuple[str, Any]]:
+    """The GEMM precision and quantization recipe a row's precision names ("FP8-CS", "MXFP8", "FP8-MX", "NVFP4";
+    a plain "FP8" takes the framework's recipe; a value in parentheses is another run's)."""
+    text = precision.strip().lower()
+    if "fp4" in text:
+        return [("fp4", True)]
+    if "fp8" not in text:
+        return []
+    if "mx" in text:
+        return [("fp8", True), ("mxfp8", True)]
+    if "cs" in text:
+        return [("fp8", True), ("fp8_tensorwise", True)]
+    if "ds" in text or "delayed" in text:
+        return [("fp8", True), ("fp8_delayed", True)]
+    plan.defaults_used.append(f"FP8 recipe {fw.fp8_recipe[0]} ({fw.fp8_recipe[1]})")
+    return [("fp8", True), (f"fp8_{fw.fp8_recipe[0]}", True)]
 
 
 def _pipeline_split(row: TrainingRow, plan: RowPlan, dims: dict[str, int], layers: int | None

@@ -183,7 +183,7 @@ def test_device_files_are_what_the_fit_writes() -> None:
 def test_devices_by_name_alias_and_file(tmp_path: Path) -> None:
     assert device("h800").name == "H100" and device("GH200").name == "H200" and device("mi-300x").name == "MI300X"
     assert device(device("B200").path).kernels == device("B200").kernels
-    with pytest.raises(InputError, match=r"unknown device 'H900'; valid: A100, H100, H200, B200, GB200, GB300, "
+    with pytest.raises(InputError, match=r"unknown device 'H900'; valid: A100, H100, H200, B200, B300, GB200, GB300, "
                                          r"MI300X, MI325X, MI355X, TPUv4, TPUv5p or a device file"):
         device("H900")
     with pytest.raises(InputError, match="no such device file"):
@@ -194,7 +194,7 @@ def test_devices_by_name_alias_and_file(tmp_path: Path) -> None:
     (lambda t: t.replace("memory_bw_GBps: 3350.0", "memory_bw_GBps: -1"), "'memory_bw_GBps' must be above 0"),
     (lambda t: t.replace("efficiency: 0.", "efficiency: 1.", 1), "'kernels.gemm.efficiency' must be above 0 and at "
                                                                   "most 1"),
-    (lambda t: t.replace("fp8: 1978.9", "fp4: 1978.9"), "unknown precision"),
+    (lambda t: t.replace("fp8: 1978.9", "int4: 1978.9"), "unknown precision"),
     (lambda t: t.replace("compute_units: 132", "compute_units: many"), "'compute_units' must be a whole number"),
     (lambda t: t + "colour: blue\n", "unknown key"),
 ])

@@ -47,6 +47,18 @@ def test_fp8_on_a_device_without_fp8_warns_once(tmp_path: Path, capsys: pytest.C
     assert _warnings(capsys, "--workload", bf16, "--device", "A100", *run) == []
 
 
+def test_fp4_on_a_device_without_fp4_names_one_with_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fp4 = _traces(tmp_path, capsys, "fp4", "--tp", "2", "--precision", "fp4")
+    run = ["--network", _network(tmp_path, "2"), "--compute-model", "kernels", "--quiet"]
+    said = _warnings(capsys, "--workload", fp4, "--device", "H100", *run)
+    assert len(said) == 1 and "--device H100 has no FP4 math" in said[0] and "e.g. --device B200" in said[0], said
+    assert "'mb0.fwd.layer0.qkv'" in said[0]  # a GEMM, not the quantization kernel before it
+    assert _warnings(capsys, "--workload", fp4, "--device", "B200", *run) == []
+    argv = ["trace", "generate", "llm", *SMALL, "--precision", "fp4", "-o", str(tmp_path / "gen")]
+    said = _warnings(capsys, *argv, "--device", "H100")
+    assert len(said) == 1 and "--precision fp4 with --device H100, which has no FP4 math" in said[0], said
+
+
 def test_generating_fp8_for_a_device_without_fp8_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["trace", "generate", "llm", *SMALL, "--precision", "fp8", "-o", str(tmp_path)]
     said = _warnings(capsys, *argv, "--device", "A100")

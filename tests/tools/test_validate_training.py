@@ -308,3 +308,22 @@ def test_gpt_oss_windows_and_old_megatron_attention_are_generator_options() -> N
     assert old.spec["cross_entropy"] == "unfused"  # Megatron-LM without --cross-entropy-loss-fusion
     bridge = plan_row(row(ROWS[3] | {"gpu": "B200", "gpus_per_node": "8"}))
     assert "attention_backend" not in bridge.spec and "cross_entropy" not in bridge.spec  # NeMo: fused
+
+
+@pytest.mark.parametrize(("source", "precision", "expected", "default"), [
+    ("megatron_bridge_perf", "FP8-CS (FP8-MX)", ("fp8", "tensorwise"), False),
+    ("megatron_bridge_perf", "MXFP8", ("fp8", "mxfp8"), False),
+    ("megatron_bridge_perf", "FP8-MX", ("fp8", "mxfp8"), False),
+    ("megatron_bridge_perf", "FP8", ("fp8", "tensorwise"), True),  # the Bridge's recipes: fp8_cs, no delayed
+    ("megatron_bridge_perf", "NVFP4", ("fp4", None), False),
+    ("nemo_2407", "FP8", ("fp8", "delayed"), True),  # Transformer Engine's default
+    ("nemo_2407", "BF16", (None, None), False),
+])
+def test_a_rows_precision_names_the_quantization_recipe(source: str, precision: str, expected: tuple, default: bool
+                                                        ) -> None:
+    plan = plan_row(row({"source_id": source, "row_id": "r", "model": "LLAMA3_8B", "seq_len": "8192", "TP": "1",
+                         "PP": "1", "global_batch": "16", "micro_batch": "1", "n_gpus": "8", "gpu": "B200",
+                         "gpus_per_node": "8", "precision": precision, "tokens_per_s_per_gpu": "30000"}))
+    assert plan.status == READY, plan.reason
+    assert (plan.spec.get("precision"), plan.spec.get("fp8_recipe")) == expected
+    assert any(d.startswith("FP8 recipe") for d in plan.defaults_used) == default

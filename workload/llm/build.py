@@ -136,7 +136,7 @@ class _StageBuilder:
         for layer in self.chunk_layers[chunk]:
             if mb == 0:
                 x = x + self.grads.first_use(f"layer{layer}")
-            x = self.layers.forward(f"{pre}layer{layer}.", x, "fwd", layer)
+            x = self.layers.forward(f"{pre}layer{layer}.", x, "fwd", layer, first_micro_batch=mb == 0)
         if heads:
             x = prog.compute(pre + "final_norm", z.final_norm[0], x, "fwd")
             x = self.tp.gather(pre + "head", x, "fwd", gemm_input=False)

@@ -15,6 +15,7 @@ from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_fr
 from workload.llm.options import (
     ATTENTION_BACKENDS,
     CROSS_ENTROPY,
+    FP8_RECIPES,
     FSDP_GRAD_SYNC,
     MEGATRON_BUCKET,
     PRECISIONS,
@@ -96,8 +97,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="rank layout, innermost dimension first (default tp,dp,pp; cp goes after tp unless named)")
     t = parser.add_argument_group("training step (workload/llm/options.py has the details)")
     t.add_argument("--precision", choices=PRECISIONS,
-                   help="GEMM math: fp8 runs the layers' GEMMs in FP8 (Transformer Engine); default: the model's "
-                        "dtype")
+                   help="GEMM math: fp8 (fp4) runs the layers' GEMMs in FP8 (NVFP4) with Transformer Engine's "
+                        "quantization kernels; default: the model's dtype")
+    t.add_argument("--fp8-recipe", choices=FP8_RECIPES, default="delayed",
+                   help="FP8 scaling: delayed (TE's default), tensorwise (current scaling, fp8_cs) or mxfp8 "
+                        "(Blackwell block scaling); default delayed")
     t.add_argument("--grad-reduce-in-fp32", "--accumulate-allreduce-grads-in-fp32", dest="grad_reduce_in_fp32",
                    action="store_true", help="data-parallel gradient collectives in fp32 (Megatron-LM with bf16)")
     t.add_argument("--fp8-param-gather", action="store_true",
@@ -216,7 +220,8 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
 
 def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingOptions:
     """The training-step settings the flags describe, checked against ``plan``."""
-    options = TrainingOptions(precision=args.precision, grad_reduce_in_fp32=args.grad_reduce_in_fp32,
+    options = TrainingOptions(precision=args.precision, fp8_recipe=args.fp8_recipe,
+                              grad_reduce_in_fp32=args.grad_reduce_in_fp32,
                               fp8_param_gather=args.fp8_param_gather, overlap_grad_reduce=args.overlap_grad_reduce,
                               overlap_param_gather=args.overlap_param_gather, bucket_size=args.ddp_bucket_size,
                               tp_comm_overlap=args.tp_comm_overlap, reshard_after_forward=args.reshard_after_forward,
@@ -271,10 +276,13 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     if plan.zero_stage and plan.dp == 1:
         warn(f"ZeRO stage {plan.zero_stage} with dp=1 shards nothing: no gradient or parameter collectives")
     device = device_preset(args.device) if args.device else None
-    if device is not None and options.fp8() and not device.has("fp8") and not args.summary:  # --summary simulates: it
-        warn(f"--precision fp8 with --device {device.name}, which has no FP8 math: its FP8 GEMMs run at the "  # says so
-             f"{device.math_dtype('fp8').upper()} rate, in the durations written here and when simulated with "
-             f"--device {device.name}; a GPU with FP8 (e.g. --device H100) runs them faster")
+    low = options.gemm_dtype()
+    if device is not None and low and not device.has(low) and not args.summary:  # --summary simulates: it says so
+        better = "H100" if low == "fp8" else "B200"
+        warn(f"--precision {low} with --device {device.name}, which has no {low.upper()} math: its {low.upper()} "
+             f"GEMMs run at the {device.math_dtype(low).upper()} rate, in the durations written here and when "
+             f"simulated with --device {device.name}; a GPU with {low.upper()} (e.g. --device {better}) runs them "
+             "faster")
     started = time.perf_counter()
     programs = build_programs(model, plan, options)
     ranks = RankMap(plan, model, tail=options.iteration_tail)

@@ -39,10 +39,13 @@ class LayerPasses:
             self.permute = costs.elementwise("permute", elements, 1, 1, 1, model.dtype_bytes)
             self.unpermute = costs.elementwise("unpermute", elements, 2, 1, 1, model.dtype_bytes)
 
-    def forward(self, pre: str, x: list[int], phase: str, layer: int = 0) -> list[int]:
-        """``pre`` is the node name prefix (e.g. "mb0.fwd.layer3."), ``layer`` the layer's index in the model;
-        returns the layer output's node."""
+    def forward(self, pre: str, x: list[int], phase: str, layer: int = 0, first_micro_batch: bool = False
+                ) -> list[int]:
+        """``pre`` is the node name prefix (e.g. "mb0.fwd.layer3."), ``layer`` the layer's index in the model,
+        ``first_micro_batch``: the iteration's first forward of the layer (low-precision weights are quantized
+        there, then cached); returns the layer output's node."""
         c, z = self.prog.compute, self.z
+        self.tp.cast_weights = first_micro_batch
         if phase == "fwd":
             x = x + self.grads.gather(pre[:-1], "layer", phase)
         x = c(pre + "attn_norm", z.norm[0], x, phase)
@@ -67,9 +70,9 @@ class LayerPasses:
         x = coll(pre + "dispatch_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
-        x = c(pre + z.mlp_in.name, z.mlp_in.forward(), x, phase)
+        x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
         x = c(pre + "activation", z.act[0], x, phase)
-        x = c(pre + z.mlp_out.name, z.mlp_out.forward(), x, phase)
+        x = c(pre + z.mlp_out.name, z.mlp_out.forward(), self.tp.gemm_inputs(pre, z.mlp_out, x, phase), phase)
         if z.expert_gather:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
@@ -114,10 +117,12 @@ class LayerPasses:
         g = coll(pre + "combine_grad_alltoall", "ep", A2A, z.dispatch_bytes, g, "bwd")
         if z.expert_gather:
             g = coll(pre + "expert_grad_allgather", "etp", AG, z.expert_gather_bytes, g, "bwd")
+        g = self.tp.quantized(pre, z.mlp_out, "grad", g, "bwd")
         dx = c(pre + z.mlp_out.name + "_dgrad", z.mlp_out.dgrad(), g, "bwd")
         c(pre + z.mlp_out.name + "_wgrad", z.mlp_out.wgrad(), g, "bwd")
         ready(unit, "expert_out", [self.prog.last_compute], micro_batch)
         dx = c(pre + "activation", z.act[1], dx, "bwd")
+        dx = self.tp.quantized(pre, z.mlp_in, "grad", dx, "bwd")
         dx_in = c(pre + z.mlp_in.name + "_dgrad", z.mlp_in.dgrad(), dx, "bwd")
         c(pre + z.mlp_in.name + "_wgrad", z.mlp_in.wgrad(), dx, "bwd")
         ready(unit, "expert_in", [self.prog.last_compute], micro_batch)

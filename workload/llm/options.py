@@ -3,10 +3,15 @@ communication overlap, gradient buckets, FSDP details and the tail of the iterat
 
 Names and defaults follow Megatron-Core's DistributedDataParallelConfig and TransformerConfig where they exist:
 
-- ``precision``: the GEMMs' math ("bf16", "fp16" or "fp8"; None = the model's dtype). With fp8 (Transformer
-  Engine) the layers' GEMMs run in FP8 and the sequence-parallel all-gathers of GEMM inputs carry FP8 (TE
-  quantizes before gathering); reduce-scatters and all-reduces of GEMM outputs, pipeline sends, attention and
-  the output layer stay in the model's dtype.
+- ``precision``: the GEMMs' math ("bf16", "fp16", "fp8" or "fp4"; None = the model's dtype). With fp8 or fp4
+  (Transformer Engine) the layers' GEMMs (forward, input and weight gradients) run in FP8 (NVFP4), each with the
+  quantization kernels of its operands (workload/llm/quantize.py), and with fp8 the sequence-parallel
+  all-gathers of GEMM inputs carry FP8 (TE quantizes before gathering; with fp4 they stay 16-bit here);
+  reduce-scatters and all-reduces of GEMM outputs, pipeline sends, attention, the router and the output layer
+  stay in the model's dtype.
+- ``fp8_recipe`` ("delayed"): how FP8 tensors are scaled (Megatron-Core's --fp8-recipe): "delayed" (TE's
+  default, amax history), "tensorwise" (current scaling, NeMo/Megatron-Bridge's fp8_cs) or "mxfp8" (Blackwell
+  1 x 32 block scaling). fp4 is NVFP4 (--fp4-recipe nvfp4), its only recipe.
 - ``grad_reduce_in_fp32`` (False): data-parallel gradient collectives in FP32 instead of the model's dtype
   (Megatron-LM's training script turns it on for bf16 unless --grad-reduce-in-bf16; Llama 3 reduces in FP32).
 - ``fp8_param_gather`` (False): the distributed optimizer's parameter all-gathers carry the layers' GEMM
@@ -49,7 +54,9 @@ from dataclasses import dataclass
 
 from workload.errors import InputError
 
-PRECISIONS = ("bf16", "fp16", "fp8")
+PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
+FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
+FP4_RECIPE = "nvfp4"
 ATTENTION_BACKENDS = ("flash", "unfused")
 CROSS_ENTROPY = ("fused", "unfused")
 FSDP_GRAD_SYNC = ("every", "last")
@@ -65,6 +72,7 @@ class TrainingOptions:
     """Framework settings of one training step (see the module docstring for each)."""
 
     precision: str | None = None
+    fp8_recipe: str = "delayed"
     grad_reduce_in_fp32: bool = False
     fp8_param_gather: bool = False
     overlap_grad_reduce: bool | None = None
@@ -81,6 +89,14 @@ class TrainingOptions:
     def fp8(self) -> bool:
         return self.precision == "fp8"
 
+    def gemm_dtype(self) -> str:
+        """The layers' GEMM math as the kernel model names it ("fp8", "fp4"; "" = the model's dtype)."""
+        return self.precision if self.precision in ("fp8", "fp4") else ""
+
+    def recipe(self) -> str | None:
+        """The quantization recipe of the layers' GEMMs (workload/llm/quantize.py), None in 16-bit math."""
+        return FP4_RECIPE if self.precision == "fp4" else self.fp8_recipe if self.fp8() else None
+
     def grad_bytes(self, dtype_bytes: int) -> int:
         return 4 if self.grad_reduce_in_fp32 else dtype_bytes
 
@@ -94,6 +110,8 @@ class TrainingOptions:
         """Raise InputError (one line) for settings that contradict each other or the plan."""
         if self.precision is not None and self.precision not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise InputError(f"fp8_recipe must be one of {', '.join(FP8_RECIPES)} (got {self.fp8_recipe!r})")
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise InputError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)} "
                              f"(got {self.attention_backend!r})")

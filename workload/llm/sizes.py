@@ -4,7 +4,8 @@ layer, and each weight tensor's parameters on the rank (for gradient buckets).
 Context parallelism splits every sequence over ``cp`` ranks and sequence parallelism the tokens outside the
 tensor-parallel GEMMs over ``tp``; a rank therefore sees ``b x s / cp`` tokens in its GEMMs and
 ``b x s / (cp x tp)`` (sequence parallel) in norms, residuals and pipeline sends. With precision fp8 the layers'
-GEMMs are FP8 (the output layer and the router stay in the model's dtype, as Megatron-LM runs them).
+GEMMs are FP8 (fp4: NVFP4), each with its operands' quantization kernels (workload/llm/quantize.py; the output
+layer and the router stay in the model's dtype, as Megatron-LM runs them).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from workload.llm import costs
+from workload.llm import costs, quantize
 from workload.llm.costs import Matmul
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
@@ -21,10 +22,10 @@ from workload.llm.plan import ParallelPlan
 FP8_BYTES = 1
 
 
-def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, fp8: bool = False
-           ) -> Matmul:
-    """A Matmul, in FP8 when ``fp8`` (the kernel model reads the precision; the bytes stay the model's)."""
-    return Matmul(name, tokens, k, n, dtype_bytes, weights, "fp8" if fp8 else "")
+def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, dtype: str = "") -> Matmul:
+    """A Matmul in ``dtype`` ("fp8", "fp4"; "" = the model's; the kernel model reads the precision, the bytes stay
+    the model's)."""
+    return Matmul(name, tokens, k, n, dtype_bytes, weights, dtype)
 
 
 class StageSizes:
@@ -36,6 +37,8 @@ class StageSizes:
         b, s, h, tp = p.micro_batch_size, m.seq_len, m.hidden_size, p.tp
         self.sp = p.sequence_parallel and tp > 1
         self.fp8 = options.fp8()
+        self.recipe = options.recipe()  # the layers' GEMMs' quantization recipe (None: 16-bit GEMMs)
+        low = options.gemm_dtype()
         t = b * s // p.cp  # tokens per rank in the tensor-parallel GEMMs
         t_local = t // tp if self.sp else t  # tokens per rank outside them
         heads, kv, hd, f = m.num_heads // tp, m.kv_heads // tp, m.head_size, m.ffn_hidden_size // tp
@@ -47,12 +50,12 @@ class StageSizes:
         self.gemm_input_gather_bytes = t_local * h * (FP8_BYTES if self.fp8 else d)
         self.norm = costs.elementwise("norm", t_local * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
         self.final_norm = costs.elementwise("final_norm", t_local * h, costs.NORM_FLOPS[m.norm], 1, 1, d)
-        self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, fp8=self.fp8)
+        self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, dtype=low)
         self.flash = flash = options.attention_backend == "flash"
         self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d, flash=flash)
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
-        self.attn_out = matmul("attn_out", t, heads * hd, h, d, fp8=self.fp8)
+        self.attn_out = matmul("attn_out", t, heads * hd, h, d, dtype=low)
         in_width = (2 if m.gated_ffn else 1) * f
         if m.is_moe:
             etp = p.expert_tp
@@ -63,15 +66,15 @@ class StageSizes:
             self.expert_gather = etp > 1 and (self.sp or etp != tp)
             moe_tokens = t_local * m.top_k * (etp if self.expert_gather else 1)
             self.router = Matmul("router", t_local, h, m.num_experts, d)
-            self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, fp8=self.fp8)
-            self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, fp8=self.fp8)
+            self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, dtype=low)
+            self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, dtype=low)
             self.dispatch_bytes = t_local * m.top_k * h * d
             self.expert_gather_bytes = self.dispatch_bytes
             routed, act_width = moe_tokens, ef
         else:
             routed, act_width = t, f
-            self.mlp_in = matmul("mlp_in", t, h, in_width, d, fp8=self.fp8)
-            self.mlp_out = matmul("mlp_out", t, f, h, d, fp8=self.fp8)
+            self.mlp_in = matmul("mlp_in", t, h, in_width, d, dtype=low)
+            self.mlp_out = matmul("mlp_out", t, f, h, d, dtype=low)
         self.act = costs.elementwise("activation", routed * act_width, costs.ACTIVATION_FLOPS[m.gated_ffn],
                                      2 if m.gated_ffn else 1, 1, d)
         vocab = p.padded_vocab(m) // tp
@@ -79,6 +82,15 @@ class StageSizes:
         self.loss = costs.cross_entropy(t, vocab, d) if options.cross_entropy == "unfused" else \
             costs.elementwise("loss", t * vocab, costs.LOSS_FLOPS, 1, 1, d)
         self.embed = costs.elementwise("embedding", t * h, 1, 1, 1, d)
+
+    def quantize(self, name: str, gemm: Matmul, operand: str) -> tuple[costs.Kernel, ...]:
+        """The kernels quantizing ``gemm``'s ``operand`` ("input", "grad" or "weight") under the recipe; none for a
+        16-bit GEMM (the output layer and router are never quantized)."""
+        if self.recipe is None or not gemm.dtype:
+            return ()
+        elements = {"input": quantize.input_elements, "grad": quantize.grad_elements,
+                    "weight": quantize.weight_elements}[operand](gemm)
+        return quantize.operand_kernels(name, elements, self.recipe)
 
     def rows(self, matmul_: Matmul, parts: int) -> list[Matmul]:
         """``matmul_`` split into ``parts`` GEMMs over its rows (the chunks of an overlapped GEMM; the FLOPs add up)."""

@@ -125,7 +125,8 @@ def format_summary(s: dict[str, Any]) -> str:
     if p["pp"] > 1 and len(set(p["layers_per_stage"])) > 1:
         lines.append("layers per pipeline stage: " + ", ".join(map(str, p["layers_per_stage"])))
     o = s["options"]
-    settings = [name for name, on in (("FP8 GEMMs", o["precision"] == "fp8"),
+    recipe = {"fp8": f"FP8 GEMMs ({o.get('fp8_recipe', 'delayed')} scaling)", "fp4": "NVFP4 GEMMs"}
+    settings = [name for name, on in ((recipe.get(o["precision"] or "", ""), o["precision"] in recipe),
                                       ("gradients reduced in fp32", o["grad_reduce_in_fp32"]),
                                       ("TP communication overlapped", o["tp_comm_overlap"]),
                                       ("parameter all-gathers overlapped", o["overlap_param_gather"]),

@@ -5,6 +5,10 @@ GEMM's input gradient (backward). With it, the all-reduce becomes an all-gather 
 and a reduce-scatter after the row-parallel one (backward: the reverse, plus the all-gather of the saved input for
 the weight gradient, which runs beside the input-gradient GEMM as Megatron's linear layers overlap it).
 
+Low-precision GEMMs (FP8, NVFP4) first run their operands' quantization kernels (workload/llm/quantize.py): the
+input's before the forward GEMM (and its all-gather, which then carries the quantized copy), the output
+gradient's before the backward GEMMs, the weight's in the first micro-batch's forward only.
+
 With ``tp_comm_overlap`` (Megatron-Core's --tp-comm-overlap, Transformer Engine's userbuffers defaults):
 - all-gather + GEMM (QKV and FC1 forward, projection and FC2 input gradients) is a ring exchange: tp - 1
   send/receive steps between tensor-parallel neighbours feeding tp GEMM chunks, each chunk waiting only for the
@@ -31,6 +35,21 @@ class TensorParallel:
         self.prog, self.z, self.tp = program, sizes, tp
         self.sp = sizes.sp
         self.overlap = overlap and sizes.sp and tp > 1
+        self.cast_weights = False  # low precision: the first micro-batch's forward quantizes each GEMM's weight
+
+    # --- low-precision operands (workload/llm/quantize.py) ------------------------------------------------
+    def quantized(self, pre: str, gemm: Matmul, operand: str, x: list[int], phase: str) -> list[int]:
+        """``x`` after the quantization kernels of ``gemm``'s ``operand`` (the weight's only when cast_weights and
+        in the forward)."""
+        if operand == "weight" and not (self.cast_weights and phase == "fwd"):
+            return x
+        for kernel in self.z.quantize(f"{pre}{gemm.name}_{operand}", gemm, operand):
+            x = self.prog.compute(kernel.name, kernel, x, phase)
+        return x
+
+    def gemm_inputs(self, pre: str, gemm: Matmul, x: list[int], phase: str) -> list[int]:
+        """A forward GEMM's operands quantized: its weight (first micro-batch) and its input."""
+        return self.quantized(pre, gemm, "input", self.quantized(pre, gemm, "weight", x, phase), phase)
 
     # --- plain collectives -----------------------------------------------------------------------------
     def gather(self, name: str, deps: list[int], phase: str, gemm_input: bool = True) -> list[int]:
@@ -50,6 +69,7 @@ class TensorParallel:
     # --- GEMMs with their communication -----------------------------------------------------------------
     def column_forward(self, pre: str, comm: str, gemm: Matmul, x: list[int], phase: str) -> list[int]:
         """All-gather (sequence parallel) then the column-parallel GEMM; a ring exchange with overlap."""
+        x = self.gemm_inputs(pre, gemm, x, phase)
         if self.overlap:
             out, _ = self._ring_gemm(pre, comm, gemm.name, [g.forward() for g in self.z.rows(gemm, self.tp)], x,
                                      phase)
@@ -59,6 +79,7 @@ class TensorParallel:
 
     def row_forward(self, pre: str, comm: str, gemm: Matmul, x: list[int], phase: str) -> list[int]:
         """The row-parallel GEMM then its reduce-scatter / all-reduce; pipelined per GEMM chunk with overlap."""
+        x = self.gemm_inputs(pre, gemm, x, phase)
         if not self.overlap:
             x = self.prog.compute(pre + gemm.name, gemm.forward(), x, phase)
             return self.reduce(pre + comm, x, phase)
@@ -72,6 +93,7 @@ class TensorParallel:
     def row_backward(self, pre: str, comm: str, gemm: Matmul, g: list[int]) -> list[int]:
         """A row-parallel GEMM's backward: gather the output gradient (sequence parallel), input and weight
         gradients; returns the input gradient."""
+        g = self.quantized(pre, gemm, "grad", g, "bwd")
         if self.overlap:
             dx, received = self._ring_gemm(pre, comm, gemm.name + "_dgrad",
                                            [c.dgrad() for c in self.z.rows(gemm, self.tp)], g, "bwd")
@@ -86,6 +108,7 @@ class TensorParallel:
                         ) -> list[int]:
         """A column-parallel GEMM's backward: the saved input's all-gather beside the input-gradient GEMM, the
         weight gradient after both; returns the input gradient (not yet reduced)."""
+        dx = self.quantized(pre, gemm, "grad", dx, "bwd")
         saved = self.gather(pre + saved_comm, dx, "bwd", gemm_input=saved_gemm_input)
         dx_in = self.prog.compute(pre + gemm.name + "_dgrad", gemm.dgrad(), dx, "bwd")
         self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), sorted(set(dx + saved)), "bwd")
