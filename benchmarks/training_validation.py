@@ -53,6 +53,8 @@ def shares(r: dict[str, Any]) -> str:
     comm = sorted(((v, k) for k, v in b["exposed_comm_ns_by_kind"].items() if k != PP and v / step >= 0.005),
                   reverse=True)
     parts.append("comm " + (" ".join(f"{k} {v / step:.0%}" for v, k in comm) or "-"))
+    if b.get("exposed_host_ns"):
+        parts.append(f"host {b['exposed_host_ns'] / step:.0%}")
     parts.append(f"bub {b['bubble_ns'] / step:.0%}")
     return "  ".join(parts)
 

@@ -9,6 +9,8 @@ fall short, each with few parameters fitted per device on public kernel measurem
   its pipeline and writing back (small K pays it in full). Small M or N waste part of each tile; the library's
   smaller tiles, slower per FLOP, win there (the model takes the fastest tile, as its heuristics do). Compute
   and operand streaming overlap imperfectly (a p-norm of the two times: skinny GEMMs are memory bound).
+  A grouped GEMM run as one kernel per group, a few streams at a time (Transformer Engine's experts), takes
+  rounds of that many concurrent kernels.
 - Attention (fused, FlashAttention-style): one tile per block of queries walks the key blocks it sees (a
   causal mask halves the walk but computes whole diagonal blocks), plus a fixed per-tile cost; the softmax
   work per score makes small head dimensions slower; the backward pass runs at its own fraction of forward.
@@ -84,8 +86,16 @@ class KernelModel:
         p = self.params.gemm
         scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if dtype == "fp8" else 1.0)
         eff = min(1.0, p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * scale)
-        return float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], self.device.peak_flops(dtype) * eff,
-                                  self.units, self.bandwidth, p)) + self.gap_s
+        flops = self.device.peak_flops(dtype) * eff
+        if g.streams and g.batch > g.streams:  # one kernel per product, ``streams`` at a time: rounds of them
+            rounds, rest = divmod(g.batch, g.streams)
+            seconds = rounds * gemm_seconds(g.m, g.n, g.k, g.streams, DTYPE_BYTES[dtype], flops, self.units,
+                                            self.bandwidth, p)
+            if rest:
+                seconds += gemm_seconds(g.m, g.n, g.k, rest, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth, p)
+            return float(seconds) + self.gap_s
+        return float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth,
+                                  p)) + self.gap_s
 
     # --- attention -------------------------------------------------------------------------------------------
     def attention_s(self, a: AttentionShape, dtype: str) -> float:

@@ -8,7 +8,9 @@ This is the whole contract between a trace and ``--compute-model kernels``: a CO
 - ``dtype`` (string): fp32 | tf32 | bf16 | fp16 | fp8 | fp4 (the math precision; absent = bf16; fp4 is NVFP4,
   half a byte per element);
 - for ``gemm``: ``gemm_m``, ``gemm_n``, ``gemm_k`` and ``gemm_batch`` (a batched or grouped GEMM of that many
-  independent (m x k) @ (k x n) products; absent = 1);
+  independent (m x k) @ (k x n) products; absent = 1), ``gemm_streams`` (a grouped GEMM run as one kernel per
+  product, that many at a time on as many streams, as Transformer Engine's GroupedLinear runs its experts;
+  absent or 0 = one batched kernel);
 - for ``attention``: ``attn_batch``, ``attn_heads``, ``attn_kv_heads``, ``attn_head_dim``, ``attn_seq_q``,
   ``attn_seq_kv`` (keys each query block sees; context parallelism makes it differ from ``attn_seq_q``),
   ``attn_causal`` and ``attn_backward`` (bools), ``attn_flash`` (bool, absent = true: a fused kernel),
@@ -40,19 +42,22 @@ def dtype_for_bytes(dtype_bytes: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GemmShape:
-    """``batch`` independent products of an (m x k) by a (k x n) matrix."""
+    """``batch`` independent products of an (m x k) by a (k x n) matrix: one batched kernel, or (``streams`` > 0)
+    one kernel per product, ``streams`` of them running at a time."""
 
     m: int
     n: int
     k: int
     batch: int = 1
+    streams: int = 0
 
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k * self.batch
 
     def attributes(self) -> list[tuple[str, Any]]:
-        return [("gemm_m", self.m), ("gemm_n", self.n), ("gemm_k", self.k), ("gemm_batch", self.batch)]
+        return [("gemm_m", self.m), ("gemm_n", self.n), ("gemm_k", self.k), ("gemm_batch", self.batch)] + (
+            [("gemm_streams", self.streams)] if self.streams else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,9 +142,9 @@ def shape_from_attributes(attrs: Mapping[str, Any]) -> tuple[OpShape | None, str
         missing = [k for k in GEMM_KEYS if not _positive(attrs.get(k))]
         if missing:
             return None, f"gemm without positive {', '.join(missing)}"
-        batch = attrs.get("gemm_batch", 1)
+        batch, streams = attrs.get("gemm_batch", 1), attrs.get("gemm_streams", 0)
         gemm = GemmShape(int(attrs["gemm_m"]), int(attrs["gemm_n"]), int(attrs["gemm_k"]),
-                         int(batch) if _positive(batch) else 1)
+                         int(batch) if _positive(batch) else 1, int(streams) if _positive(streams) else 0)
         return OpShape("gemm", dtype, gemm=gemm), ""
     if op_class == "attention":
         missing = [k for k in ATTENTION_KEYS if not _positive(attrs.get(k))]

@@ -20,8 +20,8 @@ from workload.graph import TraceGraph
 from workload.schema import NodeType
 
 REPLAY = -1  # the node's time: its recorded duration
-INT_KEYS = ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "attn_batch", "attn_heads", "attn_kv_heads", "attn_head_dim",
-            "attn_seq_q", "attn_seq_kv")
+INT_KEYS = ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_streams", "attn_batch", "attn_heads", "attn_kv_heads",
+            "attn_head_dim", "attn_seq_q", "attn_seq_kv")
 BOOL_KEYS = ("attn_causal", "attn_backward", "attn_flash")
 
 

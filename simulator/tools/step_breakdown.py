@@ -9,8 +9,10 @@ receive). The run's per-node spans (kept when a run records a timeline) are grou
   their number;
 - exposed communication of a kind = the time its collectives run while no kernel does (kinds can overlap
   each other, so these can add up to more than the exposed total, which is given too);
-- bubble = the step minus the time some kernel or some collective runs: the rank idles or waits for a
-  pipeline send/receive (a receive counts from when it is posted until its data arrives).
+- exposed host time = the time a host-side node (the host issuing a dropless MoE layer's expert section) runs
+  while no kernel and no collective does: the GPU waits for the host;
+- bubble = the rest of the step: the rank idles or waits for a pipeline send/receive (a receive counts from
+  when it is posted until its data arrives).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from simulator.breakdown import union_ns
 from workload.schema import NodeType
 
 PP = "pp"
+HOST = "host"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,9 @@ class NodeKinds:
         kinds: dict[str, tuple[str, str]] = {}
         for program in programs:
             for op in program.ops:
-                if op.node_type == NodeType.COMP_NODE:
+                if op.host_us is not None:
+                    kinds[op.name] = (HOST, "")
+                elif op.node_type == NodeType.COMP_NODE:
                     kinds[op.name] = ("compute", op.kernel.category if op.kernel is not None else "other")
                 elif op.node_type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
                     kinds[op.name] = ("comm", PP)
@@ -54,11 +59,14 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
     kernels: dict[str, int] = defaultdict(int)
     compute: list[tuple[int, int]] = []
     comm: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    host: list[tuple[int, int]] = []
     for i, start, end in workload.timeline.spans:
         kind = kinds.kinds.get(graph.name(i))
         if kind is None:
             continue
-        if kind[0] == "compute":
+        if kind[0] == HOST:
+            host.append((start, end))
+        elif kind[0] == "compute":
             compute_ns[kind[1]] += end - start
             kernels[kind[1]] += 1
             compute.append((start, end))
@@ -68,10 +76,12 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
     exposed = {k: union_ns(compute + iv) - busy for k, iv in sorted(comm.items())}
     collectives = [span for k, iv in comm.items() if k != PP for span in iv]
     exposed_total = union_ns(compute + collectives) - busy
+    exposed_host = union_ns(compute + collectives + host) - busy - exposed_total if host else 0
     return {"rank": workload.rank, "step_ns": finish_ns, "compute_busy_ns": busy,
             "compute_ns_by_class": dict(sorted(compute_ns.items())),
             "kernels_by_class": dict(sorted(kernels.items())), "exposed_comm_ns_by_kind": exposed,
-            "exposed_collectives_ns": exposed_total, "bubble_ns": finish_ns - busy - exposed_total}
+            "exposed_collectives_ns": exposed_total, "exposed_host_ns": exposed_host,
+            "bubble_ns": finish_ns - busy - exposed_total - exposed_host}
 
 
 def slowest_rank_breakdown(sim: Any, result: Any, kinds: NodeKinds) -> dict[str, Any]:

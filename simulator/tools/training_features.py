@@ -35,6 +35,7 @@ FEATURES: dict[str, Feature] = {
     "pp": Feature("pipeline parallelism", (("pp", VALUE),), structural=True),
     "dp": Feature("data parallelism", (("dp", VALUE),), structural=True),
     "ep": Feature("expert parallelism", (("ep", VALUE),), structural=True),
+    "etp": Feature("expert tensor parallelism apart from tensor parallelism", (("etp", VALUE),)),
     "vp": Feature("interleaved pipeline schedule", (("vp", VALUE), ("virtual_pipeline", VALUE))),
     "cp": Feature("context parallelism", (("cp", VALUE),), structural=True),
     "account_for_embedding": Feature("the embedding counted as a layer in the pipeline split",
@@ -65,6 +66,8 @@ FEATURES: dict[str, Feature] = {
                                  "FlashAttention)", (("attention_backend", "unfused"),)),
     "unfused_cross_entropy": Feature("the loss in fp32 passes over the logits (no cross-entropy fusion)",
                                      (("cross_entropy", "unfused"),)),
+    "moe_host_sync": Feature("the dropless MoE dispatcher's host wait for the token counts and the expert "
+                             "section's host issue time", (("moe_host_sync", True),)),
     "iteration_tail": Feature("iteration tail (data loading, gradient clipping, logging)",
                               (("iteration_tail", True),), minor=True),
 }
@@ -125,6 +128,12 @@ FRAMEWORKS: dict[str, Framework] = {
     "nemo_2412": _NEMO,
     "megatron_bridge_perf": _BRIDGE,
     "mlperf_gpt3": _NEMO,
+}
+
+# Expert tensor parallelism where a source's MoE runs set it apart from TP (Megatron-Core's default is TP).
+EXPERT_TP: dict[str, tuple[int, str]] = {
+    "megatron_bridge_perf": (1, "Megatron-Bridge's MoE performance recipes (Qwen3, GPT-OSS): "
+                                "expert_tensor_parallel_size 1"),
 }
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from network.config import NetworkConfig
-from simulator.tools.training_features import FEATURES, FRAMEWORKS, Framework, missing_label, resolve
+from simulator.tools.training_features import EXPERT_TP, FEATURES, FRAMEWORKS, Framework, missing_label, resolve
 from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
 from simulator.tools.training_metrics import Metric, choose_metric
 from simulator.tools.training_models import ROW_DIMS, model_for
@@ -152,6 +152,14 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dp > 1 and fw.megatron_buckets:
         reqs.append(("megatron_buckets", True))
     reqs.append(("iteration_tail", True))
+    etp, why = EXPERT_TP.get(row.source_id, (tp, ""))
+    if dims["ep"] > 1 and etp != tp:
+        reqs.append(("etp", etp))
+        plan.defaults_used.append(f"expert tensor parallelism {etp} ({why})")
+    if dims["ep"] > 1 and "tokendrop" not in row.text("model").lower():
+        reqs.append(("moe_host_sync", True))
+        plan.defaults_used.append("MoE dispatch dropless (Megatron-Core's default; the row states no token drop): "
+                                  "host waits for the token counts, expert section host-issued")
     if fw.cross_entropy[0] == "unfused":
         reqs.append(("unfused_cross_entropy", True))
         plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")

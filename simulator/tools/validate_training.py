@@ -22,6 +22,7 @@ from typing import Any
 
 from simulator.tools.step_breakdown import PP
 from simulator.tools.step_run import Iteration, check_layout, iteration_nodes, run_limited
+from simulator.tools.training_consistency import disagreements, format_disagreements
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, RowPlan, plan_row
 from simulator.tools.training_metrics import METRICS
 from simulator.tools.training_table import TrainingRow, read_tables
@@ -143,6 +144,7 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
         comm = ", ".join(f"{k} {v / step:.0%}" for k, v in b["exposed_comm_ns_by_kind"].items() if v and k != PP)
         lines.append(f"{'':>8}compute {b['compute_busy_ns'] / step:.0%} ({classes}); exposed comm "
                      f"{b['exposed_collectives_ns'] / step:.0%}" + (f" ({comm})" if comm else "")
+                     + (f"; exposed host {b['exposed_host_ns'] / step:.0%}" if b.get("exposed_host_ns") else "")
                      + f"; bubble {b['bubble_ns'] / step:.0%}; {r['hw_profile']}, {r['compute_model']} compute, "
                      f"{r['simulated_ranks']} of {r['n_gpus']} ranks simulated")
         if r["left_out"]:
@@ -269,9 +271,17 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         print("\n".join(format_row(r, args.verbose, width)))
     print()
     print("\n".join(format_summary(tables)))
+    conflicts = disagreements(rows, {r["row_id"]: r["published_step_time_s"] for r in results})
+    if conflicts:
+        print()
+        print("\n".join(format_disagreements(conflicts)))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": results, "tables": tables}, f, indent=1, allow_nan=False)
+            json.dump({"rows": results, "tables": tables,
+                       "disagreements": [{"row_ids": list(d.row_ids),
+                                          "published_step_time_s": list(d.published_step_time_s),
+                                          "least_error": _sig(d.least_error)} for d in conflicts]},
+                      f, indent=1, allow_nan=False)
             f.write("\n")
     if args.plot:
         draw(args.plot, results)

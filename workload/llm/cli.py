@@ -130,6 +130,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="add batch loading, gradient-norm clipping and loss logging nodes")
     t.add_argument("--dataloader-wait-us", type=int, default=0, metavar="US",
                    help="host wait before each batch is loaded (with --iteration-tail)")
+    t.add_argument("--moe-host-sync", action="store_true",
+                   help="MoE layers as Megatron-Core's dropless dispatcher runs them: the token counts copied to the "
+                        "host before the all-to-all, and the expert section no faster than the host issues it")
     o = parser.add_argument_group("output")
     o.add_argument("--output", "-o", help="output folder (omit with --summary to only print the summary)")
     o.add_argument("--device", help="fill compute durations from a roofline estimate on this device preset "
@@ -228,7 +231,7 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               fsdp_grad_sync=args.fsdp_grad_sync, attention_backend=args.attention_backend,
                               cross_entropy=args.cross_entropy,
                               iteration_tail=args.iteration_tail,
-                              dataloader_wait_us=args.dataloader_wait_us)
+                              dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
     return options
 

@@ -67,6 +67,7 @@ class Matmul:
     dtype_bytes: int
     weights: int = 1
     dtype: str = ""
+    streams: int = 0  # a grouped matmul run as one GEMM per weight, this many at a time (0: one batched kernel)
 
     @property
     def flops(self) -> int:
@@ -77,7 +78,8 @@ class Matmul:
         return (self.tokens * self.k + self.weights * self.k * self.n + self.tokens * self.n) * self.dtype_bytes
 
     def _kernel(self, name: str, m: int, n: int, k: int) -> Kernel:
-        shape = OpShape("gemm", self.dtype or dtype_for_bytes(self.dtype_bytes), gemm=GemmShape(m, n, k, self.weights))
+        gemm = GemmShape(m, n, k, self.weights, self.streams)
+        shape = OpShape("gemm", self.dtype or dtype_for_bytes(self.dtype_bytes), gemm=gemm)
         return Kernel(name, "matmul", self.flops, self.size_bytes, shape)
 
     def forward(self) -> Kernel:

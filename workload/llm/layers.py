@@ -6,6 +6,8 @@ tokens, they are permuted and sent to their experts' ranks with an all-to-all ov
 gathered over the expert-tensor-parallel group when the experts are split (etp > 1), run through the grouped
 expert GEMMs, reduce-scattered back over that group, returned with a second all-to-all and unpermuted. Without
 sequence parallelism every tensor-parallel rank holds all tokens and the layer's output is all-reduced over tp.
+With ``moe_host_sync`` (Megatron-Core's dropless dispatcher) the host waits for the token counts before the
+all-to-all and the expert section takes at least the host's time to issue it (workload/llm/moe_host.py).
 
 Recompute (Megatron's --recompute-granularity): "full" runs the layer's forward again before its backward (with
 its communication), "selective" only the attention core (Korthikanti et al.), right before its backward.
@@ -67,6 +69,10 @@ class LayerPasses:
         c, z, coll = self.prog.compute, self.z, self.prog.coll
         x = c(pre + "router", z.router.forward(), x, phase)
         x = c(pre + "permute", self.permute[0], x, phase)
+        issued: list[int] = []
+        if z.moe_host_sync:  # the token counts all-gathered and copied to the host, which waits for them
+            x = coll(pre + "dispatch_counts_allgather", "ep", AG, z.count_bytes, x, phase)
+            issued = self.prog.host(pre + "expert_issue", z.host_forward_us, x, phase)
         x = coll(pre + "dispatch_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
@@ -77,7 +83,7 @@ class LayerPasses:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
         x = coll(pre + "combine_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
-        x = c(pre + "unpermute", self.unpermute[0], x, phase)
+        x = c(pre + "unpermute", self.unpermute[0], x + issued, phase)
         return x if z.sp else self.tp.reduce(pre + "mlp", x, phase)
 
     def backward(self, pre: str, g: list[int], unit: str, micro_batch: int, layer: int = 0) -> list[int]:
@@ -113,6 +119,7 @@ class LayerPasses:
     def _moe_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
         c, z, coll, ready = self.prog.compute, self.z, self.prog.coll, self.grads.tensor_ready
         etp = self.grads.p.expert_tp
+        issued = self.prog.host(pre + "expert_issue_bwd", z.host_backward_us, g, "bwd") if z.moe_host_sync else []
         g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
         g = coll(pre + "combine_grad_alltoall", "ep", A2A, z.dispatch_bytes, g, "bwd")
         if z.expert_gather:
@@ -129,7 +136,7 @@ class LayerPasses:
         if z.expert_gather:
             dx_in = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, dx_in, "bwd")
         g = coll(pre + "dispatch_grad_alltoall", "ep", A2A, z.dispatch_bytes, dx_in, "bwd")
-        g = c(pre + "permute", self.permute[1], g, "bwd")
+        g = c(pre + "permute", self.permute[1], g + issued, "bwd")
         g = c(pre + "router_dgrad", z.router.dgrad(), g, "bwd")
         c(pre + "router_wgrad", z.router.wgrad(), g, "bwd")
         ready(unit, "router", [self.prog.last_compute], micro_batch)

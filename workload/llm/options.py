@@ -46,6 +46,10 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   every rank with a sharded optimizer, and the scaling kernel; Megatron-LM clips at 1.0 by default), and the
   loss reduction logged each iteration (a kernel over the micro-batch losses and an 8-byte all-reduce over
   dp x cp on the last stage).
+- ``moe_host_sync`` (False): Megatron-Core's dropless token dispatcher as it runs on the host: the per-expert
+  token counts all-gathered over the expert-parallel group and copied to the host before the dispatch
+  all-to-all, and the expert section no faster than the host issues it (workload/llm/moe_host.py). Off: the
+  GPU's work alone (a dispatcher with fixed capacities, or an ideal host).
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ class TrainingOptions:
     cross_entropy: str = "fused"
     iteration_tail: bool = False
     dataloader_wait_us: int = 0
+    moe_host_sync: bool = False
 
     def fp8(self) -> bool:
         return self.precision == "fp8"

@@ -16,6 +16,7 @@ from functools import lru_cache
 from workload.llm import costs, quantize
 from workload.llm.costs import Matmul
 from workload.llm.model import ModelConfig
+from workload.llm.moe_host import GROUPED_GEMM_STREAMS, count_bytes, expert_section_host_us
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 
@@ -70,6 +71,13 @@ class StageSizes:
             self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, dtype=low)
             self.dispatch_bytes = t_local * m.top_k * h * d
             self.expert_gather_bytes = self.dispatch_bytes
+            if experts > 1:  # Transformer Engine's GroupedLinear: a GEMM per local expert, a few streams at a time
+                self.mlp_in, self.mlp_out = (replace(g, streams=GROUPED_GEMM_STREAMS)
+                                             for g in (self.mlp_in, self.mlp_out))
+            self.moe_host_sync = options.moe_host_sync
+            self.count_bytes = count_bytes(m.num_experts)
+            self.host_forward_us = expert_section_host_us(experts, self.fp8, backward=False)
+            self.host_backward_us = expert_section_host_us(experts, self.fp8, backward=True)
             routed, act_width = moe_tokens, ef
         else:
             routed, act_width = t, f
