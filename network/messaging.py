@@ -2,7 +2,8 @@
 
 A send and a receive match on (tag, source, destination, size), the n-th send with that key meeting
 the n-th receive. When the data arrives the send's callback runs, then the receive's if it is posted;
-a receive posted after the arrival completes at once (in a zero-delay event).
+a receive posted after the arrival completes at once (in a zero-delay event). A backend that orders
+same-time completions by each rank's issue order (the NCCL model) completes the two halves apart instead.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import Any
 
 from network.backends import Callback, Clock, NetworkBackend
 
+LAST = 1 << 62  # after every issue counter
+
 
 class Match:
     """One send and the receive it matches (either may come first), and whether its data has arrived. Matches
@@ -18,7 +21,7 @@ class Match:
     in ``Messaging._waiting``, each points to the next (``later``), and the oldest knows the newest (``last``;
     None: itself, so that no match refers to itself and garbage stays free of cycles)."""
 
-    __slots__ = ("arrived", "last", "later", "on_received", "on_sent", "recv_arg", "send_arg", "sent")
+    __slots__ = ("arrived", "last", "later", "on_received", "on_sent", "order", "recv_arg", "send_arg", "sent")
 
     def __init__(self) -> None:
         self.sent = False  # a send has been posted (while waiting: the queue holds sends, not receives)
@@ -29,6 +32,12 @@ class Match:
         self.arrived = False
         self.later: Match | None = None
         self.last: Match | None = None
+        self.order = LAST  # the receive's place in its rank's issue order (backends that order completions)
+
+    def receive_order(self) -> int:
+        """Where the delivery's receiving half goes among its rank's same-time completions: the receive's place in
+        the rank's issue order, or after all of them when no receive is posted yet (the data then waits)."""
+        return self.order if self.on_received is not None else LAST
 
 
 class Messaging:
@@ -37,7 +46,7 @@ class Messaging:
     Matching is the hot path of every message: one dict look-up finds the oldest unmatched half of the key,
     and a key's entry disappears once nothing waits on it (memory stays proportional to what is in flight)."""
 
-    __slots__ = ("_on_arrival", "_own", "_waiting", "backend", "clock", "messages")
+    __slots__ = ("_halves", "_on_arrival", "_own", "_post_order", "_waiting", "backend", "clock", "messages")
 
     def __init__(self, clock: Clock, backend: NetworkBackend) -> None:
         self.clock = clock
@@ -46,6 +55,10 @@ class Messaging:
         self._waiting: dict[tuple[int, int, int, int], Match] = {}
         self.messages = 0
         self._on_arrival = self._arrived  # bound once, not per message
+        # a backend that completes a delivery's two halves apart, each in its own rank's issue order (the NCCL
+        # model: simulator/nccl_run.py), numbers each posted receive and is handed both halves
+        self._post_order = getattr(backend, "post_order", None)
+        self._halves = getattr(backend, "transmit_halves", None)
 
     def _match(self, key: tuple[int, int, int, int], send: bool, head: Match | None = None) -> Match:
         """The match of the next send (``send``) or receive with this key: the oldest waiting other half, or a
@@ -82,7 +95,10 @@ class Messaging:
         entry.send_arg = arg
         entry.sent = True
         self.messages += 1
-        self.backend.transmit(src, dst, size_bytes, self._on_arrival, entry)
+        if self._halves is not None:
+            self._halves(src, dst, size_bytes, self, entry)
+        else:
+            self.backend.transmit(src, dst, size_bytes, self._on_arrival, entry)
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
         """Post a receive at ``dst``; ``on_received(arg)`` runs when the matching data has arrived."""
@@ -97,10 +113,24 @@ class Messaging:
                 return
         entry.on_received = on_received
         entry.recv_arg = arg
+        if self._post_order is not None:
+            entry.order = self._post_order(dst)
 
     def _arrived(self, entry: Match) -> None:
         if entry.on_sent is not None:
             entry.on_sent(entry.send_arg)
+        if entry.on_received is not None:
+            entry.on_received(entry.recv_arg)
+        else:
+            entry.arrived = True
+
+    def sent_half(self, entry: Match) -> None:
+        """The sender's half of a delivery (transmit_halves): its send completes."""
+        if entry.on_sent is not None:
+            entry.on_sent(entry.send_arg)
+
+    def received_half(self, entry: Match) -> None:
+        """The receiver's half of a delivery: its receive completes, or the data waits for it."""
         if entry.on_received is not None:
             entry.on_received(entry.recv_arg)
         else:

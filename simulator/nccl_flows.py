@@ -7,10 +7,13 @@ start or finish at the same time.
 
 **Completions.** Jobs due at the same time finish together in one event that runs before every other event of
 that time (priority 0), and their callbacks run in the order of (rank, that rank's issue counter): the rank a
-completion belongs to (every member of a collective, the sender of a send) and how many collectives and sends
-it had issued before. The order is thus the same on every rank that does the same thing, whichever rank a
-run happens to start first: a run with one rank per class of equivalent ranks (simulator/quotient_run.py) sees
-the same order as the full run, and each callback starts its rank's events afresh (``contexts``).
+completion belongs to (every member of a collective; the sender of a send for its sending half, the receiver for
+its receiving half) and where the operation it completes stands in that rank's issue order (collectives, sends
+and posted receives). A rank thus sees its own completions of one instant in the order it issued them, whatever
+its peers' rank numbers, as a GPU finishes the work of its streams in the order it was enqueued: every rank
+that does the same thing sees the same order (in a ring of sends the lowest rank is not the odd one out), and a
+run with one rank per class of equivalent ranks (simulator/quotient_run.py) sees the order of the full run's
+ranks. Each callback starts its rank's events afresh (``contexts``).
 
 **Classes.** In such a run a job stands for its images under the shifts, and a resource for its class: a job
 weighs ``how many resources of the class it uses x the size of its orbit``, and a class is used by
@@ -23,8 +26,9 @@ import heapq
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
-# a job's completion: (rank, that rank's issue counter, fn, its arguments, the context its events run in)
-Completion = tuple[int, int, Callable[..., None], tuple[Any, ...], Any]
+# a job's completion: (rank, that rank's issue counter or what tells it when the job completes, fn, its arguments,
+# the context its events run in)
+Completion = tuple[int, int | Callable[[], int], Callable[..., None], tuple[Any, ...], Any]
 
 
 class _Job:
@@ -46,12 +50,12 @@ class _Job:
 class FlowScheduler:
     """Transfer jobs sharing resources (see the module docstring)."""
 
-    __slots__ = ("_heap", "_next_id", "_wakes", "active", "completed_work", "contexts", "engine", "load",
-                 "orbits", "started_work", "users")
+    __slots__ = ("_heap", "_last", "_next_id", "_serial", "_wakes", "active", "completed_work", "contexts",
+                 "engine", "load", "orbits", "started_work", "users")
 
-    def __init__(self, engine: Any, contexts: Callable[[int, Any, int], None] | None = None) -> None:
+    def __init__(self, engine: Any, contexts: Callable[[int, Any, Any], None] | None = None) -> None:
         self.engine = engine
-        self.contexts = contexts  # contexts(rank, context, now): a callback's events start afresh (quotient runs)
+        self.contexts = contexts  # contexts(rank, context, tag): a callback's events start afresh (quotient runs)
         self.users: dict[int, dict[int, _Job]] = {}  # resource -> active jobs using it, by id
         self.load: dict[int, int] = {}  # resource -> the summed weights of its jobs
         self.orbits: dict[int, int] = {}  # resource -> the size of its class (absent: 1)
@@ -59,6 +63,8 @@ class FlowScheduler:
         self._heap: list[tuple[int, int]] = []  # (finish ns, job id); stale entries are skipped
         self._wakes: set[int] = set()  # times a completion event is already due for
         self._next_id = 0
+        self._last = -1  # the time of the last completion event, and how many ran before it at that time
+        self._serial = 0
         self.started_work = 0  # ns of full-rate transfer started and completed (conservation checks)
         self.completed_work = 0
 
@@ -143,9 +149,21 @@ class FlowScheduler:
             affected.pop(j.id, None)
         if affected:
             self._rerate(affected.values(), t)
-        done = sorted((c for j in due for c in j.callbacks), key=lambda c: (c[0], c[1]))
+        done = sorted((c for j in due for c in j.callbacks), key=_order)
         contexts = self.contexts
+        if contexts is not None:
+            # a second completion event at one time (a job whose rate change left it due now) runs after the
+            # first in every image: its parts' chain says so (simulator/quotient_run.py)
+            self._serial = self._serial + 1 if t == self._last else 0
+            self._last = t
+            tag = t if not self._serial else (t, self._serial)
         for rank, _, fn, args, context in done:
             if contexts is not None:
-                contexts(rank, context, t)
+                contexts(rank, context, tag)
             fn(*args)
+
+
+def _order(c: Completion) -> tuple[int, int]:
+    """(rank, its issue counter): a receiving half's counter is known only when the data arrives."""
+    counter = c[1]
+    return c[0], counter if counter.__class__ is int else counter()  # type: ignore[operator]

@@ -12,10 +12,11 @@ One ``NcclRun`` per simulation, shared by every rank:
   each member GPU's scale-up port ``("up", rank)`` when the communicator has 2+ members on that node, and every
   NIC it crosses ``("nic", node, nic)`` when it spans nodes. Two concurrent all-reduces on the same GPUs each
   take about twice as long; groups on disjoint GPUs do not slow each other. Transfers that end at the same time
-  complete before other events of that time, member by member in rank order.
+  complete before other events of that time, member by member in rank order, each rank's in its issue order.
 - **Sends/receives** are timed as ``send_recv`` plans on the same scheduler (resources: both GPUs' scale-up
   ports on one node, else their NICs). ``NcclRun`` is the network backend of the run's Messaging, so sends
-  and receives still match there (network/messaging.py).
+  and receives still match there (network/messaging.py); a delivery completes as two halves, the send's among
+  the sender's completions and the receive's among the receiver's (``transmit_halves``).
 
 With one representative rank (the symmetric engine), a collective starts when the *simulated* members have
 issued it: every rank does the same at the same time, so concurrent collectives still share resources as
@@ -92,8 +93,8 @@ class NcclRun:
         self.simulated = simulated
         self.world = tuple(range(npus))
         self.classes = classes
-        self.scheduler = FlowScheduler(engine, engine.start_context if classes is not None else None)
-        self._issued: dict[int, int] = {}  # rank -> collectives and sends it has issued (orders completions)
+        self.scheduler = FlowScheduler(engine, self._start_part if classes is not None else None)
+        self._issued: dict[int, int] = {}  # rank -> collectives, sends and receives it has issued (orders completions)
         self._later: dict[str, Any] = {"offset": ()} if classes is not None else {}  # latencies touch no rank
         self._resource_ids: dict[tuple[Any, ...], int] = {}
         self._comms: dict[int, _Comm] = {}
@@ -248,7 +249,8 @@ class NcclRun:
         return out
 
     # --- sends and receives (the NetworkBackend protocol) --------------------------------------------------
-    def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
+    def _pair(self, src: int, dst: int, size_bytes: int) -> tuple[_Comm, int, int]:
+        """The two-member communicator of a send, its latency and transfer (ns)."""
         pair = (src, dst)
         comm = self._pairs.get(pair)
         if comm is None:
@@ -256,12 +258,51 @@ class NcclRun:
             comm = self._pairs[pair] = self._new_comm(pair, 2, orbit)
         self.messages += 1
         _, latency, transfer = self._timing(comm, SEND_RECV, size_bytes)
-        counter = self._issued.get(src, 0)
-        self._issued[src] = counter + 1
+        return comm, latency, transfer
+
+    def _count(self, rank: int) -> int:
+        counter = self._issued.get(rank, 0)
+        self._issued[rank] = counter + 1
+        return counter
+
+    def transmit(self, src: int, dst: int, size_bytes: int, on_delivered: Callback, arg: Any) -> None:
+        comm, latency, transfer = self._pair(src, dst, size_bytes)
+        counter = self._count(src)
         # the delivery, in its own frame in a run by classes (simulator/quotient_run.py)
-        context = self.engine.insert_offset if self.classes is not None else None
+        context = (self.engine.insert_offset, src) if self.classes is not None else None
         self.engine.call_later(latency, self._begin, (transfer, comm, [(src, counter, on_delivered, (arg,), context)]),
                                **self._later)
+
+    def post_order(self, rank: int) -> int:
+        """A receive posted by ``rank``: its place in the rank's issue order (Messaging.recv)."""
+        return self._count(rank)
+
+    def transmit_halves(self, src: int, dst: int, size_bytes: int, messaging: Any, entry: Any,
+                        contexts: tuple[Any, Any] | None = None, receiver: int | None = None) -> None:
+        """A send, completed as two halves that each run among their own rank's same-time completions in that
+        rank's issue order: the sender's (its send's place) and the receiver's (its receive's place, known when
+        the data arrives: Match.receive_order). So a rank sees its own sends and receives that end at one
+        instant in the order it issued them, whatever the rank numbers of its peers: in a ring of sends every
+        rank does alike, as real ranks of one class must (simulator/quotient_run.py). ``contexts``: in a run by
+        classes, each half's (offset, root); ``receiver``: the rank whose completions the receiving half joins
+        (the receiver's representative there)."""
+        comm, latency, transfer = self._pair(src, dst, size_bytes)
+        counter = self._count(src)
+        sender_context, receiver_context = contexts if contexts is not None else (None, None)
+        halves: list[Completion] = []
+        if entry.on_sent is not None:
+            halves.append((src, counter, messaging.sent_half, (entry,), sender_context))
+        halves.append((dst if receiver is None else receiver, entry.receive_order, messaging.received_half, (entry,),
+                       receiver_context))
+        self.engine.call_later(latency, self._begin, (transfer, comm, halves), **self._later)
+
+    def _start_part(self, rank: int, context: tuple[Any, int] | None, tag: Any) -> None:
+        """A completion's part of a shared event starts its events afresh (a run by classes): on behalf of its
+        rank's own offset, or of the context's offset with the context's root."""
+        if context is None:
+            self.engine.start_context(rank, None, tag)
+        else:
+            self.engine.start_context(context[1], context[0], tag)
 
     def summary(self) -> dict[str, Any]:
         p = self.profile

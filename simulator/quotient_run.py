@@ -84,14 +84,14 @@ class QuotientEngine(CheckedEngine):
     def start_context(self, rank: int, offset: Offset | None, tag: Any) -> None:
         """What runs next starts events of ``rank`` afresh, on behalf of ``offset`` (None: the rank's own), in a
         shared event whose parts run in rank order, as the full run orders them (simulator/nccl_flows.py);
-        ``tag`` names that event."""
+        ``tag`` names that event (its time, or (time, how many such events ran before it at that time))."""
         self._pseudo -= 1
         self._current = self._pseudo
         self._root = self.insert_root = rank
         self._reference = self.insert_offset = self.own(rank) if offset is None else offset
         self._chain = hash(tag)
         # the part touches its owners as an event would: parts of one shared event are ordered by their ranks
-        self._touch((None, None, tag, self._current, self._reference, None, self._chain, rank))
+        self._touch((None, None, self.env._now, self._current, self._reference, None, self._chain, rank))
 
     def call_first(self, delay: int, fn: Callback, arg: Any = None) -> None:
         """An event before every other of its time, touching no rank (the NCCL model's completions, which then
@@ -279,8 +279,11 @@ class QuotientMessaging(Messaging):
         own, own_root = clock.insert_offset, clock.insert_root
         root = clock._root  # the message's frame: the sender's own (frame_root, inlined for the usual case)
         clock.insert_root = root if root is None or sender is clock._reference else clock.frame_root(sender)
-        clock.insert_offset = with_sender if on_sent is not None else touched
-        self.backend.transmit(src, dst, size_bytes, self._on_arrival, entry)
+        if self._halves is not None:  # the sender's half on its own behalf, the receiver's on dst's (rooted there)
+            self._halves(src, dst, size_bytes, self, entry, ((sender, src), (touched, dst)), rep)
+        else:
+            clock.insert_offset = with_sender if on_sent is not None else touched
+            self.backend.transmit(src, dst, size_bytes, self._on_arrival, entry)
         clock.insert_offset, clock.insert_root = own, own_root
 
     def recv(self, dst: int, src: int, size_bytes: int, tag: int, on_received: Callback, arg: Any = None) -> None:
@@ -295,3 +298,5 @@ class QuotientMessaging(Messaging):
                 return
         entry.on_received = on_received
         entry.recv_arg = arg
+        if self._post_order is not None:
+            entry.order = self._post_order(dst)

@@ -13,6 +13,7 @@ import math
 import multiprocessing
 import resource
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,13 @@ class Iteration:
     flops_total: int = 0  # every FLOP of the generated trace (recompute included), all ranks
     collectives: list[dict[str, Any]] = field(default_factory=list)
     trace_nodes: int = 0  # nodes of the iteration over all ranks (what simulating every rank has to hold)
+    peak_rss_MB: int = 0  # the peak resident memory of the process that simulated it
+
+
+def peak_rss_MB() -> int:
+    """This process's peak resident memory so far (MB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak / 2**20 if sys.platform == "darwin" else peak / 2**10)  # bytes on macOS, KiB elsewhere
 
 
 def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str,
@@ -71,13 +79,16 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     nodes = sum(len(p.ops) for p in programs) * per_stage
     return Iteration(result.finish_ns, result.engine, result.simulated_ranks, result.engine_reason, compute_model,
                      time.process_time() - started,
-                     slowest_rank_breakdown(sim, result, NodeKinds.of_programs(programs)), flops, collectives, nodes)
+                     slowest_rank_breakdown(sim, result, NodeKinds.of_programs(programs)), flops, collectives, nodes,
+                     peak_rss_MB())
 
 
-def iteration_nodes(spec: dict[str, Any], label: str = "generate: llm") -> int:
-    """Trace nodes of one iteration over all ranks (what a run that simulates every rank has to hold)."""
+def iteration_nodes(spec: dict[str, Any], label: str = "generate: llm") -> tuple[int, int]:
+    """Trace nodes of one iteration (over all ranks: what a run that simulates every rank has to hold; of one
+    rank per pipeline stage: what the folded run holds at least)."""
     _, plan, programs = llm_programs(spec, label)
-    return sum(len(p.ops) for p in programs) * (plan.world_size // plan.pp)
+    per_stage = sum(len(p.ops) for p in programs)
+    return per_stage * (plan.world_size // plan.pp), per_stage
 
 
 def check_layout(spec: dict[str, Any], label: str = "generate: llm") -> None:

@@ -78,7 +78,8 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
                    compute_model=iteration.compute_model, engine=iteration.engine,
                    simulated_ranks=iteration.simulated_ranks, breakdown=iteration.breakdown,
                    collectives=iteration.collectives,
-                   run={"cpu_time_s": round(iteration.cpu_time_s, 2), "engine_reason": iteration.engine_reason})
+                   run={"cpu_time_s": round(iteration.cpu_time_s, 2), "peak_rss_MB": iteration.peak_rss_MB,
+                        "engine_reason": iteration.engine_reason})
         if status == APPROXIMATE:
             out["left_out"] = plan.needs + out["left_out"]
     return out
@@ -149,6 +150,10 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
         if r["left_out"]:
             lines.append(f"{'':>8}left out (no generator option): {'; '.join(r['left_out'])}")
     if verbose:
+        if r.get("run"):
+            run = r["run"]
+            lines.append(f"{'':>8}run: {run['cpu_time_s']:g} s CPU, peak RSS {run['peak_rss_MB']:,} MB; engine: "
+                         f"{run['engine_reason']}")
         lines += [f"{'':>8}default: {d}" for d in r["defaults_used"]]
         lines += [f"{'':>8}note: {n}" for n in r["notes"]]
     elif r["defaults_used"] and r["predicted"] is not None:
@@ -229,8 +234,9 @@ def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *,
             if isinstance(got, str):
                 status, reason = FAILED, got
                 if "limit" in got:
-                    nodes = iteration_nodes(plan.spec, row.row_id)
-                    reason += f" ({plan.n_gpus} ranks, {nodes:,} trace nodes: beyond what one run simulates here)"
+                    nodes, folded = iteration_nodes(plan.spec, row.row_id)
+                    reason += (f" ({plan.n_gpus} ranks, {nodes:,} trace nodes, {folded:,} of them in one rank per "
+                               "pipeline stage: beyond what one run simulates here)")
             else:
                 iteration = got
                 nodes = got.trace_nodes

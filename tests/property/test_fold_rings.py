@@ -51,7 +51,7 @@ def ring_layouts(draw: st.DrawFn) -> dict[str, Any]:
     return {"spec": spec, "network": network}
 
 
-def run_both(tmp_path: Path, case: dict[str, Any], **options: Any) -> None:
+def run_both(tmp_path: Path, case: dict[str, Any], **options: Any) -> Any:
     workload = tmp_path / "w.yaml"
     workload.write_text(json.dumps(case["spec"]))
     network = tmp_path / "n.yml"
@@ -61,6 +61,7 @@ def run_both(tmp_path: Path, case: dict[str, Any], **options: Any) -> None:
     slow = simulate(str(workload), str(network), device="H100", engine="message", **options)
     assert fast.ranks == slow.ranks and fast.collectives == slow.collectives
     assert all(r.finish_ns > 0 for r in slow.ranks)
+    return fast
 
 
 @settings(max_examples=max(EXAMPLES, 10), deadline=None,
@@ -74,7 +75,65 @@ def test_rings_fold_exactly(tmp_path: Path, case: dict[str, Any], backend: str) 
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ring_layouts(), st.sampled_from(["aws-p4d-a100", "hgx-h100", "oci-a100-b4"]))
 def test_nccl_runs_fold_exactly(tmp_path: Path, case: dict[str, Any], profile: str) -> None:
-    run_both(tmp_path, case, collective_model="nccl", hw_profile=profile)
+    """... and under the NCCL model no tie makes the run fall back (each rank completes its same-instant sends
+    and receives in its own issue order)."""
+    fast = run_both(tmp_path, case, collective_model="nccl", hw_profile=profile)
+    assert "diverge" not in fast.engine_reason, fast.engine_reason
+
+
+def renumbered_traces(spec: dict[str, Any], group_order: list[int], id_offsets: list[int]) -> list[list[Any]]:
+    """Per-rank traces of a ``generate: llm`` mapping written as files would be: the communicator groups renumbered
+    (one numbering for all ranks) and each rank's node ids shifted by its own offset (names made per rank)."""
+    import numpy as np
+
+    from workload.generated import _llm_parts
+    from workload.llm.build import build_programs
+    from workload.llm.emit import TraceEmitter
+    from workload.llm.plan import Group, RankMap
+    from workload.protoscan import PADDING
+    from workload.reader import decode_trace
+    from workload.writer import graph_messages
+
+    _, model, plan, options = _llm_parts(spec, "test")
+    ranks = RankMap(plan, model, tail=options.iteration_tail)
+    gids = sorted({g.gid for by_rank in ranks.groups.values() for g in by_rank.values() if g.gid})
+    renumber = {gid: group_order[k % len(group_order)] * 1000 + k + 1 for k, gid in enumerate(gids)}
+    ranks.groups = {kind: {r: Group(renumber.get(g.gid, 0), g.ranks) for r, g in by_rank.items()}
+                    for kind, by_rank in ranks.groups.items()}
+    emitter = TraceEmitter(build_programs(model, plan, options), ranks)
+    traces = []
+    for r in range(plan.world_size):
+        data = np.frombuffer(emitter.rank_bytes(r) + bytes(PADDING), dtype=np.uint8)
+        nodes = list(graph_messages(decode_trace(data, f"rank {r}")))
+        shift = id_offsets[r % len(id_offsets)] * 100_000
+        for node in nodes:
+            node.id += shift
+            node.data_deps[:] = [d + shift for d in node.data_deps]
+            node.ctrl_deps[:] = [d + shift for d in node.ctrl_deps]
+            node.name = f"{node.name}/r{r}"
+        traces.append(nodes)
+    return traces
+
+
+@settings(max_examples=max(EXAMPLES // 2, 5), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(ring_layouts(), st.sampled_from(["aws-p4d-a100", "hgx-h100", "oci-a100-b4"]),
+       st.permutations(list(range(5))), st.lists(st.integers(0, 50), min_size=1, max_size=4))
+def test_nccl_rings_from_renumbered_files_fold_without_a_tie(tmp_path: Path, case: dict[str, Any], profile: str,
+                                                             group_order: list[int], id_offsets: list[int]) -> None:
+    """Trace files numbering their own nodes and groups, under the NCCL model: every rank completes its
+    same-instant sends and receives in its own issue order (simulator/nccl_flows.py), so the rings of TP comm
+    overlap (tp 2 and 4), ring attention (cp 2 and 4), pipeline sends and data-parallel pairs never leave a tie
+    that makes the run fall back, and the folded run equals the message engine rank by rank."""
+    from tests.conftest import simulate as simulate_files
+
+    traces = renumbered_traces(case["spec"], group_order, id_offsets)
+    options = {"device": "H100", "collective_model": "nccl", "hw_profile": profile}
+    fast = simulate_files(tmp_path, traces, case["network"], **options)
+    event(f"folded to {'all' if fast.simulated_ranks == len(fast.ranks) else 'fewer'} ranks")
+    slow = simulate_files(tmp_path, traces, case["network"], engine="message", **options)
+    assert fast.ranks == slow.ranks and fast.collectives == slow.collectives
+    assert "diverge" not in fast.engine_reason, fast.engine_reason
 
 
 @settings(max_examples=max(EXAMPLES, 10), deadline=None,

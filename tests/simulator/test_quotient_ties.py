@@ -10,8 +10,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from simulator.api import simulate as run
 from tests.conftest import simulate
 from workload.schema import NodeType
@@ -44,20 +42,30 @@ SWITCH = {"topology": ["Switch"], "npus_count": [4], "bandwidth": [50.0], "laten
 NCCL = {"collective_model": "nccl", "hw_profile": "aws-p4d-a100"}  # 4 NICs: GPUs 2k and 2k + 1 share NIC k
 
 
-@pytest.mark.parametrize("options", [{}, NCCL], ids=["astra-sim", "nccl"])
-def test_a_ring_of_sends_is_a_genuine_tie(tmp_path: Path, options: dict[str, str]) -> None:
+def test_a_ring_of_sends_is_a_genuine_tie(tmp_path: Path) -> None:
     """Every rank's trace is the same up to a shift, yet the first rank of the ring completes its own send
     before the receive from its predecessor (ranks start in rank order) and every other rank the reverse: the
     full run gives rank 0 other times than the rest. The folded run sees the tie and simulates every rank."""
     ring = [0, 1, 2, 3]
     traces = [ring_of_sends(r, ring) for r in ring]
-    fast = simulate(tmp_path, traces, SWITCH, **options)
-    slow = simulate(tmp_path, traces, SWITCH, engine="message", **options)
+    fast = simulate(tmp_path, traces, SWITCH)
+    slow = simulate(tmp_path, traces, SWITCH, engine="message")
     assert fast.ranks == slow.ranks
     assert fast.simulated_ranks == 4 and "not under translation" in fast.engine_reason
-    assert alike(slow.ranks)[0] is False  # rank 0 apart (under the NCCL model the others then share ports unevenly)
-    if not options:
-        assert alike(slow.ranks) == [False, True, True]
+    assert alike(slow.ranks) == [False, True, True]
+
+
+def test_under_the_nccl_model_a_ring_of_sends_completes_alike_on_every_rank(tmp_path: Path) -> None:
+    """The NCCL model completes a rank's same-instant send and receive in the order that rank issued them (a
+    delivery's halves join their own rank's completions), so no rank of the ring is first: every rank gets the
+    same times, and the run folds as far as the profile's NICs allow (GPUs 2k and 2k + 1 share one), exactly."""
+    ring = [0, 1, 2, 3]
+    traces = [ring_of_sends(r, ring) for r in ring]
+    fast = simulate(tmp_path, traces, SWITCH, **NCCL)
+    slow = simulate(tmp_path, traces, SWITCH, engine="message", **NCCL)
+    assert fast.ranks == slow.ranks
+    assert fast.simulated_ranks == 2 and "diverge" not in fast.engine_reason, fast.engine_reason
+    assert alike(slow.ranks) == [True, True, True]
 
 
 def alike(ranks: list[Any]) -> list[bool]:
@@ -65,17 +73,28 @@ def alike(ranks: list[Any]) -> list[bool]:
     return [replace(a, rank=0) == replace(b, rank=0) for a, b in itertools.pairwise(ranks)]
 
 
-@pytest.mark.parametrize("options", [{}, NCCL], ids=["astra-sim", "nccl"])
-def test_rings_fold_along_the_shifts_that_keep_their_order(tmp_path: Path, options: dict[str, str]) -> None:
+def test_rings_fold_along_the_shifts_that_keep_their_order(tmp_path: Path) -> None:
     """Two rings of four (ranks 0-3 and 4-7): shifting one onto the other keeps which rank of a ring starts
     first, so the run folds to one ring, exactly."""
     network = {**SWITCH, "npus_count": [8]}
     traces = [ring_of_sends(r, [b, b + 1, b + 2, b + 3]) for b in (0, 4) for r in range(b, b + 4)]
-    fast = simulate(tmp_path, traces, network, **options)
-    slow = simulate(tmp_path, traces, network, engine="message", **options)
+    fast = simulate(tmp_path, traces, network)
+    slow = simulate(tmp_path, traces, network, engine="message")
     assert fast.simulated_ranks == 4 and fast.ranks == slow.ranks
     assert alike(slow.ranks)[0] is False  # the tie is there, and alike in both rings
     assert [replace(r, rank=0) for r in slow.ranks[:4]] == [replace(r, rank=0) for r in slow.ranks[4:]]
+
+
+def test_under_the_nccl_model_two_rings_fold_without_a_tie(tmp_path: Path) -> None:
+    """No tie: every rank of both rings alike; the shift of one ring onto the other folds (no shift inside a
+    ring keeps the NIC pairs and the ranks' peers: the traces name no groups)."""
+    network = {**SWITCH, "npus_count": [8]}
+    traces = [ring_of_sends(r, [b, b + 1, b + 2, b + 3]) for b in (0, 4) for r in range(b, b + 4)]
+    fast = simulate(tmp_path, traces, network, **NCCL)
+    slow = simulate(tmp_path, traces, network, engine="message", **NCCL)
+    assert fast.ranks == slow.ranks
+    assert fast.simulated_ranks == 4 and "diverge" not in fast.engine_reason, fast.engine_reason
+    assert all(alike(slow.ranks))
 
 
 def generated(tmp_path: Path, spec: dict[str, Any], network: dict[str, Any], **options: Any) -> tuple[Any, Any]:

@@ -112,6 +112,8 @@ def test_json_schema(report: dict[str, Any]) -> None:
         for key in numbers:
             assert key in r and (r[key] is None or isinstance(r[key], float))
         assert (r["predicted_step_time_s"] is None) == (r["status"] != "simulated")
+        if r["status"] == "simulated":  # what the run cost, beside how it was folded
+            assert r["run"]["cpu_time_s"] > 0 and r["run"]["peak_rss_MB"] > 10 and r["run"]["engine_reason"]
     (table,) = report["tables"]
     assert table["table"] == "small.tsv" and table["rows"] == 4
     assert table["by_status"] == {"simulated": 2, "needs": 1, "unsupported": 1}
@@ -262,8 +264,10 @@ def test_rows_over_the_limits_say_so(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     (r,) = json.loads((tmp_path / "r.json").read_text())["rows"]
     assert r["status"] == "not finished" and r["predicted_step_time_s"] is None
-    assert r["reason"] == (f"over the CPU-time limit of 0.5 s (64 ranks, {r['trace_nodes']:,} trace nodes: beyond what "
-                           "one run simulates here)")
+    per_stage = r["trace_nodes"] // 64  # pp 1: one rank per stage is one rank
+    assert r["reason"] == (f"over the CPU-time limit of 0.5 s (64 ranks, {r['trace_nodes']:,} trace nodes, "
+                           f"{per_stage:,} of them in one rank per pipeline stage: beyond what one run simulates "
+                           "here)")
     assert r["trace_nodes"] > 64 * 8 * 2 * 10  # ranks x micro-batches x layers x nodes per layer, at least
     out = run_cli("validate-training", "--tables", str(table), "--memory-limit", "0.05", "--quiet")
     assert out.returncode == 0 and ("not finished: over the memory limit of 0.05 GiB" in out.stdout
