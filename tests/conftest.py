@@ -74,3 +74,39 @@ def simulation(tmp_path: Path, traces: Sequence[Sequence[Any]], network: dict[st
 
 def finish_times(result: Any) -> list[int]:
     return [r.finish_ns for r in result.ranks]
+
+
+def renumbered_llm_traces(model: Any, plan: Any, group_order: Sequence[int], id_offsets: Sequence[int],
+                          options: Any = None) -> list[list[Any]]:
+    """Per-rank node lists of a generated LLM layout written as trace files would be: the communicator groups
+    renumbered (one numbering for all ranks, as traces must agree on it), each rank's node ids shifted by its own
+    offset and its names made per rank."""
+    import numpy as np
+
+    from workload.llm.build import build_programs
+    from workload.llm.emit import TraceEmitter
+    from workload.llm.options import TrainingOptions
+    from workload.llm.plan import Group, RankMap
+    from workload.protoscan import PADDING
+    from workload.reader import decode_trace
+    from workload.writer import graph_messages
+
+    options = options or TrainingOptions()
+    ranks = RankMap(plan, model, tail=options.iteration_tail)
+    gids = sorted({g.gid for by_rank in ranks.groups.values() for g in by_rank.values() if g.gid})
+    renumber = {gid: group_order[k % len(group_order)] * 1000 + k + 1 for k, gid in enumerate(gids)}
+    ranks.groups = {kind: {r: Group(renumber.get(g.gid, 0), g.ranks) for r, g in by_rank.items()}
+                    for kind, by_rank in ranks.groups.items()}
+    emitter = TraceEmitter(build_programs(model, plan, options), ranks)
+    traces = []
+    for r in range(plan.world_size):
+        data = np.frombuffer(emitter.rank_bytes(r) + bytes(PADDING), dtype=np.uint8)
+        nodes = list(graph_messages(decode_trace(data, f"rank {r}")))
+        shift = id_offsets[r % len(id_offsets)] * 100_000
+        for node in nodes:
+            node.id += shift
+            node.data_deps[:] = [d + shift for d in node.data_deps]
+            node.ctrl_deps[:] = [d + shift for d in node.ctrl_deps]
+            node.name = f"{node.name}/r{r}"
+        traces.append(nodes)
+    return traces

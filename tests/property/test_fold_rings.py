@@ -82,37 +82,12 @@ def test_nccl_runs_fold_exactly(tmp_path: Path, case: dict[str, Any], profile: s
 
 
 def renumbered_traces(spec: dict[str, Any], group_order: list[int], id_offsets: list[int]) -> list[list[Any]]:
-    """Per-rank traces of a ``generate: llm`` mapping written as files would be: the communicator groups renumbered
-    (one numbering for all ranks) and each rank's node ids shifted by its own offset (names made per rank)."""
-    import numpy as np
-
+    """Per-rank traces of a ``generate: llm`` mapping written as files would be (tests/conftest.py)."""
+    from tests.conftest import renumbered_llm_traces
     from workload.generated import _llm_parts
-    from workload.llm.build import build_programs
-    from workload.llm.emit import TraceEmitter
-    from workload.llm.plan import Group, RankMap
-    from workload.protoscan import PADDING
-    from workload.reader import decode_trace
-    from workload.writer import graph_messages
 
     _, model, plan, options = _llm_parts(spec, "test")
-    ranks = RankMap(plan, model, tail=options.iteration_tail)
-    gids = sorted({g.gid for by_rank in ranks.groups.values() for g in by_rank.values() if g.gid})
-    renumber = {gid: group_order[k % len(group_order)] * 1000 + k + 1 for k, gid in enumerate(gids)}
-    ranks.groups = {kind: {r: Group(renumber.get(g.gid, 0), g.ranks) for r, g in by_rank.items()}
-                    for kind, by_rank in ranks.groups.items()}
-    emitter = TraceEmitter(build_programs(model, plan, options), ranks)
-    traces = []
-    for r in range(plan.world_size):
-        data = np.frombuffer(emitter.rank_bytes(r) + bytes(PADDING), dtype=np.uint8)
-        nodes = list(graph_messages(decode_trace(data, f"rank {r}")))
-        shift = id_offsets[r % len(id_offsets)] * 100_000
-        for node in nodes:
-            node.id += shift
-            node.data_deps[:] = [d + shift for d in node.data_deps]
-            node.ctrl_deps[:] = [d + shift for d in node.ctrl_deps]
-            node.name = f"{node.name}/r{r}"
-        traces.append(nodes)
-    return traces
+    return renumbered_llm_traces(model, plan, group_order, id_offsets, options)
 
 
 @settings(max_examples=max(EXAMPLES // 2, 5), deadline=None,

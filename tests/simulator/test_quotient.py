@@ -8,19 +8,14 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import simulate
-from workload.llm.build import build_programs
-from workload.llm.emit import TraceEmitter
+from tests.conftest import renumbered_llm_traces, simulate
 from workload.llm.model import ModelConfig
-from workload.llm.plan import Group, ParallelPlan, RankMap
-from workload.protoscan import PADDING
-from workload.reader import decode_trace
+from workload.llm.plan import ParallelPlan
 from workload.schema import NodeType
-from workload.writer import graph_messages, make_node
+from workload.writer import make_node
 
 SMALL = ModelConfig(name="small", num_layers=2, hidden_size=256, num_heads=8, num_kv_heads=4, ffn_hidden_size=512,
                     vocab_size=1000, seq_len=64, gated_ffn=True)
@@ -31,26 +26,9 @@ SMALL_MOE = replace(SMALL, name="small-moe", num_experts=4, top_k=2)
 
 
 def llm_traces(model: ModelConfig, plan: ParallelPlan, group_order: list[int], id_offsets: list[int]) -> list:
-    """Per-rank node lists of ``plan``, with the groups renumbered (one numbering for all ranks, as traces must
-    agree on it) and each rank's node ids shifted by its own offset."""
-    ranks = RankMap(plan, model)
-    gids = sorted({g.gid for by_rank in ranks.groups.values() for g in by_rank.values() if g.gid})
-    renumber = {gid: group_order[k % len(group_order)] * 1000 + k + 1 for k, gid in enumerate(gids)}
-    ranks.groups = {kind: {r: Group(renumber.get(g.gid, 0), g.ranks) for r, g in by_rank.items()}
-                    for kind, by_rank in ranks.groups.items()}
-    emitter = TraceEmitter(build_programs(model, plan), ranks)
-    traces = []
-    for r in range(plan.world_size):
-        data = np.frombuffer(emitter.rank_bytes(r) + bytes(PADDING), dtype=np.uint8)
-        nodes = list(graph_messages(decode_trace(data, f"rank {r}")))
-        shift = id_offsets[r % len(id_offsets)] * 100_000
-        for node in nodes:
-            node.id += shift
-            node.data_deps[:] = [d + shift for d in node.data_deps]
-            node.ctrl_deps[:] = [d + shift for d in node.ctrl_deps]
-            node.name = f"{node.name}/r{r}"
-        traces.append(nodes)
-    return traces
+    """Per-rank node lists of ``plan``, with the groups renumbered and each rank's node ids shifted by its own
+    offset (tests/conftest.py)."""
+    return renumbered_llm_traces(model, plan, group_order, id_offsets)
 
 
 @st.composite
