@@ -8,6 +8,7 @@ Bandwidths carry their unit in the key: ``_GBps`` is gigabytes per second per di
     gpu: H200-SXM
     gpus_per_node: 8            # a node is one NVLink domain (8 on an HGX board, 72 on an NVL72 rack)
     gpus_per_host: 4            # optional: a domain of several hosts (NVL72: 4-GPU compute trays); see for_job
+    host_cpu: grace             # optional: the CPU issuing the kernels, x86 (default) or grace (workload/llm/host.py)
     library: nccl               # nccl | rccl
     library_version: "2.27.7"
     arch: hopper                # the library's tuning constants: volta, ampere, hopper, blackwell, cdna3, cdna4
@@ -39,6 +40,7 @@ from simulator.collectives.network import DEFAULT_BUFFSIZE_BYTES, DEFAULT_NVLS_C
 from simulator.collectives.tuner import TUNERS
 from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
+from workload.llm.host import HOST_CPUS
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "configs" / "hardware"
 FABRICS = ("nvswitch", "xgmi-mesh", "pcie")
@@ -123,6 +125,7 @@ class HardwareProfile:
     calibration: dict[str, Any] = field(default_factory=dict)
     path: str = ""
     gpus_per_host: int | None = None  # hosts (schedulable machines) of a multi-host NVLink domain; None: one host
+    host_cpu: str = "x86"  # the CPU issuing the kernels (workload/llm/host.py): x86 or grace
 
     @property
     def nics_per_node(self) -> int:
@@ -157,14 +160,15 @@ class HardwareProfile:
         return self.calibration.get("parameters", {})
 
 
-_TOP = {"name", "description", "gpu", "gpus_per_node", "gpus_per_host", "library", "library_version", "arch",
-        "scale_up", "scale_out", "msccl", "tuner", "algorithms", "protocols", "assumptions", "sources", "calibration"}
+_TOP = {"name", "description", "gpu", "gpus_per_node", "gpus_per_host", "host_cpu", "library", "library_version",
+        "arch", "scale_up", "scale_out", "msccl", "tuner", "algorithms", "protocols", "assumptions", "sources",
+        "calibration"}
 _UP = {"fabric", "links_per_gpu", "link_bandwidth_GBps", "latency_us", "nvls"}
 _OUT = {"nics_per_node", "nic_bandwidth_Gbps", "transport", "latency_us", "sharp", "efficiency", "path_efficiency",
         "buffsize_bytes", "nvls_chunk_bytes"}
 _MSCCL = {"collective", "gpus", "protocol", "min_bytes", "max_bytes", "chunks_per_loop", "channels"}
-_OPTIONAL = {"description", "gpus_per_host", "assumptions", "sources", "calibration", "scale_out", "sharp", "nvls",
-             "msccl", "tuner", "algorithms", "protocols",
+_OPTIONAL = {"description", "gpus_per_host", "host_cpu", "assumptions", "sources", "calibration", "scale_out", "sharp",
+             "nvls", "msccl", "tuner", "algorithms", "protocols",
              "efficiency", "path_efficiency", "buffsize_bytes", "nvls_chunk_bytes"}
 MSCCL_COLLECTIVES = ("all_reduce", "all_gather", "all_to_all")
 MSCCL_PROTOCOLS = ("LL", "LL128", "Simple")
@@ -309,4 +313,5 @@ def parse_profile(data: Any, where: str, path: str = "") -> HardwareProfile:
         sources=texts(top.get("sources"), "sources", where),
         calibration=calibration,
         path=path,
-        gpus_per_host=host)
+        gpus_per_host=host,
+        host_cpu=choice(top.get("host_cpu", "x86"), "host_cpu", where, HOST_CPUS))

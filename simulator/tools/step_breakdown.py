@@ -9,8 +9,8 @@ receive). The run's per-node spans (kept when a run records a timeline) are grou
   their number;
 - exposed communication of a kind = the time its collectives run while no kernel does (kinds can overlap
   each other, so these can add up to more than the exposed total, which is given too);
-- exposed host time = the time a host-side node (the host issuing a dropless MoE layer's expert section) runs
-  while no kernel and no collective does: the GPU waits for the host;
+- exposed host time = the time a host-side node (the host issuing a block of kernels, workload/llm/host.py) runs
+  while no kernel, no collective and no pipeline transfer does: the GPU waits for the host;
 - bubble = the rest of the step: the rank idles or waits for a pipeline send/receive (a receive counts from
   when it is posted until its data arrives).
 """
@@ -76,7 +76,10 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
     exposed = {k: union_ns(compute + iv) - busy for k, iv in sorted(comm.items())}
     collectives = [span for k, iv in comm.items() if k != PP for span in iv]
     exposed_total = union_ns(compute + collectives) - busy
-    exposed_host = union_ns(compute + collectives + host) - busy - exposed_total if host else 0
+    # the host's time counts as exposed only where the rank waits neither for a collective nor for a pipeline
+    # transfer (a rank idle at a receive is in the bubble even while its host issues ahead)
+    waited = compute + collectives + comm.get(PP, [])
+    exposed_host = union_ns(waited + host) - union_ns(waited) if host else 0
     return {"rank": workload.rank, "step_ns": finish_ns, "compute_busy_ns": busy,
             "compute_ns_by_class": dict(sorted(compute_ns.items())),
             "kernels_by_class": dict(sorted(kernels.items())), "exposed_comm_ns_by_kind": exposed,

@@ -17,6 +17,7 @@ from simulator.tools.training_features import EXPERT_TP, FEATURES, FRAMEWORKS, F
 from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
 from simulator.tools.training_metrics import Metric, choose_metric
 from simulator.tools.training_models import ROW_DIMS, model_for
+from simulator.tools.training_recipes import Recipe, recipe_for
 from simulator.tools.training_table import TrainingRow, alternative_note, flag, leading_number, number, whole
 from workload.errors import InputError
 
@@ -229,6 +230,28 @@ def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int) -> tuple[int
     return gbs, mbs
 
 
+def _add(plan: RowPlan, feature: str, value: Any) -> None:
+    """A minor feature into the row's mapping, or into what it leaves out when the generator has no option."""
+    got = resolve(feature, value)
+    if got is not None:
+        plan.spec[got[0]] = got[1]
+    else:
+        plan.left_out.append(missing_label(feature))
+
+
+def _graphs(plan: RowPlan, recipe: Recipe | None) -> None:
+    """The CUDA graphs the row's recipe captured (none where no recipe says: the frameworks' default)."""
+    if recipe is None or not recipe.cuda_graph_scope:
+        return
+    scope = recipe.cuda_graph_scope
+    if scope == "full" and plan.spec.get("moe_host_sync"):
+        plan.notes.append(f"{recipe.where} captures whole layers, which the dropless dispatcher's host sync forbids: "
+                          "no graphs taken")
+        return
+    _add(plan, "cuda_graph_scope", scope)
+    plan.defaults_used.append(f"CUDA graphs on {scope} ({recipe.where})")
+
+
 def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     """What it takes to simulate ``row`` (``hw_profile`` overrides the matched profile)."""
     n = whole(row, "n_gpus")
@@ -239,6 +262,11 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     dims = _parallel(row, plan)
     if dims is None:
         return plan
+    recipe = recipe_for(row.source_id, row.text("source_section"), row.text("model"), row.text("gpu"),
+                        row.text("precision"))
+    if recipe is not None and recipe.vp and not row.text("VP") and dims["pp"] > 1:
+        dims["vp"] = recipe.vp
+        plan.defaults_used.append(f"VP {recipe.vp} ({recipe.where}; the table leaves VP blank)")
     if not row.text("layers") and not row.text("TP"):
         return plan.refuse(UNSUPPORTED, "the source states no parallel layout or model dimensions")
     plan.layout = " ".join(f"{k.upper()}{dims[k]}" for k in ("tp", "pp", "vp", "cp", "ep", "dp")
@@ -277,6 +305,8 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     if hardware.profile is not None:
         plan.profile = hardware.profile.name
         plan.device = hardware.device or ""
+        _add(plan, "host_cpu", hardware.profile.host_cpu)
+    _graphs(plan, recipe)
     values = {c: number(row, c) for c in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")}
     from compute.devices import device as device_preset
 

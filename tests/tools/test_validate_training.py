@@ -76,7 +76,7 @@ def test_cli_simulates_the_rows_it_can_and_says_why_not_for_the_others(report: d
     gen = tp2["generator"]
     assert gen["tp"] == 2 and (gen.get("recompute") == "full" or gen.get("activation_recompute") is True)
     b = tp2["breakdown"]
-    assert b["compute_busy_ns"] + b["exposed_collectives_ns"] + b["bubble_ns"] == b["step_ns"]
+    assert b["compute_busy_ns"] + b["exposed_collectives_ns"] + b["exposed_host_ns"] + b["bubble_ns"] == b["step_ns"]
     assert set(b["compute_ns_by_class"]) == {"matmul", "attention", "elementwise", "optimizer"}
     assert b["exposed_comm_ns_by_kind"]["tp"] > 0
     assert by_id["mamba"]["status"] == NEEDS and "Mamba-2 layers" in by_id["mamba"]["reason"]

@@ -141,11 +141,13 @@ class _StageBuilder:
         if heads:
             if embeds and mb == 0 and self.grads.mode == "bucket":
                 x = x + self.grads.first_use("root", "lm_head")
+            issued = self._issue_head(pre + "head_issue", "fwd")
             x = prog.compute(pre + "final_norm", z.final_norm[0], x, "fwd")
             x = self.tp.gather(pre + "head", x, "fwd", gemm_input=False)
             x = prog.compute(pre + "lm_head", z.head.forward(), x, "fwd")
             x = prog.coll(pre + "loss_allreduce", "tp", AR, z.tokens * LOSS_REDUCE_BYTES_PER_TOKEN, x, "fwd")
             prog.compute(pre + "loss", z.loss[0], x, "fwd")
+            prog.issued(issued)
         else:
             to_chunk = chunk if not self.last else chunk + 1
             prog.p2p(names + "send_activation", True, +1, self._tag(False, to_chunk, mb), z.act_local_bytes, x,
@@ -156,6 +158,7 @@ class _StageBuilder:
         names = self._names(mb, chunk, "bwd")
         embeds, heads = self._holds(chunk)
         if heads:  # the head's backward needs its weights (the embedding lookup's does not)
+            issued = self._issue_head(pre + "head_issue_bwd", "bwd")
             gathered = grads.gather(pre + "root", "root", "bwd")
             g = prog.compute(pre + "loss", z.loss[1], [], "bwd")
             dx = prog.compute(pre + "lm_head_dgrad", z.head.dgrad(), g + gathered, "bwd")
@@ -163,6 +166,7 @@ class _StageBuilder:
             prog.compute(pre + "lm_head_wgrad", z.head.wgrad(), sorted(set(g + saved + gathered)), "bwd")
             g = self.tp.reduce(pre + "head_grad", dx, "bwd")
             g = prog.compute(pre + "final_norm", z.final_norm[1], g, "bwd")
+            prog.issued(issued)
             grads.tensor_ready("root", "lm_head", g, mb)
             if not self.first:
                 grads.after_backward("root", g, mb)
@@ -180,6 +184,11 @@ class _StageBuilder:
         else:
             to_chunk = chunk if not self.first else chunk - 1
             prog.p2p(names + "send_gradient", True, -1, self._tag(True, to_chunk, mb), z.act_local_bytes, g, "bwd")
+
+    def _issue_head(self, name: str, phase: str) -> int | None:
+        """The host issuing the output layer and loss (forward or backward); None without the host model."""
+        host = self.z.host
+        return None if host is None else self.prog.issue(name, host.head(phase == "bwd"), phase)
 
     def _step(self) -> None:
         """Gradient synchronisation left after the backward passes, the clipping, the optimizer, the parameter

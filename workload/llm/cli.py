@@ -11,6 +11,7 @@ from typing import Any
 from workload.errors import InputError, TraceError, printable
 from workload.files import contained_path, read_yaml
 from workload.limits import add_output_limits, check_output, output_limits
+from workload.llm.host import GRAPH_SCOPES, HOST_CPUS
 from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
 from workload.llm.options import (
     ATTENTION_BACKENDS,
@@ -132,7 +133,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="host wait before each batch is loaded (with --iteration-tail)")
     t.add_argument("--moe-host-sync", action="store_true",
                    help="MoE layers as Megatron-Core's dropless dispatcher runs them: the token counts copied to the "
-                        "host before the all-to-all, and the expert section no faster than the host issues it")
+                        "host, which waits for them before the all-to-all, so the expert section runs no faster "
+                        "than the host issues it (implies --host-cpu x86 unless given)")
+    t.add_argument("--host-cpu", choices=HOST_CPUS,
+                   help="model the host issuing the kernels on this CPU (grace: GB200/GB300 nodes): each block of "
+                        "a layer ends no earlier than the framework's calls issuing it (workload/llm/host.py)")
+    t.add_argument("--cuda-graph-scope", default="", metavar="SCOPES",
+                   help=f"what CUDA graphs capture (comma-separated: {', '.join(GRAPH_SCOPES)}): a captured block "
+                        "costs the host one graph launch")
     o = parser.add_argument_group("output")
     o.add_argument("--output", "-o", help="output folder (omit with --summary to only print the summary)")
     o.add_argument("--device", help="fill compute durations from a roofline estimate on this device preset "
@@ -231,7 +239,8 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               fsdp_grad_sync=args.fsdp_grad_sync, attention_backend=args.attention_backend,
                               cross_entropy=args.cross_entropy,
                               iteration_tail=args.iteration_tail,
-                              dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync)
+                              dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync,
+                              host_cpu=args.host_cpu, cuda_graph_scope=args.cuda_graph_scope)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
     return options
 

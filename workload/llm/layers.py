@@ -6,8 +6,9 @@ tokens, they are permuted and sent to their experts' ranks with an all-to-all ov
 gathered over the expert-tensor-parallel group when the experts are split (etp > 1), run through the grouped
 expert GEMMs, reduce-scattered back over that group, returned with a second all-to-all and unpermuted. Without
 sequence parallelism every tensor-parallel rank holds all tokens and the layer's output is all-reduced over tp.
-With ``moe_host_sync`` (Megatron-Core's dropless dispatcher) the host waits for the token counts before the
-all-to-all and the expert section takes at least the host's time to issue it (workload/llm/moe_host.py).
+With a host model (workload/llm/host.py) each block of a pass (attention, MLP, MoE routing, MoE expert section)
+ends no earlier than the host has issued it; with ``moe_host_sync`` (Megatron-Core's dropless dispatcher) the
+host waits for the token counts' all-gather before issuing the expert section.
 
 Recompute (Megatron's --recompute-granularity): "full" runs the layer's forward again before its backward (with
 its communication), "selective" only the attention core (Korthikanti et al.), right before its backward.
@@ -15,9 +16,12 @@ its communication), "selective" only the attention core (Korthikanti et al.), ri
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from workload.llm import costs
 from workload.llm.attention import Attention
 from workload.llm.gradients import GradientSync
+from workload.llm.host import HostModel
 from workload.llm.model import ModelConfig
 from workload.llm.plan import ParallelPlan
 from workload.llm.program import Program
@@ -50,29 +54,43 @@ class LayerPasses:
         self.tp.cast_weights = first_micro_batch
         if phase == "fwd":
             x = x + self.grads.gather(pre[:-1], "layer", phase)
+        issued = self._issue(pre + "attn_issue", phase, lambda h: h.attention(False))
         x = c(pre + "attn_norm", z.norm[0], x, phase)
         x = self.tp.column_forward(pre, "attn", z.qkv, x, phase)
         x = self.attention.forward(pre, x, phase, self.m.windowed(layer))
         x = self.tp.row_forward(pre, "attn", z.attn_out, x, phase)
+        self.prog.issued(issued)
+        if self.m.is_moe:
+            issued = self._issue(pre + "route_issue", phase, lambda h: h.routing(False, z.moe_host_sync))
+        else:
+            issued = self._issue(pre + "mlp_issue", phase, lambda h: h.mlp(False))
         x = c(pre + "mlp_norm", z.norm[0], x, phase)
         if self.m.is_moe:
-            x = self._moe_forward(pre, x, phase)
+            x = self._moe_forward(pre, x, phase, issued)
         else:
             x = self.tp.column_forward(pre, "mlp", z.mlp_in, x, phase)
             x = c(pre + "activation", z.act[0], x, phase)
             x = self.tp.row_forward(pre, "mlp", z.mlp_out, x, phase)
+            self.prog.issued(issued)
         if phase == "fwd":
             self.grads.unit_end()
         return x
 
-    def _moe_forward(self, pre: str, x: list[int], phase: str) -> list[int]:
+    def _issue(self, name: str, phase: str, cost: Callable[[HostModel], int], waits_for: list[int] | None = None
+               ) -> int | None:
+        """A host node issuing the next block, ``cost(host)`` us long (None without the host model)."""
+        host = self.z.host
+        return None if host is None else self.prog.issue(name, cost(host), phase, waits_for)
+
+    def _moe_forward(self, pre: str, x: list[int], phase: str, routing_issued: int | None) -> list[int]:
         c, z, coll = self.prog.compute, self.z, self.prog.coll
         x = c(pre + "router", z.router.forward(), x, phase)
         x = c(pre + "permute", self.permute[0], x, phase)
-        issued: list[int] = []
+        self.prog.issued(routing_issued)
         if z.moe_host_sync:  # the token counts all-gathered and copied to the host, which waits for them
             x = coll(pre + "dispatch_counts_allgather", "ep", AG, z.count_bytes, x, phase)
-            issued = self.prog.host(pre + "expert_issue", z.host_forward_us, x, phase)
+        issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False),
+                             x if z.moe_host_sync else None)
         x = coll(pre + "dispatch_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
@@ -83,7 +101,8 @@ class LayerPasses:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
         x = coll(pre + "combine_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
-        x = c(pre + "unpermute", self.unpermute[0], x + issued, phase)
+        x = c(pre + "unpermute", self.unpermute[0], x, phase)
+        self.prog.issued(issued)
         return x if z.sp else self.tp.reduce(pre + "mlp", x, phase)
 
     def backward(self, pre: str, g: list[int], unit: str, micro_batch: int, layer: int = 0) -> list[int]:
@@ -93,8 +112,9 @@ class LayerPasses:
         if self.recompute == "full":
             self.forward(pre.replace(".bwd.", ".recompute."), g, "recompute", layer)
         if self.m.is_moe:
-            g = self._moe_backward(pre, g, unit, micro_batch)
+            g, issued = self._moe_backward(pre, g, unit, micro_batch)
         else:
+            issued = self._issue(pre + "mlp_issue_bwd", "bwd", lambda h: h.mlp(True))
             dx = self.tp.row_backward(pre, "mlp_grad", z.mlp_out, g)
             ready(unit, "mlp_out", [self.prog.last_compute], micro_batch)
             dx = c(pre + "activation", z.act[1], dx, "bwd")
@@ -102,7 +122,9 @@ class LayerPasses:
             ready(unit, "mlp_in", [self.prog.last_compute], micro_batch)
             g = self.tp.reduce(pre + "mlp_grad", dx_in, "bwd", bulk=True)
         g = c(pre + "mlp_norm", z.norm[1], g, "bwd")
+        self.prog.issued(issued)
         ready(unit, "mlp_norm", g, micro_batch)
+        issued = self._issue(pre + "attn_issue_bwd", "bwd", lambda h: h.attention(True))
         dx = self.tp.row_backward(pre, "attn_grad", z.attn_out, g)
         ready(unit, "attn_out", [self.prog.last_compute], micro_batch)
         if self.recompute == "selective":
@@ -112,14 +134,17 @@ class LayerPasses:
         ready(unit, "qkv", [self.prog.last_compute], micro_batch)
         g = self.tp.reduce(pre + "attn_grad", dx_in, "bwd", bulk=True)
         g = c(pre + "attn_norm", z.norm[1], g, "bwd")
+        self.prog.issued(issued)
         ready(unit, "attn_norm", g, micro_batch)
         self.grads.unit_end()
         return g
 
-    def _moe_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
+    def _moe_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> tuple[list[int], int | None]:
+        """The MoE block's backward up to the router; returns its gradient and the routing backward's host node
+        (the pre-MLP norm's gradient, which the caller adds, closes that block)."""
         c, z, coll, ready = self.prog.compute, self.z, self.prog.coll, self.grads.tensor_ready
         etp = self.grads.p.expert_tp
-        issued = self.prog.host(pre + "expert_issue_bwd", z.host_backward_us, g, "bwd") if z.moe_host_sync else []
+        issued = self._issue(pre + "expert_issue_bwd", "bwd", lambda h: h.experts(z.local_experts, True))
         g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
         g = coll(pre + "combine_grad_alltoall", "ep", A2A, z.dispatch_bytes, g, "bwd")
         if z.expert_gather:
@@ -136,8 +161,10 @@ class LayerPasses:
         if z.expert_gather:
             dx_in = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, dx_in, "bwd")
         g = coll(pre + "dispatch_grad_alltoall", "ep", A2A, z.dispatch_bytes, dx_in, "bwd")
-        g = c(pre + "permute", self.permute[1], g + issued, "bwd")
+        g = c(pre + "permute", self.permute[1], g, "bwd")
+        self.prog.issued(issued)
+        issued = self._issue(pre + "route_issue_bwd", "bwd", lambda h: h.routing(True, False))
         g = c(pre + "router_dgrad", z.router.dgrad(), g, "bwd")
         c(pre + "router_wgrad", z.router.wgrad(), g, "bwd")
         ready(unit, "router", [self.prog.last_compute], micro_batch)
-        return g if z.sp else self.tp.reduce(pre + "mlp_grad", g, "bwd")
+        return (g if z.sp else self.tp.reduce(pre + "mlp_grad", g, "bwd")), issued

@@ -47,10 +47,16 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   every rank with a sharded optimizer, and the scaling kernel; Megatron-LM clips at 1.0 by default), and the
   loss reduction logged each iteration (a kernel over the micro-batch losses and an 8-byte all-reduce over
   dp x cp on the last stage).
-- ``moe_host_sync`` (False): Megatron-Core's dropless token dispatcher as it runs on the host: the per-expert
-  token counts all-gathered over the expert-parallel group and copied to the host before the dispatch
-  all-to-all, and the expert section no faster than the host issues it (workload/llm/moe_host.py). Off: the
-  GPU's work alone (a dispatcher with fixed capacities, or an ideal host).
+- ``host_cpu`` (None): the host issuing the kernels, "x86" or "grace" (NVIDIA Grace: GB200, GB300): one chain of
+  CPU nodes per rank, each block of a layer pass ending no earlier than the host has issued it
+  (workload/llm/host.py). None: the GPU's work alone (an ideal host), unless ``moe_host_sync`` asks for the host.
+- ``moe_host_sync`` (False): Megatron-Core's dropless token dispatcher: the per-expert token counts all-gathered
+  over the expert-parallel group and copied to the host, which waits for them before the dispatch all-to-all, so
+  the expert section runs no faster than the host then issues it. Implies the host model (x86 unless
+  ``host_cpu`` says otherwise). Off: a dispatcher with fixed capacities (token drop), which never waits.
+- ``cuda_graph_scope`` (""): what CUDA graphs capture, Megatron-Core's names separated by commas (``attn``,
+  ``mlp``, ``moe_router``, ``moe_preprocess``, ``full``, ``full_iteration``): a captured block costs the host one
+  graph launch instead of its calls. Only with the host model.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from workload.errors import InputError
+from workload.llm.host import HostModel, graph_scopes
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
@@ -91,6 +98,8 @@ class TrainingOptions:
     iteration_tail: bool = False
     dataloader_wait_us: int = 0
     moe_host_sync: bool = False
+    host_cpu: str | None = None
+    cuda_graph_scope: str = ""
 
     def fp8(self) -> bool:
         return self.precision == "fp8"
@@ -102,6 +111,13 @@ class TrainingOptions:
     def recipe(self) -> str | None:
         """The quantization recipe of the layers' GEMMs (workload/llm/quantize.py), None in 16-bit math."""
         return FP4_RECIPE if self.precision == "fp4" else self.fp8_recipe if self.fp8() else None
+
+    def host(self) -> HostModel | None:
+        """The host issuing the kernels (None: an ideal host, not in the trace)."""
+        if self.host_cpu is None and not self.moe_host_sync:
+            return None
+        model = HostModel(cpu=self.host_cpu or "x86", graph_scopes=graph_scopes(self.cuda_graph_scope))
+        return model if model.active else None
 
     def grad_bytes(self, dtype_bytes: int) -> int:
         return 4 if self.grad_reduce_in_fp32 else dtype_bytes
@@ -142,6 +158,13 @@ class TrainingOptions:
             raise InputError("overlap_param_gather needs overlap_grad_reduce (Megatron-LM refuses it without)")
         if self.fp8_param_gather and (self.precision != "fp8" or zero_stage not in (1, 2, 3)):
             raise InputError("fp8_param_gather needs precision fp8 and a sharded optimizer (ZeRO stage 1, 2 or 3)")
+        if self.cuda_graph_scope and self.host_cpu is None and not self.moe_host_sync:
+            raise InputError("cuda_graph_scope needs the host model (host_cpu or moe_host_sync): CUDA graphs save "
+                             "host time only")
+        if self.moe_host_sync and "full" in graph_scopes(self.cuda_graph_scope):
+            raise InputError("the dropless dispatcher's host sync (moe_host_sync) cannot run in a whole-layer CUDA "
+                             "graph (cuda_graph_scope full): its token counts change every step")
+        self.host()  # checks the CPU and the scopes
         if self.tp_comm_overlap and tp > 1 and not sequence_parallel:
             raise InputError("tp_comm_overlap needs sequence parallelism (Megatron-Core overlaps the all-gathers "
                              "and reduce-scatters it brings)")

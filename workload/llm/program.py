@@ -57,6 +57,7 @@ class Program:
         self.ops: list[Op] = []
         self.last_compute = 0
         self.prev_compute = 0  # the compute node before last_compute (0: none)
+        self.last_host = 0  # the host chain's last node (workload/llm/host.py; 0: none yet)
         self.kinds = kinds  # the group kinds this stage's ranks have (size > 1)
         self._next_ring_tag = ring_tag_base
 
@@ -74,6 +75,19 @@ class Program:
     def host(self, name: str, duration_us: int, deps: list[int], phase: str) -> list[int]:
         """A host-side wait of ``duration_us`` (a CPU node: it holds no GPU stream)."""
         return [self.add(Op(name, NodeType.COMP_NODE, phase, list(deps), host_us=duration_us))]
+
+    def issue(self, name: str, duration_us: int, phase: str, waits_for: list[int] | None = None) -> int:
+        """The host issuing the next block of kernels: a CPU node after the host's previous one (one thread issues
+        in program order) and after ``waits_for`` (what the host synchronises on); the block's last kernel then
+        waits for it (``issued``)."""
+        deps = ([self.last_host] if self.last_host else []) + list(waits_for or [])
+        self.last_host = self.add(Op(name, NodeType.COMP_NODE, phase, deps, host_us=duration_us))
+        return self.last_host
+
+    def issued(self, host_node: int | None) -> None:
+        """The last compute node so far ends no earlier than ``host_node`` (None: no host model) has run."""
+        if host_node and self.last_compute > host_node:
+            self.ops[self.last_compute - 1].deps.append(host_node)
 
     def coll_id(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str,
                 sms: int = 0) -> int | None:

@@ -16,11 +16,15 @@ from functools import lru_cache
 from workload.llm import costs, quantize
 from workload.llm.costs import Matmul
 from workload.llm.model import ModelConfig
-from workload.llm.moe_host import GROUPED_GEMM_STREAMS, count_bytes, expert_section_host_us
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 
 FP8_BYTES = 1
+# Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP) runs one cuBLAS GEMM per local expert,
+# round-robin over a fixed set of compute streams (transformer_engine/common/util/multi_stream.cpp: 4;
+# gemm/cublaslt_gemm.cu multi_stream_cublas_gemm), so at most that many experts' GEMMs run at a time.
+GROUPED_GEMM_STREAMS = 4
+COUNT_BYTES = 8  # one expert's token count (int64), all-gathered over the expert-parallel group
 
 
 def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, dtype: str = "") -> Matmul:
@@ -39,6 +43,7 @@ class StageSizes:
         self.sp = p.sequence_parallel and tp > 1
         self.fp8 = options.fp8()
         self.recipe = options.recipe()  # the layers' GEMMs' quantization recipe (None: 16-bit GEMMs)
+        self.host = options.host()  # the host issuing the kernels (None: an ideal host)
         low = options.gemm_dtype()
         t = b * s // p.cp  # tokens per rank in the tensor-parallel GEMMs
         t_local = t // tp if self.sp else t  # tokens per rank outside them
@@ -75,9 +80,8 @@ class StageSizes:
                 self.mlp_in, self.mlp_out = (replace(g, streams=GROUPED_GEMM_STREAMS)
                                              for g in (self.mlp_in, self.mlp_out))
             self.moe_host_sync = options.moe_host_sync
-            self.count_bytes = count_bytes(m.num_experts)
-            self.host_forward_us = expert_section_host_us(experts, self.fp8, backward=False)
-            self.host_backward_us = expert_section_host_us(experts, self.fp8, backward=True)
+            self.count_bytes = COUNT_BYTES * m.num_experts
+            self.local_experts = experts
             routed, act_width = moe_tokens, ef
         else:
             routed, act_width = t, f

@@ -1,0 +1,49 @@
+"""A framework release's own recipes: what a published row of its performance tables ran with but does not state
+(virtual pipeline stages left blank, CUDA graph scopes, the MoE dispatcher), read from the framework's code at that
+release (configs/recipes/*.yml, one file per framework, each entry with the release's commit).
+
+A recipe fills only what the row leaves unstated; a value the row states wins, and the report names every
+value taken from a recipe (``defaults_used``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from workload.files import read_yaml
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
+SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table source -> its framework's recipes
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    vp: int | None
+    cuda_graph_scope: str
+    moe_dispatcher: str | None
+    moe_token_drop: bool | None
+    where: str  # "Megatron-Bridge 26.02.01 recipe (v0.3.1 @9c9dd848)"
+
+
+@cache
+def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
+    data: dict[str, Any] = read_yaml(str(RECIPES_DIR / file), "framework recipes")
+    out = {}
+    for r in data["recipes"]:
+        release = data["releases"][r["release"]]
+        where = f"{data['framework']} {r['release']} recipe ({release['ref']} @{str(release['commit'])[:8]})"
+        key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))
+        out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_dispatcher"),
+                          r.get("moe_token_drop"), where)
+    return out
+
+
+def recipe_for(source_id: str, source_section: str, model: str, gpu: str, precision: str) -> Recipe | None:
+    """The recipe a row of ``source_id``'s table ran (its release is the section's first word), or None."""
+    file = SOURCES.get(source_id)
+    if file is None or not source_section.split():
+        return None
+    return _recipes(file).get((source_section.split()[0], model, gpu, precision))

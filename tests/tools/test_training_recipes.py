@@ -1,0 +1,54 @@
+"""validate-training's framework recipes (configs/recipes/*.yml, simulator/tools/training_recipes.py): what a
+release's own code ran and its table leaves unstated fills the blank, a stated value wins, and the host CPU comes
+from the hardware profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simulator.tools.training_layout import READY, plan_row
+from simulator.tools.training_recipes import RECIPES_DIR, _recipes, recipe_for
+from simulator.tools.training_table import read_tables
+from tests.tools.test_validate_training import row
+from workload.files import read_yaml
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "hardware" / "training"
+BASE = {"source_id": "megatron_bridge_perf", "source_section": "26.02.01 NeMo container / Pre-Training Performance",
+        "model": "LLAMA3_70B", "seq_len": "8192", "TP": "1", "PP": "4", "CP": "1", "DP": "16",
+        "global_batch": "256", "micro_batch": "1", "n_gpus": "64", "gpu": "GB300", "precision": "MXFP8",
+        "tokens_per_s_per_gpu": "4798"}
+
+
+def test_a_blank_vp_takes_the_releases_recipe_and_a_stated_one_wins() -> None:
+    blank = plan_row(row({**BASE, "row_id": "blank"}))
+    assert blank.status == READY, blank.reason
+    assert blank.spec["vp"] == 5 and "VP5" in blank.layout
+    assert any(d.startswith("VP 5 (Megatron-Bridge 26.02.01 recipe (v0.3.1 @9c9dd848)") for d in blank.defaults_used)
+    stated = plan_row(row({**BASE, "row_id": "stated", "VP": "2"}))
+    assert stated.spec["vp"] == 2 and not any(d.startswith("VP ") for d in stated.defaults_used)
+    other = plan_row(row({**BASE, "row_id": "other", "source_section": "27.01 NeMo container"}))
+    assert "vp" not in other.spec  # no recipe for that release: the framework's default (no interleaving)
+
+
+def test_moe_rows_take_graph_scopes_and_the_host_cpu() -> None:
+    qwen = {**BASE, "model": "Qwen3_30B_a3B", "seq_len": "4096", "PP": "1", "EP": "8", "DP": "8",
+            "global_batch": "512", "micro_batch": "8", "n_gpus": "8"}
+    grace = plan_row(row({**qwen, "row_id": "gb300"}))
+    assert grace.status == READY, grace.reason
+    assert grace.spec["cuda_graph_scope"] == "moe_router,moe_preprocess" and grace.spec["host_cpu"] == "grace"
+    assert grace.spec["moe_host_sync"] is True
+    x86 = plan_row(row({**qwen, "row_id": "b200", "gpu": "B200", "micro_batch": "4"}))
+    assert x86.spec["cuda_graph_scope"] == "attn,moe_router,moe_preprocess" and x86.spec["host_cpu"] == "x86"
+    drop = plan_row(row({**qwen, "row_id": "drop", "source_section": "25.09 NeMo container", "precision": "",
+                         "model": "Qwen3_30B_a3B (tokendrop)", "gpu": "GB200", "micro_batch": "4"}))
+    assert drop.spec["cuda_graph_scope"] == "full" and "moe_host_sync" not in drop.spec
+
+
+def test_every_recipe_names_its_release_and_a_published_row() -> None:
+    data = read_yaml(str(RECIPES_DIR / "megatron_bridge.yml"), "framework recipes")
+    assert all(r["release"] in data["releases"] for r in data["recipes"])
+    rows = read_tables([str(SHARED / "megatron_bridge_perf.tsv")])
+    used = {key for r in rows if (key := (r.text("source_section").split()[0], r.text("model"), r.text("gpu"),
+                                           r.text("precision"))) in _recipes("megatron_bridge.yml")}
+    assert used == set(_recipes("megatron_bridge.yml"))
+    assert recipe_for("nemo_2407", "24.07", "LLAMA2-7B", "H100", "FP8") is None

@@ -1,0 +1,156 @@
+"""The host issuing the kernels (workload/llm/host.py): one chain of CPU nodes per rank, each block of a layer pass
+ending no earlier than its host node; the dropless dispatcher's host waiting for the token counts; CUDA graphs."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.workload.test_llm import SMALL, SMALL_MOE
+from tests.workload.test_llm_step import AG, finish, traces
+from workload.errors import InputError
+from workload.llm import cli, host
+from workload.llm.host import HostModel
+from workload.llm.options import TrainingOptions
+from workload.llm.plan import ParallelPlan
+from workload.llm.sizes import GROUPED_GEMM_STREAMS
+
+
+def test_issue_times_golden() -> None:
+    """Counts of framework calls times per-call costs: 3 TE modules and 4 operators for attention (36 and 7 us),
+    twice that backward; Grace 2.75x; a captured block one graph launch."""
+    x86, grace = HostModel(), HostModel(cpu="grace")
+    assert x86.attention(False) == 3 * 36 + 4 * 7
+    assert x86.attention(True) == 2 * (3 * 36 + 4 * 7)
+    assert grace.attention(False) == round(2.75 * (3 * 36 + 4 * 7))
+    assert x86.experts(16, False) == 2 * 36 + 10 * 7 + 2 * 16 * 10
+    assert x86.experts(16, True) == 2 * (2 * 36 + 10 * 7) + 2 * 16 * 27
+    assert x86.routing(False, sync=True) == 36 + 12 * 7 + 6 * 7 + 30
+    graphed = HostModel(graph_scopes=frozenset({"attn", "moe_router", "moe_preprocess"}))
+    assert graphed.attention(True) == 15 and graphed.routing(False, sync=True) == 15 + 15 + 30
+
+
+@given(st.integers(1, 512), st.booleans(), st.sampled_from(host.HOST_CPUS),
+       st.sets(st.sampled_from(host.GRAPH_SCOPES[:-1])))
+def test_issue_times_grow_with_work_and_shrink_with_graphs(experts: int, backward: bool, cpu: str,
+                                                           scopes: set[str]) -> None:
+    m = HostModel(cpu=cpu)
+    graphed = HostModel(cpu=cpu, graph_scopes=frozenset(scopes))
+    assert 0 < m.experts(experts, backward) < m.experts(experts + 1, backward)
+    assert m.experts(experts, False) < m.experts(experts, True)
+    assert HostModel().experts(experts, backward) <= HostModel(cpu="grace").experts(experts, backward)
+    for block in ("attention", "mlp", "head"):
+        assert 0 < getattr(graphed, block)(backward) <= getattr(m, block)(backward)
+    assert 0 < graphed.experts(experts, backward) <= m.experts(experts, backward)
+    assert 0 < graphed.routing(backward, False) <= m.routing(backward, False)
+
+
+def test_host_nodes_form_one_chain_and_close_their_blocks(tmp_path: Path) -> None:
+    """Per layer pass a host node per block, each after the host's previous one; the block's last kernel waits for
+    it; the dropless expert section's host node also waits for the token counts' all-gather."""
+    plan = ParallelPlan(dp=2, ep=2, num_micro_batches=2)
+    rank = traces(tmp_path, SMALL_MOE, plan, moe_host_sync=True)[0]
+    hosts = [n for n in rank.nodes if n.attrs.get("is_cpu_op") and n.name.endswith(("_issue", "_issue_bwd"))]
+    per_pass = {"attn_issue", "route_issue", "expert_issue"}
+    assert len(hosts) == 2 * (SMALL_MOE.num_layers * 2 * len(per_pass) + 2)  # 2 micro-batches, fwd + bwd, + head
+    for before, after in itertools.pairwise(hosts):
+        assert before.id in after.deps
+    counts = rank.collectives(AG, "dispatch_counts_allgather")
+    assert len(counts) == SMALL_MOE.num_layers * 2
+    assert all(c.attrs["comm_size"] == 8 * SMALL_MOE.num_experts and rank.members(c) == (0, 1) for c in counts)
+    host_ids = {h.id for h in hosts}
+    waiting = {n.id: n for n in rank.compute() if not n.attrs.get("is_cpu_op") and host_ids & set(n.deps)}
+    assert len(waiting) == len(hosts)
+    for h in hosts:
+        closer = next(n for n in waiting.values() if h.id in n.deps)
+        assert closer.id > h.id
+        if h.name.endswith(".expert_issue"):
+            assert any(c.id in h.deps for c in counts) and closer.name.endswith(".unpermute")
+    plain = traces(tmp_path / "off", SMALL_MOE, plan)[0]
+    assert not plain.collectives(AG, "dispatch_counts_allgather")
+    assert not [n for n in plain.nodes if n.attrs.get("is_cpu_op")]
+
+
+def test_token_drop_and_whole_iteration_graphs(tmp_path: Path) -> None:
+    """Without the dropless sync the host chain runs free (no counts); one graph per iteration: no host nodes."""
+    plan = ParallelPlan(dp=2, ep=2)
+    drop = traces(tmp_path / "drop", SMALL_MOE, plan, host_cpu="grace")[0]
+    assert not drop.collectives(AG, "dispatch_counts_allgather")
+    issue = [n for n in drop.nodes if n.name.endswith(".expert_issue")]
+    assert issue and all(len(n.deps) == 1 for n in issue)
+    assert issue[0].duration_us == HostModel(cpu="grace").experts(SMALL_MOE.num_experts // 2, False)
+    graphed = traces(tmp_path / "graph", SMALL, ParallelPlan(dp=2), host_cpu="x86",
+                     cuda_graph_scope="full_iteration")[0]
+    assert not [n for n in graphed.nodes if n.attrs.get("is_cpu_op")]
+
+
+MOE_SPEC = {"generate": "llm", "num_layers": 2, "hidden_size": 512, "num_heads": 8, "ffn_hidden_size": 256,
+            "vocab_size": 1000, "seq_len": 256, "gated_ffn": True, "top_k": 2, "ep": 2, "dp": 2, "micro_batches": 2}
+
+
+@pytest.mark.parametrize("experts", [4, 64])
+def test_host_bound_experts_lengthen_the_step(tmp_path: Path, experts: int) -> None:
+    """Many small experts per rank: the host's issue time shows, and more with the dropless sync than without; the
+    step never gets shorter with the host."""
+    spec = {**MOE_SPEC, "num_experts": experts}
+    runs = {}
+    for name, extra in (("ideal", {}), ("free", {"host_cpu": "x86"}), ("sync", {"moe_host_sync": True})):
+        (tmp_path / name).mkdir()
+        runs[name] = finish(tmp_path / name, {**spec, **extra}, 2, 100.0)
+    assert runs["ideal"] <= runs["free"] <= runs["sync"]
+    if experts == 64:  # 32 local experts: the host issues 2 micro-batches x 2 layers of expert sections at least
+        m = HostModel()
+        floor_ns = 2 * 2 * 1000 * (m.experts(32, False) + m.experts(32, True))
+        assert runs["sync"] - runs["ideal"] > floor_ns // 2
+
+
+def test_a_gpu_bound_dense_step_hides_the_host(tmp_path: Path) -> None:
+    """Large kernels: the host runs ahead and the step is the GPU's (within the first block's issue time)."""
+    spec = {"generate": "llm", "num_layers": 2, "hidden_size": 4096, "num_heads": 32, "ffn_hidden_size": 16384,
+            "vocab_size": 32000, "seq_len": 4096, "dp": 2, "micro_batches": 2}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ideal = finish(tmp_path / "a", spec, 2, 100.0)
+    hosted = finish(tmp_path / "b", {**spec, "host_cpu": "x86"}, 2, 100.0)
+    assert ideal <= hosted <= ideal + 1000 * HostModel().attention(False)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"cuda_graph_scope": "attn"}, "needs the host model"),
+    ({"host_cpu": "arm"}, "host CPU must be one of x86, grace"),
+    ({"host_cpu": "x86", "cuda_graph_scope": "attn,layers"}, "unknown CUDA graph scope layers: valid are attn"),
+    ({"moe_host_sync": True, "cuda_graph_scope": "full"}, "cannot run in a whole-layer CUDA graph"),
+])
+def test_bad_host_settings_are_one_line_errors(options: dict, message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        TrainingOptions(**options).validate(0, False, 1)
+
+
+def test_cli_flags() -> None:
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    args = parser.parse_args(["--experts", "4", "--top-k", "2", "--ep", "2", "--dp", "2", "--layers", "2",
+                              "--hidden", "256", "--heads", "4", "--ffn-hidden", "512", "--vocab", "1000",
+                              "--seq-len", "128", "--moe-host-sync", "--host-cpu", "grace",
+                              "--cuda-graph-scope", "attn,moe_router"])
+    options = cli.options_from_args(args, cli.plan_from_args(args))
+    assert options.moe_host_sync and options.host_cpu == "grace"
+    assert options.host() == HostModel(cpu="grace", graph_scopes=frozenset({"attn", "moe_router"}))
+    assert replace(options, moe_host_sync=False) != options
+
+
+def test_expert_gemms_run_per_expert_on_four_streams(tmp_path: Path) -> None:
+    """Transformer Engine's GroupedLinear: one GEMM per local expert, four streams; a single local expert is one
+    plain GEMM."""
+    rank = traces(tmp_path, replace(SMALL_MOE, num_experts=8), ParallelPlan(dp=2, ep=2))[0]
+    experts = [n for n in rank.compute() if ".expert_" in n.name]
+    assert experts and all(n.attrs["gemm_batch"] == 4 and n.attrs["gemm_streams"] == GROUPED_GEMM_STREAMS
+                           for n in experts)
+    single = traces(tmp_path / "one", replace(SMALL_MOE, num_experts=2), ParallelPlan(dp=2, ep=2))[0]
+    assert all("gemm_streams" not in n.attrs for n in single.compute() if ".expert_" in n.name)

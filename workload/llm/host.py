@@ -1,0 +1,129 @@
+"""The host (CPU) side of a training step: the framework's Python and library calls that issue the kernels, which
+a GPU-only trace leaves out.
+
+The GPU runs kernels in the order the host enqueues them. While the host is ahead (large kernels, few calls) its
+own time never shows; it shows where layers are many small kernels (mixture-of-experts layers with many local
+experts, small micro-batches) or where the host must wait for the GPU: Megatron-Core's dropless token dispatcher
+copies the per-expert token counts to the host and waits for them before the dispatch all-to-all (its
+``cuda_sync_point``), so after each MoE layer's routing the GPU's queue is empty and the rest of the layer runs
+no faster than the host issues it.
+
+In the trace the host is one chain of CPU nodes per rank, one node per block of a layer pass (attention; dense
+MLP; MoE routing; MoE expert section) in program order; a node lasts the block's issue time and the block's last
+kernel waits for it, so a block ends no earlier than the host has issued it. The dropless dispatcher's expert
+section node also waits for the token counts' all-gather. CUDA graphs (Megatron-Core's ``cuda_graph_scope``)
+replace the issue time of what they capture by one graph launch: ``attn``, ``mlp``, ``moe_router``,
+``moe_preprocess`` (the dispatcher's counting before the wait), ``full`` (a whole layer; static shapes only,
+i.e. not with the dropless dispatcher) and ``full_iteration`` (no host nodes at all).
+
+Issue times are counts of framework calls per block (Megatron-Core's TE layer spec, alltoall dispatcher,
+TEGroupedMLP: forward and autograd backward) times per-call host costs on a reference x86 host, scaled by the
+host CPU (``HOST_CPU_SCALE``). Sources (public measurements; docs/compute-model.md lists them):
+- a Transformer Engine module call (Linear, LayerNormLinear, DotProductAttention) ~36 us on a DGX H100's Xeon:
+  TE Linear forward 99.7 us on a GB200's Grace, and Grace takes 2.75x an x86 Xeon 8480C's time per framework call
+  (torch.nn.Linear 37.1 vs 13.5 us; NVIDIA/TransformerEngine issue 2053);
+- an eager PyTorch operator 7 us (meta-pytorch/autoparallel's fitted kernel launch overhead on H100, PR 146;
+  PyTorch issue 41383: 5-7 us per scalar op);
+- an autograd backward replays each call at about twice its forward host time (the engine's node, TE's backward
+  work: PyTorch issues 44484, 157407);
+- a device-to-host copy the host waits on: ~30 us round trip (kekzl/imp issue 1654);
+- Transformer Engine's GroupedLinear per local expert: a quantizer, tensor wrappers and a cuBLASLt heuristic and
+  launch per expert in forward, dgrad and wgrad calls plus Megatron DDP's gradient hook per expert weight in
+  backward (TE grouped_linear.py, Megatron-Core distributed_data_parallel.py; TE issue 2897 measures 19 / 33 us
+  per expert forward / backward on Grace for the fused grouped MLP, which does less per expert);
+- a CUDA graph launch ~15 us.
+``HOST_SCALE`` multiplies them all: the one number of this model fitted to whole training steps
+(benchmarks/host_calibration.py); the counts and per-call ratios above are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workload.errors import InputError
+
+HOST_CPUS = ("x86", "grace")
+# host time per framework call relative to the reference x86 (Xeon 8480C of a DGX H100): NVIDIA Grace 2.75x
+# (TE issue 2053: torch.nn.Linear forward 37.1 us on GB200's Grace vs 13.5 us on the DGX H100's Xeon)
+HOST_CPU_SCALE = {"x86": 1.0, "grace": 2.75}
+GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess", "full", "full_iteration")
+
+MODULE_US = 36.0  # a Transformer Engine module's forward call
+OP_US = 7.0  # an eager PyTorch operator (or a torch.distributed call)
+BACKWARD_FACTOR = 2.0  # an autograd backward's host time per call relative to the forward's
+SYNC_US = 30.0  # the device-to-host copy of the token counts, waited for
+EXPERT_FORWARD_US = 10.0  # one GroupedLinear forward, per local expert
+EXPERT_BACKWARD_US = 27.0  # one GroupedLinear backward (dgrad + wgrad, DDP hook), per local expert
+GRAPH_LAUNCH_US = 15.0
+HOST_SCALE = 1.0
+
+# Framework calls per block, forward (modules, operators), Megatron-Core's TE spec:
+ATTENTION_CALLS = (3, 4)  # LayerNormLinear qkv, DotProductAttention, Linear proj; RoPE (2), bias-dropout-add, view
+MLP_CALLS = (2, 2)  # LayerNormLinear fc1, Linear fc2; activation, bias-dropout-add
+ROUTER_CALLS = (1, 12)  # the pre-MLP norm; router GEMM, softmax, top-k, routing map, aux-loss terms
+PREPROCESS_OPS = 6  # per-expert counts, their all-gather over the expert-parallel group, views, the copy to host
+EXPERT_SECTION_OPS = 10  # dispatch all-to-alls (tokens, probs), permutation, chunk sort, activation, unpermutation,
+# combine all-to-all, residual add; plus two GroupedLinear calls (a module each) and their per-expert work
+GROUPED_LINEARS = 2
+HEAD_CALLS = (3, 2)  # final norm, output layer, fused cross entropy; the loss scaling
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HostModel:
+    """Per-block host issue times (whole us) of one micro-batch's layer on one rank."""
+
+    cpu: str = "x86"
+    graph_scopes: frozenset[str] = frozenset()
+    scale: float = HOST_SCALE
+
+    def __post_init__(self) -> None:
+        if self.cpu not in HOST_CPUS:
+            raise InputError(f"host CPU must be one of {', '.join(HOST_CPUS)} (got {self.cpu!r})")
+        unknown = sorted(self.graph_scopes - set(GRAPH_SCOPES))
+        if unknown:
+            raise InputError(f"unknown CUDA graph scope {', '.join(unknown)}: valid are {', '.join(GRAPH_SCOPES)}")
+
+    @property
+    def active(self) -> bool:
+        """False where one graph replays the whole iteration: no host nodes at all."""
+        return "full_iteration" not in self.graph_scopes
+
+    def _scaled(self, us: float) -> int:
+        return max(1, round(us * self.scale * HOST_CPU_SCALE[self.cpu]))
+
+    def _us(self, modules: float, ops: float, backward: bool, extra_us: float = 0.0) -> int:
+        """Host time of ``modules`` TE module calls and ``ops`` eager operators (backward: their autograd nodes)."""
+        return self._scaled((modules * MODULE_US + ops * OP_US) * (BACKWARD_FACTOR if backward else 1.0) + extra_us)
+
+    def _unless_graphed(self, scope: str, us: int) -> int:
+        return self._scaled(GRAPH_LAUNCH_US) if scope in self.graph_scopes or "full" in self.graph_scopes else us
+
+    def attention(self, backward: bool) -> int:
+        return self._unless_graphed("attn", self._us(*ATTENTION_CALLS, backward))
+
+    def mlp(self, backward: bool) -> int:
+        return self._unless_graphed("mlp", self._us(*MLP_CALLS, backward))
+
+    def routing(self, backward: bool, sync: bool) -> int:
+        """The MoE layer up to the dispatch: norm, router and (forward) the dispatcher's preprocessing; with the
+        dropless dispatcher's ``sync`` the copy of the counts the host then waits for."""
+        us = self._unless_graphed("moe_router", self._us(*ROUTER_CALLS, backward))
+        if not backward:
+            us += self._unless_graphed("moe_preprocess", self._us(0, PREPROCESS_OPS, False))
+            us += self._scaled(SYNC_US) if sync else 0
+        return us
+
+    def experts(self, local_experts: int, backward: bool) -> int:
+        """The expert section: dispatch, the two grouped linears over ``local_experts``, combine (a whole-layer
+        graph captures it only with static shapes: not with the dropless dispatcher, which options refuse)."""
+        per_expert = EXPERT_BACKWARD_US if backward else EXPERT_FORWARD_US
+        return self._unless_graphed("full", self._us(GROUPED_LINEARS, EXPERT_SECTION_OPS, backward,
+                                                     GROUPED_LINEARS * local_experts * per_expert))
+
+    def head(self, backward: bool) -> int:
+        return self._us(*HEAD_CALLS, backward)
+
+
+def graph_scopes(text: str | None) -> frozenset[str]:
+    """``attn,moe_router`` -> frozenset; None or empty -> none."""
+    return frozenset(s.strip() for s in (text or "").split(",") if s.strip())
