@@ -32,8 +32,9 @@ host CPU (``HOST_CPU_SCALE``). Sources (public measurements; docs/compute-model.
   backward (TE grouped_linear.py, Megatron-Core distributed_data_parallel.py; TE issue 2897 measures 19 / 33 us
   per expert forward / backward on Grace for the fused grouped MLP, which does less per expert);
 - a CUDA graph launch ~15 us.
-``HOST_SCALE`` multiplies them all: the one number of this model fitted to whole training steps
-(benchmarks/host_calibration.py); the counts and per-call ratios above are not.
+``HOST_SCALE`` multiplies them all (1: the measurements as they are; nothing here is fitted to training steps).
+Per-call costs vary with the software release (TE has cut GroupedLinear's per-expert work several times) and the
+CPU's clock: they are an order of magnitude, good for telling a host-bound layer from a GPU-bound one.
 """
 
 from __future__ import annotations
