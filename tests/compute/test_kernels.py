@@ -183,8 +183,8 @@ def test_device_files_are_what_the_fit_writes() -> None:
 def test_devices_by_name_alias_and_file(tmp_path: Path) -> None:
     assert device("h800").name == "H100" and device("GH200").name == "H200" and device("mi-300x").name == "MI300X"
     assert device(device("B200").path).kernels == device("B200").kernels
-    with pytest.raises(InputError, match=r"unknown device 'H900'; valid: A100, H100, H200, B200, B300, GB200, GB300, "
-                                         r"MI300X, MI325X, MI355X, TPUv4, TPUv5p or a device file"):
+    with pytest.raises(InputError, match=r"unknown device 'H900'; valid: A100, H100, H200, H200NVL, B200, B300, GB200, "
+                                         r"GB300, MI300X, MI325X, MI355X, TPUv4, TPUv5p or a device file"):
         device("H900")
     with pytest.raises(InputError, match="no such device file"):
         device(str(tmp_path / "nope.yml"))
