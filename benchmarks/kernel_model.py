@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     groups: dict[tuple[str, str], list[float]] = {}
     for m, name, pred in results:
         cls = m.family if m.family != "memory" else f"memory:{m.shapes[0].op_class}"
-        if m.family == "attention":
-            cls = f"attention:{m.kernel}"
+        if m.family == "attention":  # by kernel, and precision where not 16-bit
+            cls = f"attention:{m.kernel}" + ("" if m.shapes[0].dtype in ("bf16", "fp16") else f":{m.shapes[0].dtype}")
         elif m.family == "gemm" and m.kernel:  # a recipe's GEMMs (Transformer Engine): by recipe
             cls = f"gemm:{m.shapes[0].dtype}:{m.kernel}"
         elif m.family == "gemm":

@@ -69,9 +69,10 @@ SOURCES = {
                      "artifacts)", "https://github.com/NVIDIA/cudnn-frontend/blob/"
                      "0b1577c8c83401237d601d0d0db5210506705396/benchmark/sdpa_benchmark_training/artifacts/"
                      "sdpa_fp8_benchmark_results_NVIDIA_B200.csv", "MIT"),
-    "cudnn_norm": ("cuDNN RMSNorm/LayerNorm benchmark, GB200, GB300 and H200, cuDNN 9.19.1 (cudnn-frontend benchmark "
-                   "results)", "https://github.com/NVIDIA/cudnn-frontend/tree/"
-                   "3929da2ef4c1dba1bb8acb68727b9134f26f40c0/benchmark/norms/results", "MIT"),
+    **{f"cudnn_norm_{p}": (f"cuDNN RMSNorm/LayerNorm benchmark, {what} pass, GB200, GB300 and H200, cuDNN 9.19.1 "
+                           "(cudnn-frontend benchmark results)", "https://github.com/NVIDIA/cudnn-frontend/tree/"
+                           "3929da2ef4c1dba1bb8acb68727b9134f26f40c0/benchmark/norms/results", "MIT")
+       for p, what in (("fwd", "forward"), ("bwd", "backward"))},
     "te_gemm_profiling": ("Transformer Engine GEMM profiling guide, B300 and H200 NVL (one layer's GEMMs by recipe)",
                           "https://github.com/NVIDIA/TransformerEngine/blob/1609c890ee7da24393ce62a2680e0ebb0b4eb5f6/"
                           "docs/examples/gemm_profiling/gemm_profiling.rst", "Apache-2.0"),

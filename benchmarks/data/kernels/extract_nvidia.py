@@ -122,7 +122,7 @@ def norm_rows(cudnn: str) -> list[tuple[object, ...]]:
                 flops = (5 if pas == "fwd" else 10) * n * c  # about 5 per element and pass, as extract_vidur.py
                 note = (f"cuDNN {r['norm_type']} {pas}, {r['norm_name']} {n} x {c}, {gbps:g} GB/s as the benchmark "
                         f"counts bytes, cuDNN backend {int(float(r['cudnn_backend_version']))}")
-                out.append((device, "norm", "bf16", size, flops, _g(size / gbps / 1e3), "cudnn_norm", note))
+                out.append((device, "norm", "bf16", size, flops, _g(size / gbps / 1e3), f"cudnn_norm_{pas}", note))
     return out
 
 
