@@ -7,23 +7,28 @@ and ``calibration`` sections of every shipped device file (configs/devices/*.yml
 what this script writes; the test suite runs the same comparison on the fitted values).
 
 Devices with their own GEMM and memory-bound tables (A100, H100) are fitted on them; attention is fitted jointly
-on every FlashAttention/cuDNN row (an efficiency per device and kernel, the head-dim, per-tile and backward terms
-shared). The others take the fitted shape terms of a measured device of the same kind and fit only what their
-own rows determine: H200 is H100's silicon with faster memory (no fit; its rows check it); B200, B300, GB200 and
-the AMD devices fit their GEMM efficiency (and the NVIDIA ones their FP8 efficiency) to their maximum-achievable-
-matmul rows, and their attention efficiency follows their GEMM efficiency in proportion; GB300 takes B300's fit
-(the same Blackwell Ultra GPU, no measurements of its own). TPUs have no kernel data: H100's values, marked assumed.
-The quantization class (Transformer Engine's casts of low-precision GEMM operands) is fitted once on the B200 and
-GB200 cast rows (torchao's MXFP8 and NVFP4 kernels) for every Blackwell GPU.
+on every FlashAttention/cuDNN row of A100 and H100 (an efficiency per device and kernel, the head-dim, per-tile and
+backward terms shared). The others take the fitted shape terms of a measured device of the same kind and fit only
+what their own rows determine: H200 and H200 NVL are H100's silicon (no fit; their rows check it); the AMD devices
+fit their GEMM efficiency to their maximum-achievable-matmul rows, and their attention efficiency follows their
+GEMM efficiency in proportion. TPUs have no kernel data: H100's values, marked assumed.
 
-Maximum-achievable-matmul rows are the best shape of a search, a ceiling: the H100 curve (fitted on typical shapes)
-predicts H100's BF16 ceiling some percent slow, and every device fitted on its ceiling rows is fitted to that same
-relation (its rows' times scaled by H100's BF16 ceiling error), so a device is not made faster than H100 relative
-to its own ceiling only because its data are ceilings. FP8 GEMMs are those of cuBLAS (what Transformer Engine
-runs, and what the ceiling rows measure): H100's FP8 efficiency is fitted the same way on its cuBLAS FP8 row;
-DeepGEMM's fine-grained-scaling kernels (deepgemm_fp8.tsv) shape the H100 curve and their own FP8 efficiency is
-recorded under fitted as fp8_deepgemm. FP4 (NVFP4) has no kernel measurements: a device with FP4 math takes its
-FP8 efficiency relative to the FP4 peak (an assumption every such device file states).
+Maximum-achievable-matmul rows are the best shape of a search, a ceiling: a curve fitted on typical shapes
+predicts its device's ceiling some percent slow, and a device fitted on its ceiling rows only is fitted to that
+same relation (its rows' times scaled by the reference device's ceiling error), so a device is not made faster
+than the reference relative to its own ceiling only because its data are ceilings. FP8 GEMMs are those of cuBLAS
+(what Transformer Engine runs, and what the ceiling rows measure): H100's FP8 efficiency is fitted the same way on
+its cuBLAS FP8 row; DeepGEMM's fine-grained-scaling kernels (deepgemm_fp8.tsv) shape the H100 curve and their own
+FP8 efficiency is recorded under fitted as fp8_deepgemm.
+
+The Blackwell GPUs (fit_blackwell) keep H100's GEMM shape terms. B300's GEMM, FP8 and FP4 efficiencies are fitted
+on Transformer Engine's B300 GEMM rows (BF16; FP8 per-tensor and NVFP4 pre-quantized); B200 and GB200 fit their
+GEMM and FP8 efficiencies on their ceiling rows at B300's ceiling error, and take B300's measured NVFP4-over-FP8
+GEMM speed for FP4; GB300 takes B300's GEMM fit on its own peaks. Attention is fitted per GPU on its cuDNN rows
+(B300 takes GB300's), norms on the cuDNN norm rows and the element-wise and optimizer classes on their forward
+(streaming) rows (B200 takes GB200's, B300 GB300's). The quantization class (Transformer Engine's casts of low-
+precision GEMM operands) is fitted once on the B200 and GB200 cast rows (torchao's MXFP8 and NVFP4 kernels) for
+every Blackwell GPU. A device with FP4 math and no FP4 fit takes its FP8 efficiency relative to the FP4 peak.
 """
 
 from __future__ import annotations
@@ -41,20 +46,40 @@ sys.path.insert(0, REPO)
 
 from compute.devices import DEVICES_DIR, Device, device, load_device_file  # noqa: E402
 from compute.kernel_data import SOURCES, Measurement, errors, read_tables, summarize  # noqa: E402
-from compute.kernel_fit import ANALOGUES, fit_attention, fit_gemm, fit_memory, round4, with_params  # noqa: E402
-from compute.kernel_params import GemmParams  # noqa: E402
+from compute.kernel_fit import (  # noqa: E402
+    ANALOGUES,
+    fit_attention,
+    fit_device_attention,
+    fit_gemm,
+    fit_memory,
+    round4,
+    with_params,
+)
+from compute.kernel_params import AttentionParams, GemmParams, MemoryParams  # noqa: E402
 from compute.kernels import KernelModel  # noqa: E402
 
 MEASURED = ("A100", "H100")
 PRODUCTION_ATTENTION = {"A100": "fa2", "H100": "cudnn"}  # what Megatron-Core/Transformer Engine runs there
-DERIVED = {"H200": ("H100", ()), "B200": ("H100", ("efficiency", "fp8")), "B300": ("H100", ("efficiency", "fp8")),
-           "GB200": ("H100", ("efficiency", "fp8")), "MI300X": ("H100", ("efficiency",)),
+DERIVED = {"H200": ("H100", ()), "H200NVL": ("H100", ()), "MI300X": ("H100", ("efficiency",)),
            "MI325X": ("H100", ("efficiency",)), "MI355X": ("H100", ("efficiency",))}
+# Blackwell: H100's GEMM shape terms; GEMM efficiencies from B300's typical-shape rows (Transformer Engine's guide),
+# the others' ceilings fitted to B300's relation; attention and memory-bound classes fitted on each GPU's cuDNN rows
+BLACKWELL = ("B200", "B300", "GB200", "GB300")
+GEMM_REFERENCE = "B300"  # the Blackwell GPU with typical-shape GEMM rows
+TE_TABLE = "te_gemm_profiling.tsv"
+TE_FITTED = ("bf16", "fp8_current", "nvfp4")  # recipes fitted (BF16; FP8 per-tensor and NVFP4 pre-quantized)
+TE_MXFP8 = "mxfp8"  # fitted and recorded: the model has one FP8 precision
+CEILING_ONLY = ("B200", "GB200")  # GEMM rows: their maximum-achievable-matmul ceilings only
+SAME_GPU = {"GB300": "B300"}  # no GEMM measurements of its own: the named device's GEMM fit, on its own peaks
+ATTENTION_ROWS = {"B200": "B200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}  # fitted on whose rows
+MEMORY_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
+BLACKWELL_ULTRA = ("B300", "GB300")  # doubled softmax-exponential throughput: half H100's head-dim term
+NORM_TABLE = "cudnn_norm.tsv"
+STREAMING = "cudnn_norm_fwd"  # read once, write once: the element-wise classes' bandwidth on Blackwell
 # Quantization kernels (Transformer Engine's casts): measured on B200 and GB200 (the same HBM3e at 8,000 GB/s), fitted
 # once for the Blackwell GPUs; the others take the class they work like (kernel_fit.ANALOGUES).
 QUANTIZE_FAMILY = ("B200", "B300", "GB200", "GB300")
 QUANTIZE = ("quantize", "quantize_fp4")
-SAME_GPU = {"GB300": "B300"}  # no measurements of its own: the named device's fit, on its own peaks
 CEILING_TABLE = "mamf.tsv"  # best-shape-of-a-search rows: see the module docstring
 CUBLAS_FP8_TABLES = ("mamf.tsv",)  # FP8 GEMMs as cuBLAS (and so Transformer Engine) runs them
 ASSUMED = {"TPUv4": "H100", "TPUv5p": "H100"}
@@ -114,9 +139,7 @@ def fit_all(rows: list[Measurement]) -> dict[str, tuple[Device, dict[str, Any]]]
         d = _derive(shipped[name], fitted[source], rows_of.get(name, []), free, bias)
         out[name] = (d, _calibration(d, rows_of.get(name, []), "derived" if free else "derived (no fit)", source,
                                      None, free, bias))
-    for name, source in SAME_GPU.items():
-        d = _derive(shipped[name], out[source][0], [], ())
-        out[name] = (d, _calibration(d, [], "derived (no fit)", source, None))
+    out |= fit_blackwell(shipped, fitted["H100"], rows_of)
     quantize = [m for name in QUANTIZE_FAMILY for m in rows_of.get(name, []) if m.family == "memory"
                 and m.shapes[0].op_class == "quantize"]
     if quantize:
@@ -135,7 +158,117 @@ def fit_all(rows: list[Measurement]) -> dict[str, tuple[Device, dict[str, Any]]]
 
 
 def _names() -> list[str]:
-    return [*MEASURED, *DERIVED, *SAME_GPU, *ASSUMED]
+    return [*MEASURED, *DERIVED, *BLACKWELL, *ASSUMED]
+
+
+def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, list[Measurement]]
+                  ) -> dict[str, tuple[Device, dict[str, Any]]]:
+    """The Blackwell GPUs: GEMM shape terms H100's; GEMM efficiencies (BF16, FP8, FP4) fitted on B300's
+    Transformer Engine rows, B200's and GB200's on their ceilings at B300's ceiling error, GB300 B300's; attention
+    fitted per GPU on its cuDNN rows (B300 GB300's); memory-bound norm and element-wise classes on the cuDNN norm
+    rows (B200 GB200's, B300 GB300's)."""
+    ref = GEMM_REFERENCE
+    d = _derive(shipped[ref], h100, [], ())
+    te = [m for m in rows_of[ref] if m.table == TE_TABLE]
+    gemm = fit_gemm(d, [m for m in te if m.kernel in TE_FITTED], ("efficiency", "fp8", "fp4"))
+    gemms = {ref: with_params(d, replace(d.kernels, gemm=gemm))}
+    mxfp8 = fit_gemm(gemms[ref], [m for m in te if m.kernel == TE_MXFP8], ("fp8",)).dtype_efficiency["fp8"]
+    bias = ceiling_error(gemms[ref], rows_of[ref])
+    eff = gemm.dtype_efficiency
+    fp4_gain = round4(eff["fp4"] * d.peak_flops("fp4") / (eff["fp8"] * d.peak_flops("fp8")))
+    for name in CEILING_ONLY:
+        dn = _derive(shipped[name], h100, rows_of[name], ("efficiency", "fp8"), bias)
+        g = dn.kernels.gemm
+        fp4 = round4(g.dtype_efficiency["fp8"] * fp4_gain * dn.peak_flops("fp8") / dn.peak_flops("fp4"))
+        gemms[name] = with_params(dn, replace(dn.kernels, gemm=replace(g, dtype_efficiency={
+            **g.dtype_efficiency, "fp4": fp4})))
+    for name, source in SAME_GPU.items():
+        gemms[name] = _derive(shipped[name], gemms[source], [], ())
+    attention: dict[str, tuple[dict[str, float], AttentionParams]] = {}
+    for name in sorted(set(ATTENTION_ROWS.values())):
+        dn = gemms[name]
+        h = h100.kernels.attention
+        base = replace(h, launch_us=dn.kernels.gemm.launch_us, dtype_efficiency={},
+                       head_dim_half=round4(h.head_dim_half / (2 if name in BLACKWELL_ULTRA else 1)))
+        rows = [m for m in rows_of[name] if m.family == "attention"]
+        attention[name] = fit_device_attention(with_params(dn, replace(dn.kernels, attention=base)), rows, "cudnn",
+                                               ("backward_efficiency", "tile_overhead"))
+    memory: dict[str, MemoryParams] = {}
+    for name in sorted(set(MEMORY_ROWS.values())):
+        dn = gemms[name]
+        norms = [m for m in rows_of[name] if m.table == NORM_TABLE]
+        fitted = fit_memory(dn, norms)
+        streaming = [replace(m, shapes=(replace(m.shapes[0], op_class="elementwise"),)) for m in norms
+                     if m.source_id == STREAMING]
+        stream = fit_memory(dn, streaming).efficiency["elementwise"]
+        memory[name] = replace(fitted, efficiency={**fitted.efficiency, "elementwise": stream, "optimizer": stream})
+    out: dict[str, tuple[Device, dict[str, Any]]] = {}
+    for name in BLACKWELL:
+        effs, params = attention[ATTENTION_ROWS[name]]
+        d = gemms[name]
+        d = with_params(d, replace(d.kernels, attention=replace(params, launch_us=d.kernels.gemm.launch_us),
+                                   memory=memory[MEMORY_ROWS[name]]))
+        own = rows_of.get(name, [])
+        cal = _calibration(d, own, "derived", SAME_GPU.get(name, "H100"), None)
+        k = d.kernels.to_dict()
+        fitted_gemm = {} if name in SAME_GPU else {"efficiency": k["gemm"]["efficiency"],
+                                                     **k["gemm"]["dtype_efficiency"]}
+        if name == ref:
+            fitted_gemm["fp8_mxfp8"] = mxfp8
+        cal = {**{key: cal[key] for key in ("status", "method", "derived_from")}, "attention_kernel": "cudnn",
+               "data": cal["data"]}
+        cal["fitted"] = {**({"gemm": fitted_gemm} if fitted_gemm else {}),
+                         "attention": {"kernel_efficiency": effs,
+                                       **{key: k["attention"][key] for key in ("dtype_efficiency", "tile_overhead",
+                                                                                 "backward_efficiency")}},
+                         "memory": {c: {"efficiency": d.kernels.memory.efficiency[c],
+                                        "launch_us": d.kernels.memory.launch_us[c]} for c in ("norm", "elementwise")}}
+        cal["assumptions"] = _blackwell_assumptions(d, bias, fp4_gain, mxfp8)
+        cal["residuals"] = residuals(d, own, effs)
+        out[name] = (d, cal)
+    return out
+
+
+def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8: float) -> list[str]:
+    name, ref = d.name, GEMM_REFERENCE
+    a = d.kernels.attention
+    out = [f"memory-bound {cls} (no measurements) works like {like}" for cls, like in ANALOGUES.items()]
+    out.append("GEMM shape terms (tiles, K fill, wave quantization, overlap, operand streaming, launch) are H100's")
+    if name == ref:
+        out.append("GEMM efficiency, FP8 and FP4 efficiencies fitted on Transformer Engine's B300 rows: BF16, and FP8 "
+                   "per-tensor (current scaling) and NVFP4 with the operands quantized beforehand (the trace times "
+                   "Transformer Engine's quantization kernels apart); the rows that include the quantization, and "
+                   f"the maximum-achievable-matmul ceilings (predicted {bias:+.1%} slow), are checks")
+        out.append(f"MXFP8 GEMMs run at the FP8 efficiency (the model has one FP8 precision); Transformer Engine's "
+                   f"pre-quantized MXFP8 rows give {mxfp8} (fp8_mxfp8 under fitted, not used)")
+    elif name in SAME_GPU:
+        out.append(f"GEMM: {SAME_GPU[name]}'s fit (the same Blackwell Ultra GPU; no {name} GEMM measurements), on "
+                   f"{name}'s own peaks")
+    else:
+        out.append(f"GEMM and FP8 efficiencies fitted on its maximum-achievable-matmul rows (ceilings), fitted "
+                   f"{bias:+.1%} slow, as {ref}'s fit on Transformer Engine's typical shapes predicts {ref}'s ceiling")
+        out.append(f"FP4 (NVFP4) GEMMs have no measurements here: {ref}'s measured NVFP4 over FP8 GEMM speed "
+                   f"({fp4_gain}x, operands quantized beforehand) on this GPU's FP8 efficiency")
+        out.append("FP8 GEMMs run at cuBLAS's per-tensor efficiency (MXFP8 alike; B300's MXFP8 rows are 5% slower)")
+    rows_from = ATTENTION_ROWS[name]
+    out.append(("attention fitted on its own cuDNN rows" if rows_from == name else
+                f"attention: {rows_from}'s fit on its cuDNN rows (the same Blackwell Ultra GPU; no {name} attention "
+                "rows)") + ": efficiency, backward efficiency and per-tile cost on BF16, then the FP8 efficiency on "
+               "FP8, MXFP8's efficiency recorded under fitted; cuDNN is what Transformer Engine runs there")
+    if name in BLACKWELL_ULTRA:
+        out.append(f"head-dim term {a.head_dim_half}: H100's halved, for Blackwell Ultra's doubled softmax-exponential "
+                   "throughput (the rows have head dim 128 only, where it and the efficiency cannot be told apart)")
+    else:
+        out.append(f"head-dim term {a.head_dim_half} is H100's (the rows have head dim 128 only)")
+    if name == "B200":
+        out.append("B200's attention rows are cuDNN 9.13.1's (GB200's 9.19-9.22): part of the difference is the "
+                   "library's")
+    mem_from = MEMORY_ROWS[name]
+    out.append(("norms fitted on its own cuDNN norm rows" if mem_from == name else
+                f"memory-bound classes: {mem_from}'s fit (the same HBM3e at 8,000 GB/s; no {name} rows)")
+               + "; element-wise and optimizer kernels at the bandwidth fraction cuDNN's forward norm (read once, "
+                 "write once) reaches, with H100's element-wise launch time; activation and embedding are H100's")
+    return out
 
 
 def ceiling_error(d: Device, rows: list[Measurement]) -> float:
@@ -150,9 +283,10 @@ def scaled(rows: list[Measurement], error: float) -> list[Measurement]:
 
 
 def _with_fp4(d: Device, gemm: GemmParams) -> GemmParams:
-    """FP4 (no kernel measurements) at the FP8 efficiency relative to its own peak, where the device has FP4."""
+    """FP4 without an efficiency of its own (no kernel measurements) at the FP8 efficiency relative to its own peak,
+    where the device has FP4."""
     eff = dict(gemm.dtype_efficiency)
-    if d.has("fp4") and "fp8" in eff:
+    if d.has("fp4") and "fp8" in eff and "fp4" not in eff:
         eff["fp4"] = eff["fp8"]
     return replace(gemm, dtype_efficiency=eff)
 
@@ -184,8 +318,9 @@ def _with_quantize(d: Device, cal: dict[str, Any], rows: list[Measurement]) -> d
     data = [x for x in cal["data"] if not str(x["table"]).startswith("torchao")]
     cal["data"] = data + [{"table": t, "rows": n, "source": SOURCES[s][0], "url": SOURCES[s][1],
                            "licence": SOURCES[s][2]} for (t, s), n in sorted(tables.items())]
-    cal.setdefault("fitted", {})["memory"] = {c: {"efficiency": d.kernels.memory.efficiency[c],
-                                                  "launch_us": d.kernels.memory.launch_us[c]} for c in QUANTIZE}
+    memory = d.kernels.memory
+    cal.setdefault("fitted", {}).setdefault("memory", {}).update(
+        {c: {"efficiency": memory.efficiency[c], "launch_us": memory.launch_us[c]} for c in QUANTIZE})
     cal["assumptions"] = [a for a in cal["assumptions"] if not a.startswith("memory-bound quantize")] + [
         f"quantization kernels (FP8/MXFP8 casts, NVFP4 quantization): an efficiency and a launch each, fitted on "
         f"{', '.join(QUANTIZE_FAMILY[::2])} rows for {', '.join(QUANTIZE_FAMILY)}; torchao's kernels stand in for "

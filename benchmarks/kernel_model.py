@@ -36,9 +36,12 @@ def model_for(d: Device, kernel: str) -> KernelModel:
 
 def describe(m: Measurement) -> str:
     s = m.shapes[0]
+    if s.gemm and len(m.shapes) > 1:
+        return f"gemm {m.kernel} sum of {len(m.shapes)} ({s.gemm.m}x{s.gemm.n}x{s.gemm.k}, ...)"
     if s.gemm:
         g = s.gemm
-        return f"gemm {s.dtype} {g.m}x{g.n}x{g.k}" + (f" x{g.batch}" if g.batch > 1 else "")
+        return (f"gemm {m.kernel + ' ' if m.kernel else ''}{s.dtype} {g.m}x{g.n}x{g.k}"
+                + (f" x{g.batch}" if g.batch > 1 else ""))
     if s.attention:
         a = s.attention
         passes = "+".join("bwd" if x.attention and x.attention.backward else "fwd" for x in m.shapes)
@@ -75,18 +78,20 @@ def main(argv: list[str] | None = None) -> int:
             for m, name, pred in results:
                 f.write(f"{name}\t{m.table}\t{describe(m)}\t{m.time_us:.6g}\t{pred:.6g}\t{pred / m.time_us - 1:.4f}\t"
                         f"{m.note}\n")
-    print(f"{'device':7} {'class':22} {'rows':>5} {'mean|err|':>9} {'median':>7} {'p90':>7} {'max':>7} {'bias':>7}")
+    print(f"{'device':7} {'class':30} {'rows':>5} {'mean|err|':>9} {'median':>7} {'p90':>7} {'max':>7} {'bias':>7}")
     groups: dict[tuple[str, str], list[float]] = {}
     for m, name, pred in results:
         cls = m.family if m.family != "memory" else f"memory:{m.shapes[0].op_class}"
-        if m.family == "attention":
-            cls = f"attention:{m.kernel}"
+        if m.family == "attention":  # by kernel, and precision where not 16-bit
+            cls = f"attention:{m.kernel}" + ("" if m.shapes[0].dtype in ("bf16", "fp16") else f":{m.shapes[0].dtype}")
+        elif m.family == "gemm" and m.kernel:  # a recipe's GEMMs (Transformer Engine): by recipe
+            cls = f"gemm:{m.shapes[0].dtype}:{m.kernel}"
         elif m.family == "gemm":
             cls = f"gemm:{m.shapes[0].dtype}" + (":large" if m.flops >= 1e11 else "")
         groups.setdefault((name, cls), []).append(pred / m.time_us - 1)
     for (name, cls), errs in sorted(groups.items()):
         s = summarize(np.array(errs))
-        print(f"{name:7} {cls:22} {s.rows:5} {s.mean:9.1%} {s.median:7.1%} {s.p90:7.1%} {s.max:7.1%} {s.bias:+7.1%}")
+        print(f"{name:7} {cls:30} {s.rows:5} {s.mean:9.1%} {s.median:7.1%} {s.p90:7.1%} {s.max:7.1%} {s.bias:+7.1%}")
     return 0
 
 

@@ -124,7 +124,8 @@ def device_names() -> list[str]:
 
 
 # Listing order: NVIDIA by generation, AMD, Google (files not listed here follow, by name).
-ORDER = ("A100", "H100", "H200", "B200", "B300", "GB200", "GB300", "MI300X", "MI325X", "MI355X", "TPUv4", "TPUv5p")
+ORDER = ("A100", "H100", "H200", "H200NVL", "B200", "B300", "GB200", "GB300", "MI300X", "MI325X", "MI355X", "TPUv4",
+         "TPUv5p")
 
 
 @cache

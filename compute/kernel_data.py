@@ -1,9 +1,14 @@
 """Published kernel measurements (``benchmarks/data/kernels/*.tsv``) as the kernel model sees them, and its error on
 them: what the fit (compute/kernel_fit.py) minimises and benchmarks/kernel_model.py prints.
 
-Three table layouts, told apart by their header:
+Four table layouts, told apart by their header:
 
 - GEMM: ``device, dtype, m, n, k, batch, time_us, tflops, source_id, note``;
+- GEMM set: ``device, dtype, recipe, quantization, gemms, time_us, source_id, note`` — the summed time of the GEMMs
+  ``gemms`` lists (``MxNxK`` each, joined by ``+``: e.g. one layer's four forward GEMMs), as a source that prints
+  only such sums gives them; ``recipe`` is the low-precision recipe (bf16, fp8_current, fp8_delayed, fp8_block, mxfp8,
+  nvfp4) and ``quantization`` says whether the time includes quantizing the operands (``included``), was taken on
+  operands quantized beforehand (``excluded``) or has none (``none``, BF16);
 - attention: ``device, kernel, dtype, pass, batch, heads, head_dim, seq, causal, tflops, source_id, note`` (``pass``
   fwd, bwd or fwd_bwd; TFLOP/s as FlashAttention's benchmarks count them, the time derived from it);
 - memory-bound: ``device, op_class, dtype, bytes, flops, time_us, source_id, note``.
@@ -26,6 +31,8 @@ from workload.errors import ConfigError
 
 DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "data", "kernels")
 GEMM_COLUMNS = ("device", "dtype", "m", "n", "k", "batch", "time_us")
+GEMM_SET_COLUMNS = ("device", "dtype", "recipe", "quantization", "gemms", "time_us")
+QUANTIZATION = ("none", "included", "excluded")
 ATTENTION_COLUMNS = ("device", "kernel", "dtype", "pass", "batch", "heads", "head_dim", "seq", "causal", "tflops")
 MEMORY_COLUMNS = ("device", "op_class", "dtype", "bytes", "flops", "time_us")
 # Where each table's rows come from (the ``source_id`` column): pinned address and licence.
@@ -51,6 +58,24 @@ SOURCES = {
     "torchao_nvfp4_gb200": ("torchao NVFP4 training kernel benchmarks, GB200 (CuTe DSL kernels, Llama 3 shapes)",
                             "https://github.com/pytorch/ao/blob/36027d82d1ad9949597ea16002ff4940374b1b94/benchmarks/"
                             "prototype/nvfp4_training/README.md", "BSD-3-Clause"),
+    "cudnn_sdpa_a": ("cuDNN SDPA training benchmark, Llama 3.1 attention, GB200 and GB300, cuDNN 9.22 (cudnn-frontend "
+                     "benchmark results)", "https://github.com/NVIDIA/cudnn-frontend/tree/"
+                     "3929da2ef4c1dba1bb8acb68727b9134f26f40c0/benchmark/sdpa_benchmark_training/results/llama3.1",
+                     "MIT"),
+    "cudnn_sdpa_b": ("cuDNN SDPA training benchmark, Llama 3.1 attention, GB200, GB300 and H200, cuDNN 9.19.1 "
+                     "(cudnn-frontend benchmark results)", "https://github.com/NVIDIA/cudnn-frontend/tree/"
+                     "afa9f7c0be7e4b384c7cdb5729a4247cd34950a8/benchmark/sdpa_benchmark_training/results", "MIT"),
+    "cudnn_sdpa_d": ("cuDNN SDPA training benchmark, Llama 3.1 405B attention, B200, cuDNN 9.13.1 (cudnn-frontend "
+                     "artifacts)", "https://github.com/NVIDIA/cudnn-frontend/blob/"
+                     "0b1577c8c83401237d601d0d0db5210506705396/benchmark/sdpa_benchmark_training/artifacts/"
+                     "sdpa_fp8_benchmark_results_NVIDIA_B200.csv", "MIT"),
+    **{f"cudnn_norm_{p}": (f"cuDNN RMSNorm/LayerNorm benchmark, {what} pass, GB200, GB300 and H200, cuDNN 9.19.1 "
+                           "(cudnn-frontend benchmark results)", "https://github.com/NVIDIA/cudnn-frontend/tree/"
+                           "3929da2ef4c1dba1bb8acb68727b9134f26f40c0/benchmark/norms/results", "MIT")
+       for p, what in (("fwd", "forward"), ("bwd", "backward"))},
+    "te_gemm_profiling": ("Transformer Engine GEMM profiling guide, B300 and H200 NVL (one layer's GEMMs by recipe)",
+                          "https://github.com/NVIDIA/TransformerEngine/blob/1609c890ee7da24393ce62a2680e0ebb0b4eb5f6/"
+                          "docs/examples/gemm_profiling/gemm_profiling.rst", "Apache-2.0"),
     "mamf": ("Maximum achievable matmul FLOPS per accelerator (ml-engineering, mamf-finder.py)",
              "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/"
              "accelerator/README.md#maximum-achievable-matmul-flops-comparison-table", "CC-BY-SA-4.0"),
@@ -64,7 +89,7 @@ class Measurement:
     table: str
     device: str
     family: str  # gemm | attention | memory
-    kernel: str  # the library or kernel where the source names it (fa2, cudnn, fa3), else ""
+    kernel: str  # the library or kernel where the source names it (fa2, cudnn, fa3), a GEMM set's recipe, else ""
     shapes: tuple[OpShape, ...]
     num_ops: int  # memory-bound rows: FLOPs; else 0 (the shapes carry the work)
     size_bytes: int  # memory-bound rows: bytes moved
@@ -90,13 +115,15 @@ def read_table(path: str) -> list[Measurement]:
     try:
         if set(ATTENTION_COLUMNS) <= columns:
             return [_attention(name, r) for r in rows]
+        if set(GEMM_SET_COLUMNS) <= columns:
+            return [_gemm_set(name, r) for r in rows]
         if set(GEMM_COLUMNS) <= columns:
             return [_gemm(name, r) for r in rows]
         if set(MEMORY_COLUMNS) <= columns:
             return [_memory(name, r) for r in rows]
     except (KeyError, ValueError) as e:
         raise ConfigError(f"{name}: a row has a missing or bad value ({e})") from None
-    raise ConfigError(f"{name}: the header matches no kernel table layout (GEMM, attention, memory-bound)")
+    raise ConfigError(f"{name}: the header matches no kernel table layout (GEMM, GEMM set, attention, memory-bound)")
 
 
 def read_tables(paths: Iterable[str] | None = None) -> list[Measurement]:
@@ -110,6 +137,19 @@ def _gemm(table: str, r: dict[str, str]) -> Measurement:
     shape = OpShape("gemm", r["dtype"], gemm=GemmShape(int(r["m"]), int(r["n"]), int(r["k"]), int(r["batch"])))
     return Measurement(table, r["device"], "gemm", "", (shape,), 0, 0, float(r["time_us"]), r.get("source_id", ""),
                        r.get("note", ""))
+
+
+def _gemm_set(table: str, r: dict[str, str]) -> Measurement:
+    """Summed GEMMs: the kernel is the recipe, marked ``+quantize`` when the time includes quantizing the operands."""
+    if r["quantization"] not in QUANTIZATION:
+        raise ValueError(f"quantization {r['quantization']!r} is not one of {', '.join(QUANTIZATION)}")
+    shapes = []
+    for gemm in r["gemms"].split("+"):
+        m, n, k = (int(x) for x in gemm.lower().split("x"))
+        shapes.append(OpShape("gemm", r["dtype"], gemm=GemmShape(m, n, k, 1)))
+    kernel = r["recipe"] + ("+quantize" if r["quantization"] == "included" else "")
+    return Measurement(table, r["device"], "gemm", kernel, tuple(shapes), 0, 0, float(r["time_us"]),
+                       r.get("source_id", ""), r.get("note", ""))
 
 
 def _attention(table: str, r: dict[str, str]) -> Measurement:

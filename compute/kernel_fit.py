@@ -7,9 +7,10 @@ step stays in range. Fitted values are rounded to 4 significant digits before th
 device file's recorded residuals are what its own numbers give.
 
 Families are fitted apart: GEMM (efficiency, K fill, wave quantisation, overlap, operand-streaming efficiency,
-launch time, the smaller tiles' relative efficiency, the FP8 efficiency where FP8 rows exist), attention (one
-efficiency per measured device and kernel, and the head-dim, per-tile and backward terms shared by all), memory-
-bound classes (an efficiency per class, one launch time).
+launch time, the smaller tiles' relative efficiency, the FP8 and FP4 efficiencies where such rows exist; a row may
+time several GEMMs, summed), attention (one efficiency per measured device and kernel, and the head-dim, per-tile
+and backward terms shared by all; or, for one device, its efficiencies, backward and FP8 terms on fixed shape
+terms), memory-bound classes (an efficiency per class, one launch time).
 """
 
 from __future__ import annotations
@@ -90,11 +91,15 @@ class _Vector:
 
 
 # --- GEMM --------------------------------------------------------------------------------------------------------
+LOW_PRECISIONS = ("fp8", "fp4")  # GEMM precisions with an efficiency of their own (relative to ``efficiency``)
+
+
 def _gemm_params(base: GemmParams, v: dict[str, float]) -> GemmParams:
     tiles = tuple((r, c, v.get(f"tile{i}", rel)) for i, (r, c, rel) in enumerate(base.tiles))
     dtype_eff = dict(base.dtype_efficiency)
-    if "fp8" in v:
-        dtype_eff["fp8"] = v["fp8"]
+    for dtype in LOW_PRECISIONS:
+        if dtype in v:
+            dtype_eff[dtype] = v[dtype]
     return replace(base, tiles=tiles, efficiency=v.get("efficiency", base.efficiency),
                    dtype_efficiency=dtype_eff, k_fill=v.get("k_fill", base.k_fill),
                    wave_quantization=v.get("wave_quantization", base.wave_quantization),
@@ -104,19 +109,24 @@ def _gemm_params(base: GemmParams, v: dict[str, float]) -> GemmParams:
 
 
 def _gemm_arrays(device: Device, rows: Sequence[Measurement]) -> dict[str, np.ndarray]:
-    g = [m.shapes[0] for m in rows]
-    return {"m": np.array([s.gemm.m for s in g], float), "n": np.array([s.gemm.n for s in g], float),
-            "k": np.array([s.gemm.k for s in g], float), "batch": np.array([s.gemm.batch for s in g], float),
-            "bytes": np.array([DTYPE_BYTES[s.dtype] for s in g], float),
-            "peak": np.array([device.peak_flops(s.dtype) for s in g]),
-            "fp8": np.array([s.dtype == "fp8" for s in g]),
-            "time": np.array([m.time_us * 1e-6 for m in rows])}
+    """Every GEMM of ``rows`` (a row may sum several: ``row`` says whose), and each row's time."""
+    g = [(i, s) for i, m in enumerate(rows) for s in m.shapes]
+    return {"m": np.array([s.gemm.m for _, s in g], float), "n": np.array([s.gemm.n for _, s in g], float),
+            "k": np.array([s.gemm.k for _, s in g], float), "batch": np.array([s.gemm.batch for _, s in g], float),
+            "bytes": np.array([DTYPE_BYTES[s.dtype] for _, s in g], float),
+            "peak": np.array([device.peak_flops(s.dtype) for _, s in g]),
+            **{dtype: np.array([s.dtype == dtype for _, s in g]) for dtype in LOW_PRECISIONS},
+            "row": np.array([i for i, _ in g]), "time": np.array([m.time_us * 1e-6 for m in rows])}
 
 
 def gemm_times(device: Device, p: GemmParams, a: dict[str, np.ndarray]) -> np.ndarray:
-    eff = np.where(a["fp8"], p.efficiency * p.dtype_efficiency.get("fp8", 1.0), p.efficiency)
-    return np.asarray(gemm_seconds(a["m"], a["n"], a["k"], a["batch"], a["bytes"], a["peak"] * np.minimum(eff, 1.0),
-                                   device.compute_units, device.memory_bw_GBps * 1e9, p))
+    """Each row's modelled time: the sum of its GEMMs'."""
+    eff = np.full(len(a["m"]), p.efficiency)
+    for dtype in LOW_PRECISIONS:
+        eff = np.where(a[dtype], p.efficiency * p.dtype_efficiency.get(dtype, 1.0), eff)
+    seconds = gemm_seconds(a["m"], a["n"], a["k"], a["batch"], a["bytes"], a["peak"] * np.minimum(eff, 1.0),
+                           device.compute_units, device.memory_bw_GBps * 1e9, p)
+    return np.bincount(a["row"], weights=np.asarray(seconds), minlength=len(a["time"]))
 
 
 def fit_gemm(device: Device, rows: Sequence[Measurement], free: Sequence[str] | None = None) -> GemmParams:
@@ -124,17 +134,16 @@ def fit_gemm(device: Device, rows: Sequence[Measurement], free: Sequence[str] | 
     base = device.kernels.gemm
     kinds: dict[str, tuple[Callable[[float], float], ...]] = {
         "efficiency": FRACTION, "k_fill": POSITIVE, "wave_quantization": FRACTION, "overlap": ABOVE_ONE,
-        "memory_efficiency": FRACTION, "launch_us": POSITIVE, "fp8": FRACTION,
+        "memory_efficiency": FRACTION, "launch_us": POSITIVE, "fp8": FRACTION, "fp4": FRACTION,
         **{f"tile{i}": FRACTION for i in range(1, len(base.tiles))}}
     start = {"efficiency": min(base.efficiency, 0.99), "k_fill": max(base.k_fill, 1.0),
              "wave_quantization": min(max(base.wave_quantization, 0.01), 0.99), "overlap": max(base.overlap, 1.01),
              "memory_efficiency": min(base.memory_efficiency, 0.99), "launch_us": max(base.launch_us, 0.1),
-             "fp8": min(base.dtype_efficiency.get("fp8", 0.9), 0.99),
+             **{dtype: min(base.dtype_efficiency.get(dtype, 0.9), 0.99) for dtype in LOW_PRECISIONS},
              **{f"tile{i}": min(base.tiles[i][2], 0.99) for i in range(1, len(base.tiles))}}
     names = list(free) if free is not None else list(start)
     arrays = _gemm_arrays(device, rows)
-    if not arrays["fp8"].any():
-        names = [n for n in names if n != "fp8"]
+    names = [n for n in names if n not in LOW_PRECISIONS or arrays[n].any()]
     vec = _Vector({n: start[n] for n in names}, kinds)
 
     def residuals(z: np.ndarray) -> np.ndarray:
@@ -174,14 +183,54 @@ def fit_attention(groups: dict[tuple[str, str], tuple[Device, list[Measurement]]
     return {(d, k): fitted[f"eff:{d}:{k}"] for d, k in keys}, shared
 
 
+def fit_device_attention(device: Device, rows: Sequence[Measurement], kernel: str, free: Sequence[str]
+                         ) -> tuple[dict[str, float], AttentionParams]:
+    """One device's attention, on fixed head-dim term, in stages so that BF16, what training runs, is fitted on its
+    own: (1) the efficiency of ``kernel`` (the production kernel) and the ``free`` terms among backward_efficiency
+    and tile_overhead, on ``kernel``'s BF16 rows; (2) the FP8 efficiency (relative to BF16's), on its FP8 rows; (3)
+    the efficiency of every other kernel in ``rows``, on its rows, the rest fixed. Returns the efficiency of each
+    kernel and the parameters (``efficiency`` that of ``kernel``)."""
+    base = device.kernels.attention
+    kinds: dict[str, tuple[Callable[[float], float], ...]] = {
+        "efficiency": FRACTION, "backward_efficiency": FRACTION, "tile_overhead": POSITIVE, "fp8": FRACTION}
+    start = {"efficiency": 0.7, "backward_efficiency": min(base.backward_efficiency, 0.99),
+             "tile_overhead": max(base.tile_overhead, 0.1), "fp8": min(base.dtype_efficiency.get("fp8", 0.8), 0.99)}
+
+    def params(p: AttentionParams, v: dict[str, float]) -> AttentionParams:
+        dtype_eff = dict(p.dtype_efficiency) | ({"fp8": v["fp8"]} if "fp8" in v else {})
+        return replace(p, efficiency=v.get("efficiency", p.efficiency),
+                       backward_efficiency=v.get("backward_efficiency", p.backward_efficiency),
+                       tile_overhead=v.get("tile_overhead", p.tile_overhead), dtype_efficiency=dtype_eff)
+
+    def fit(p: AttentionParams, names: Sequence[str], group: Sequence[Measurement]) -> AttentionParams:
+        vec = _Vector({n: start[n] for n in names}, kinds)
+
+        def residuals(z: np.ndarray) -> np.ndarray:
+            return np.log1p(errors(KernelModel(_with(device, attention=params(p, vec.values(z)))), group))
+
+        return params(p, {n: round4(x) for n, x in vec.values(levenberg_marquardt(residuals, vec.z0)).items()})
+
+    def of(k: str, dtype: str | None = None) -> list[Measurement]:
+        return [m for m in rows if m.kernel == k and (dtype is None or m.shapes[0].dtype == dtype)]
+
+    fitted = fit(base, ["efficiency", *free], of(kernel, "bf16"))
+    if of(kernel, "fp8"):
+        fitted = fit(fitted, ["fp8"], of(kernel, "fp8"))
+    efficiency = {kernel: fitted.efficiency}
+    for k in sorted({m.kernel for m in rows} - {kernel}):
+        efficiency[k] = fit(fitted, ["efficiency"], of(k)).efficiency
+    return efficiency, fitted
+
+
 # --- memory-bound classes ------------------------------------------------------------------------------------------
-def fit_memory(device: Device, rows: Sequence[Measurement]) -> MemoryParams:
-    """An efficiency and a launch time per class measured in ``rows``; a class measured at one size only keeps the
-    device's launch time (one size cannot tell the two apart) and fits its efficiency."""
+def fit_memory(device: Device, rows: Sequence[Measurement], launch: bool = True) -> MemoryParams:
+    """An efficiency and a launch time per class measured in ``rows``; a class measured at one size only (or every
+    class, ``launch`` False) keeps the device's launch time (one size cannot tell the two apart) and fits its
+    efficiency."""
     base = device.kernels.memory
     classes = sorted({memory_class(m.shapes[0]) for m in rows})
     sizes = {c: {m.size_bytes for m in rows if memory_class(m.shapes[0]) == c} for c in classes}
-    timed = [c for c in classes if len(sizes[c]) > 1]
+    timed = [c for c in classes if len(sizes[c]) > 1 and launch]
     kinds: dict[str, tuple[Callable[[float], float], ...]] = {
         **{f"launch:{c}": POSITIVE for c in timed}, **{c: FRACTION for c in classes}}
     start = {**{f"launch:{c}": max(base.of(c)[0], 0.1) for c in timed},

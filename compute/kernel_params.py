@@ -11,14 +11,14 @@ on FP8 GEMMs).
       efficiency_scale: {gemm: 1.0, attention: 1.0, memory: 1.0}
       gemm: {tiles: [[128, 256, 1.0], [128, 128, 0.9]], efficiency: 0.76, dtype_efficiency: {fp8: 0.88},
              k_fill: 25, wave_quantization: 0.24, overlap: 2.1, memory_efficiency: 0.96, launch_us: 4.0}
-      attention: {block_q: 128, block_kv: 128, efficiency: 0.8, head_dim_half: 56, tile_overhead: 2.0,
-                  backward_efficiency: 0.88, wave_quantization: 0.5, launch_us: 10}
+      attention: {block_q: 128, block_kv: 128, efficiency: 0.8, dtype_efficiency: {fp8: 0.8}, head_dim_half: 56,
+                  tile_overhead: 2.0, backward_efficiency: 0.88, wave_quantization: 0.5, launch_us: 10}
       memory: {launch_us: {elementwise: 1.5, norm: 4.0, ...}, efficiency: {elementwise: 0.9, norm: 0.5, ...}}
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from compute.shapes import DTYPES
@@ -56,6 +56,7 @@ class AttentionParams:
     backward_efficiency: float  # backward's efficiency relative to forward's
     wave_quantization: float
     launch_us: float
+    dtype_efficiency: dict[str, float] = field(default_factory=dict)  # per precision, relative to ``efficiency``
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,7 @@ class KernelParams:
                      "wave_quantization": g.wave_quantization, "overlap": g.overlap,
                      "memory_efficiency": g.memory_efficiency, "launch_us": g.launch_us},
             "attention": {"block_q": a.block_q, "block_kv": a.block_kv, "efficiency": a.efficiency,
+                          **({"dtype_efficiency": dict(a.dtype_efficiency)} if a.dtype_efficiency else {}),
                           "head_dim_half": a.head_dim_half, "tile_overhead": a.tile_overhead,
                           "backward_efficiency": a.backward_efficiency, "wave_quantization": a.wave_quantization,
                           "launch_us": a.launch_us},
@@ -140,8 +142,8 @@ def parse_kernel_params(data: Any, where: str) -> KernelParams:
                                                     "wave_quantization", "overlap", "memory_efficiency", "launch_us"),
                  ("dtype_efficiency",))
     a = _section(k["attention"], "kernels.attention", where,
-                 ("block_q", "block_kv", "efficiency", "head_dim_half", "tile_overhead", "backward_efficiency",
-                  "wave_quantization", "launch_us"))
+                 ("block_q", "block_kv", "efficiency", "dtype_efficiency", "head_dim_half", "tile_overhead",
+                  "backward_efficiency", "wave_quantization", "launch_us"), ("dtype_efficiency",))
     m = _section(k["memory"], "kernels.memory", where, ("launch_us", "efficiency"))
     memory_eff = _fractions(m["efficiency"], "kernels.memory.efficiency", where, MEMORY_CLASSES)
     memory_launch = _fractions(m["launch_us"], "kernels.memory.launch_us", where, MEMORY_CLASSES, high=MAX_US)
@@ -166,7 +168,9 @@ def parse_kernel_params(data: Any, where: str) -> KernelParams:
             tile_overhead=number(a["tile_overhead"], "kernels.attention.tile_overhead", where, high=1e5),
             backward_efficiency=_fraction(a["backward_efficiency"], "kernels.attention.backward_efficiency", where),
             wave_quantization=number(a["wave_quantization"], "kernels.attention.wave_quantization", where, high=1.0),
-            launch_us=number(a["launch_us"], "kernels.attention.launch_us", where, high=MAX_US)),
+            launch_us=number(a["launch_us"], "kernels.attention.launch_us", where, high=MAX_US),
+            dtype_efficiency=_fractions(a.get("dtype_efficiency") or {}, "kernels.attention.dtype_efficiency", where,
+                                        DTYPES)),
         memory=MemoryParams(launch_us=memory_launch, efficiency=memory_eff),
         launch_overhead_us=number(k.get("launch_overhead_us", 0.0), "kernels.launch_overhead_us", where, high=MAX_US),
         efficiency_scale=tuple(_fractions(k.get("efficiency_scale") or {}, "kernels.efficiency_scale", where,

@@ -13,7 +13,8 @@ fall short, each with few parameters fitted per device on public kernel measurem
   rounds of that many concurrent kernels.
 - Attention (fused, FlashAttention-style): one tile per block of queries walks the key blocks it sees (a
   causal mask halves the walk but computes whole diagonal blocks), plus a fixed per-tile cost; the softmax
-  work per score makes small head dimensions slower; the backward pass runs at its own fraction of forward.
+  work per score makes small head dimensions slower; the backward pass runs at its own fraction of forward, a
+  low precision (FP8) at its own fraction of the efficiency where the device file gives one.
   FLOPs are counted as FlashAttention's benchmarks count them (backward = 2.5 x forward).
 - Memory-bound operators (element-wise, norms, activations, softmax, embedding, loss, optimizer step): bytes at a
   per-class fraction of HBM bandwidth, or their FLOPs at the FP32 rate if that is slower.
@@ -107,7 +108,7 @@ class KernelModel:
                     + p.tile_overhead)
         tiles = a.batch * a.heads * query_tiles
         waves = float(_waves(tiles / self.units, p.wave_quantization))
-        eff = p.efficiency * a.head_dim / (a.head_dim + p.head_dim_half)
+        eff = p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * a.head_dim / (a.head_dim + p.head_dim_half)
         if a.backward:
             eff *= p.backward_efficiency
         eff = min(1.0, eff * self.params.scale("attention"))

@@ -150,9 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rendezvous-protocol", type=_bool, nargs="?", const=True, default=False,
                    help="precede every send with an 8 KiB handshake from the receiver")
     p.add_argument("--device", metavar="NAME|FILE.yml",
-                   help="time GPU compute nodes on this device (A100, H100, H200, B200, GB200, GB300, MI300X, MI325X, "
-                        "MI355X, TPUv4, TPUv5p, or a device file): with the roofline model its peak BF16 FLOP/s and "
-                        "HBM bandwidth replace the system's peak-perf / local-mem-bw and turn the roofline on")
+                   help="time GPU compute nodes on this device (A100, H100, H200, H200NVL, B200, B300, GB200, GB300, "
+                        "MI300X, MI325X, MI355X, TPUv4, TPUv5p, or a device file): with the roofline model its peak "
+                        "BF16 FLOP/s and HBM bandwidth replace the system's peak-perf / local-mem-bw and turn the "
+                        "roofline on")
     p.add_argument("--compute-model", default="roofline", metavar="|".join(COMPUTE_MODELS),
                    help="roofline (default): ASTRA-sim's, min(peak, bandwidth x intensity) on FLOPs and bytes; "
                         "kernels: each compute node by its operator and shape (GEMM, attention, memory-bound, "

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from compute.devices import DEVICES, Device, device
 from compute.kernel_data import read_tables
 from compute.kernels import KernelModel
-from compute.shapes import AttentionShape, GemmShape, OpShape
+from compute.shapes import DTYPES, AttentionShape, GemmShape, OpShape
 from workload.errors import ConfigError, InputError
 
 NAMES = sorted(DEVICES)
@@ -165,6 +165,49 @@ def test_golden_rows() -> None:
     assert fa2.predicted_us(a100) == pytest.approx(fa2.time_us, rel=0.05)
 
 
+@pytest.mark.parametrize(("name", "table", "kernel", "limit"), [
+    ("B300", "te_gemm_profiling.tsv", "bf16", 0.05), ("B300", "te_gemm_profiling.tsv", "fp8_current", 0.05),
+    ("B300", "te_gemm_profiling.tsv", "nvfp4", 0.05), ("GB200", "cudnn_sdpa.tsv", "cudnn", 0.06),
+    ("GB300", "cudnn_sdpa.tsv", "cudnn", 0.06), ("B200", "cudnn_sdpa.tsv", "cudnn", 0.10),
+    ("GB200", "cudnn_norm.tsv", "", 0.22), ("GB300", "cudnn_norm.tsv", "", 0.22)])
+def test_blackwell_devices_hold_their_error_on_their_rows(name: str, table: str, kernel: str, limit: float) -> None:
+    """The Blackwell files reproduce the NVIDIA rows they were fitted on (attention: the BF16 rows, what training
+    runs; GEMMs: the recipes fitted, operands quantized beforehand)."""
+    d = device(name)
+    model = KernelModel(d)
+    rows = [m for m in ROWS if device(m.device).name == name and m.table == table and m.kernel == kernel
+            and m.shapes[0].dtype in (("bf16",) if m.family == "attention" else DTYPES)]
+    errs = [m.predicted_us(model) / m.time_us - 1 for m in rows]
+    assert len(errs) >= 3
+    assert sum(abs(e) for e in errs) / len(errs) <= limit
+    assert abs(sum(errs) / len(errs)) <= 0.05
+
+
+def test_a_gemm_set_row_is_the_sum_of_its_gemms() -> None:
+    row = next(m for m in ROWS if m.table == "te_gemm_profiling.tsv" and len(m.shapes) == 4)
+    model = KernelModel(device(row.device))
+    assert row.predicted_us(model) == pytest.approx(sum(model.seconds(s, 0, 0) for s in row.shapes) * 1e6)
+    assert row.flops == sum(s.gemm.flops for s in row.shapes)
+
+
+def test_blackwell_ultra_speeds_up_the_attention_forward_more_than_the_backward() -> None:
+    """cuDNN on GB300 over GB200 (same peaks): forward 1.17-1.25x, backward 1.05-1.08x (BF16, causal, 8k)."""
+    gb200, gb300 = KernelModel(device("GB200")), KernelModel(device("GB300"))
+    fwd, bwd = (gb200.seconds(attention(2, 64, 128, 8192, True, b), 0, 0)
+                / gb300.seconds(attention(2, 64, 128, 8192, True, b), 0, 0) for b in (False, True))
+    assert 1.12 <= fwd <= 1.3 and 1.0 <= bwd <= 1.12 and bwd < fwd
+    assert device("B300").kernels.attention == replace(device("GB300").kernels.attention,
+                                                       launch_us=device("B300").kernels.attention.launch_us)
+
+
+def test_blackwell_streams_at_the_bandwidth_fraction_measured() -> None:
+    """Element-wise and optimizer kernels at 75-85% of 8 TB/s on Blackwell (H100's fit stays at its own)."""
+    for name in ("B200", "B300", "GB200", "GB300"):
+        eff = device(name).kernels.memory.efficiency
+        assert 0.75 <= eff["elementwise"] == eff["optimizer"] <= 0.85, name
+    assert device("GB200").compute_units == device("GB300").compute_units == 152
+
+
 def test_device_files_are_what_the_fit_writes() -> None:
     """Refitting gives the shipped files' parameters and residuals (deterministic, and nobody hand-edited them)."""
     import importlib.util
@@ -183,8 +226,8 @@ def test_device_files_are_what_the_fit_writes() -> None:
 def test_devices_by_name_alias_and_file(tmp_path: Path) -> None:
     assert device("h800").name == "H100" and device("GH200").name == "H200" and device("mi-300x").name == "MI300X"
     assert device(device("B200").path).kernels == device("B200").kernels
-    with pytest.raises(InputError, match=r"unknown device 'H900'; valid: A100, H100, H200, B200, B300, GB200, GB300, "
-                                         r"MI300X, MI325X, MI355X, TPUv4, TPUv5p or a device file"):
+    with pytest.raises(InputError, match=r"unknown device 'H900'; valid: A100, H100, H200, H200NVL, B200, B300, GB200, "
+                                         r"GB300, MI300X, MI325X, MI355X, TPUv4, TPUv5p or a device file"):
         device("H900")
     with pytest.raises(InputError, match="no such device file"):
         device(str(tmp_path / "nope.yml"))

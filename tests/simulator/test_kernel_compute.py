@@ -146,7 +146,7 @@ def test_bad_names_list_the_valid_ones(traces: tuple[str, str]) -> None:
     assert done.returncode == 1 and "unknown compute model 'kernel'; valid: roofline, kernels" in done.stderr
     done = run_cli("--workload", prefix, "--network", net, "--device", "X1", "--compute-model", "kernels")
     assert done.returncode == 1
-    assert "unknown device 'X1'; valid: A100, H100, H200, B200, B300, GB200, GB300, MI300X" in done.stderr
+    assert "unknown device 'X1'; valid: A100, H100, H200, H200NVL, B200, B300, GB200, GB300, MI300X" in done.stderr
     done = run_cli("--workload", prefix, "--network", net, "--compute-model", "kernels")
     assert done.returncode == 1 and "the kernels compute model needs a device: --device NAME" in done.stderr
     assert "Traceback" not in done.stderr
