@@ -13,6 +13,7 @@ from tests.tools.test_validate_training import row
 from workload.files import read_yaml
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "hardware" / "training"
+HOLD_OUT = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "unseen_training"
 BASE = {"source_id": "megatron_bridge_perf", "source_section": "26.02.01 NeMo container / Pre-Training Performance",
         "model": "LLAMA3_70B", "seq_len": "8192", "TP": "1", "PP": "4", "CP": "1", "DP": "16",
         "global_batch": "256", "micro_batch": "1", "n_gpus": "64", "gpu": "GB300", "precision": "MXFP8",
@@ -45,10 +46,15 @@ def test_moe_rows_take_graph_scopes_and_the_host_cpu() -> None:
 
 
 def test_every_recipe_names_its_release_and_a_published_row() -> None:
+    """Every recipe is a row of the shared calibration table or of a hold-out table (the same source), once, and
+    every release a recipe names has its commit."""
     data = read_yaml(str(RECIPES_DIR / "megatron_bridge.yml"), "framework recipes")
     assert all(r["release"] in data["releases"] for r in data["recipes"])
-    rows = read_tables([str(SHARED / "megatron_bridge_perf.tsv")])
-    used = {key for r in rows if (key := (r.text("source_section").split()[0], r.text("model"), r.text("gpu"),
-                                           r.text("precision"))) in _recipes("megatron_bridge.yml")}
-    assert used == set(_recipes("megatron_bridge.yml"))
+    tables = [SHARED / "megatron_bridge_perf.tsv", *sorted(HOLD_OUT.glob("megatron_bridge*.tsv"))]
+    assert len(tables) >= 3 and all(t.is_file() for t in tables)
+    rows = [r for r in read_tables([str(t) for t in tables]) if r.source_id == "megatron_bridge_perf"]
+    published = {(r.text("source_section").split()[0], r.text("model"), r.text("gpu"), r.text("precision"))
+                 for r in rows}
+    assert set(_recipes("megatron_bridge.yml")) <= published
+    assert len(_recipes("megatron_bridge.yml")) == len(data["recipes"])  # one entry per published key
     assert recipe_for("nemo_2407", "24.07", "LLAMA2-7B", "H100", "FP8") is None
