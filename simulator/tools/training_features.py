@@ -107,7 +107,9 @@ _NEMO = Framework("NeMo / Megatron-Bridge recipes", (1, "the recipes' default mi
 _BRIDGE = replace(_NEMO, fp8_recipe=("tensorwise", "Megatron-Bridge's performance recipes run FP8 as fp8_cs (current "
                                                    "scaling) or fp8_mx; they have no delayed-scaling recipe"),
                   precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
-                                           "another FP8 quantization granularity (MXFP8), so the others are FP8"))
+                                           "another FP8 quantization granularity (MXFP8), so the others are FP8"),
+                  grad_reduce_in_fp32=(False, "Megatron-Bridge's performance recipes: grad_reduce_in_fp32 False "
+                                              "(scripts/performance, every release 25.09-26.08)"))
 _CE_UNFUSED = ("unfused", "Megatron-LM default: no --cross-entropy-loss-fusion; the vocabulary-parallel cross entropy "
                           "in fp32 over the logits")
 _MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM default: off"), _NONE,

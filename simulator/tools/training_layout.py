@@ -116,8 +116,9 @@ def _zero(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int) -> list[str]:
     return [f for f in features if dp > 1]
 
 
-def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str, int]) -> list[tuple[str, Any]]:
-    """The (feature, value) pairs the row's run used."""
+def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str, int], recipe: Recipe | None
+                  ) -> list[tuple[str, Any]]:
+    """The (feature, value) pairs the row's run used (``recipe``: its release's, where known)."""
     reqs: list[tuple[str, Any]] = [(k, dims[k]) for k in ("tp", "pp", "dp")]
     reqs += [(k, dims[k]) for k in ("ep", "vp", "cp") if dims[k] > 1]
     tp, dp = dims["tp"], dims["dp"] * dims["cp"]
@@ -157,7 +158,11 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dims["ep"] > 1 and etp != tp:
         reqs.append(("etp", etp))
         plan.defaults_used.append(f"expert tensor parallelism {etp} ({why})")
-    if dims["ep"] > 1 and "tokendrop" not in row.text("model").lower():
+    sync_free = recipe is not None and recipe.cuda_graph_scope == "full_iteration"
+    if dims["ep"] > 1 and sync_free:
+        plan.defaults_used.append(f"MoE dispatch without a host sync ({recipe.where}: whole-iteration CUDA graphs, "
+                                  "HybridEP with fixed buffers)")
+    elif dims["ep"] > 1 and "tokendrop" not in row.text("model").lower():
         reqs.append(("moe_host_sync", True))
         plan.defaults_used.append("MoE dispatch dropless (Megatron-Core's default; the row states no token drop): "
                                   "host waits for the token counts, expert section host-issued")
@@ -177,6 +182,8 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dp > 1 and fw.grad_reduce_in_fp32[0] and "fp16" not in precision:
         reqs.append(("grad_reduce_in_fp32", True))
         plan.defaults_used.append(f"gradient reduction in fp32 ({fw.grad_reduce_in_fp32[1]})")
+    elif dp > 1 and not fw.grad_reduce_in_fp32[0]:
+        plan.defaults_used.append(f"gradient reduction in the parameters' precision ({fw.grad_reduce_in_fp32[1]})")
     return reqs
 
 
@@ -280,7 +287,8 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
         return plan.refuse(NEEDS, "; ".join(chosen.needs))
     if chosen.problem:
         return plan.refuse(UNSUPPORTED, chosen.problem)
-    reqs = _requirements(row, fw, plan, dims) + _pipeline_split(row, plan, dims, chosen.fields.get("num_layers"))
+    reqs = _requirements(row, fw, plan, dims, recipe)
+    reqs += _pipeline_split(row, plan, dims, chosen.fields.get("num_layers"))
     batch = _batch(row, fw, plan, dims["dp"])
     if batch is None:
         return plan

@@ -58,3 +58,16 @@ def test_every_recipe_names_its_release_and_a_published_row() -> None:
     assert set(_recipes("megatron_bridge.yml")) <= published
     assert len(_recipes("megatron_bridge.yml")) == len(data["recipes"])  # one entry per published key
     assert recipe_for("nemo_2407", "24.07", "LLAMA2-7B", "H100", "FP8") is None
+
+
+def test_whole_iteration_graphs_have_no_host_sync_and_bridge_reduces_in_bf16() -> None:
+    """Megatron-Bridge 26.06's sync-free MoE recipe (whole-iteration CUDA graphs over HybridEP's fixed buffers):
+    no dropless host wait, no host nodes; its recipes reduce gradients in the parameters' precision."""
+    qwen = {**BASE, "source_section": "26.06 NeMo container", "model": "Qwen3_30B_a3B", "seq_len": "4096",
+            "PP": "1", "EP": "8", "DP": "8", "global_batch": "512", "micro_batch": "8", "n_gpus": "8"}
+    plan = plan_row(row({**qwen, "row_id": "sync_free"}))
+    assert plan.status == READY, plan.reason
+    assert plan.spec["cuda_graph_scope"] == "full_iteration" and "moe_host_sync" not in plan.spec
+    assert any(d.startswith("MoE dispatch without a host sync") for d in plan.defaults_used)
+    assert "grad_reduce_in_fp32" not in plan.spec
+    assert any(d.startswith("gradient reduction in the parameters' precision") for d in plan.defaults_used)
