@@ -26,7 +26,9 @@ from compute.kernels import KernelModel  # noqa: E402
 
 
 def model_for(d: Device, kernel: str) -> KernelModel:
-    """The device's model; for an attention kernel it does not run by default, that kernel's fitted efficiency."""
+    """The device's model as its kernel data fit it; for an attention kernel it does not run by default, that
+    kernel's fitted efficiency."""
+    d = d.kernel_fit()
     eff = ((d.calibration.get("fitted") or {}).get("attention") or {}).get("kernel_efficiency") or {}
     if kernel and kernel in eff:
         attention = replace(d.kernels.attention, efficiency=eff[kernel])

@@ -1,6 +1,7 @@
 """The device-level knobs of the kernel compute model fitted to whole training steps, with a hold-out by source.
 
-    python benchmarks/training_calibration.py --from-json RUN.json [--verify] [--write]
+    python benchmarks/training_calibration.py --from-json RUN.json [--verify]
+    python benchmarks/training_calibration.py --from-json RUN.json --uniform B200,GB200 [--write]
 
 RUN.json is a run of benchmarks/training_validation.py (``--save``) with the shipped device files. Parameters
 (physically meaningful, per device, never per row): ``kernels.efficiency_scale`` of GEMMs, attention and
@@ -14,7 +15,14 @@ data's fit: 1, 0 us) - deterministic, no random start.
 
 Hold-out: leave one source out (fit on the other sources' rows, predict that source's), so every row's held-out
 error comes from a fit that never saw its source. ``--verify`` simulates every row again with the all-rows fit
-(the surrogate's numbers are only an estimate); ``--write`` records that fit in configs/devices/*.yml.
+(the surrogate's numbers are only an estimate).
+
+``--uniform DEVICES`` fits what is shipped: one factor per named device on all its kernels' efficiencies (a
+sustained clock, as a power-limited GPU runs a training step below its kernel benchmarks), with the same prior
+and row scatter, for devices whose GEMM efficiency rests on best-case matmuls only; it prints the rows fitted and
+the error when each model family is left out, and ``--write`` records the factor in the device file
+(``kernels.efficiency_scale`` and its ``training_calibration`` section). RUN.json must come from a run with the
+factors neutral (1) for the devices fitted.
 """
 
 from __future__ import annotations
@@ -177,6 +185,71 @@ def device_file(name: str, values: dict[str, Any], folder: str) -> str:
     return str(out)
 
 
+def uniform_fit(rows: Sequence[dict[str, Any]], devices: Sequence[str]) -> dict[str, float]:
+    """Per device in ``devices``: the factor on its kernel times (1 / efficiency scale) that best fits ``rows``."""
+    out = {}
+    for d in devices:
+        mine = [r for r in rows if r["device"] == d]
+        x = 1.0
+        for _ in range(50):  # Gauss-Newton on log(predicted / published), prior x = 1
+            num, den = (x - 1) / PRIOR_SD["gemm"] ** 2, 1 / PRIOR_SD["gemm"] ** 2
+            for r in mine:
+                by_family, _, amplify, exposed = features(r)
+                compute = amplify * sum(by_family.values())
+                pred = compute * x + exposed
+                jac = compute / pred / ROW_SD
+                num += jac * math.log(pred / (r["published_step_time_s"] * 1e9)) / ROW_SD
+                den += jac * jac
+            step = -num / den
+            x += step
+            if abs(step) < 1e-12:
+                break
+        out[d] = x
+    return out
+
+
+def uniform_errors(rows: Sequence[dict[str, Any]], factors: dict[str, float]) -> dict[str, float]:
+    return errors(rows, {(d, f): x for d, x in factors.items() for f in FAMILIES})
+
+
+def model_family(r: dict[str, Any]) -> str:
+    """The model a row trains, without size suffixes' punctuation (Llama 3 8B and 70B are different models)."""
+    return "".join(c for c in str(r["model"]).lower() if c.isalnum())
+
+
+def leave_one_model_out(rows: Sequence[dict[str, Any]], devices: Sequence[str]) -> dict[str, float]:
+    held: dict[str, float] = {}
+    for model in sorted({model_family(r) for r in rows}):
+        factors = uniform_fit([r for r in rows if model_family(r) != model], devices)
+        held.update(uniform_errors([r for r in rows if model_family(r) == model], factors))
+    return held
+
+
+def write_uniform(device_name: str, factor: float, rows: Sequence[dict[str, Any]], fitted: dict[str, float],
+                  held: dict[str, float]) -> str:
+    """Record ``factor`` in the device file: efficiency scales 1 / factor, and where they come from."""
+    from benchmarks.fit_kernel_model import dump
+
+    path = DEVICES_DIR / f"{''.join(c for c in device(device_name).name.lower() if c.isalnum())}.yml"
+    data = yaml.safe_load(path.read_text())
+    scale = round(1.0 / factor, 4)
+    data["kernels"]["efficiency_scale"] = {**data["kernels"]["efficiency_scale"], **dict.fromkeys(FAMILIES, scale)}
+    mine = [r for r in rows if r["device"] == device_name]
+    data["training_calibration"] = {
+        "efficiency_scale": scale,
+        "method": "one factor on every kernel's efficiency (a sustained clock below the kernel benchmarks'), least "
+                  "squares on log step time with a prior at 1 (sd 0.15) and rows at sd 0.05 "
+                  "(benchmarks/training_calibration.py --uniform)",
+        "rows": [r["row_id"] for r in mine],
+        "why": "the kernel data hold only best-case matmuls for this device's GEMMs (no training shapes)",
+        "mean_abs_error": {"before": round(sum(abs(r["step_time_error"]) for r in mine) / len(mine), 4),
+                           "fitted": round(sum(abs(fitted[r["row_id"]]) for r in mine) / len(mine), 4),
+                           "each_model_left_out": round(sum(abs(held[r["row_id"]]) for r in mine) / len(mine), 4)},
+    }
+    path.write_text(dump(data))
+    return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--from-json", required=True, nargs="+", metavar="RUN.json")
@@ -184,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save", metavar="FILE.json", help="keep the verifying run")
     p.add_argument("--shared", default=str(Path(__file__).resolve().parent.parent.parent / "shared"))
     p.add_argument("--knobs", help=f"comma-separated subset of {','.join(KNOBS)} to fit (default: all)")
+    p.add_argument("--uniform", metavar="DEVICES", help="fit one factor per device on all its kernels (comma-separated "
+                                                       "device names) instead of the per-family knobs")
+    p.add_argument("--write", action="store_true", help="with --uniform: record the factors in configs/devices")
     p.add_argument("--max-exposed", type=float, default=1.0,
                    help="fit only rows whose exposed communication is at most this share of the step (default 1)")
     args = p.parse_args(argv)
@@ -194,6 +270,19 @@ def main(argv: list[str] | None = None) -> int:
     fit_rows = [r for r in rows if exposed_share(r) <= args.max_exposed]
     print(f"{len(rows)} dense-model rows ({len(every) - len(rows)} mixture-of-experts rows left out: their error is "
           "not a device property, see the report)")
+    if args.uniform:
+        devices = [device(d).name for d in args.uniform.split(",")]
+        factors = uniform_fit(fit_rows, devices)
+        fitted, held = uniform_errors(rows, factors), leave_one_model_out(fit_rows, devices)
+        mine = [r for r in rows if r["device"] in devices]
+        print("efficiency scale per device: " + ", ".join(f"{d} {1 / x:.4f}" for d, x in factors.items()))
+        print("\n".join(summary(mine, errors(mine, {}), "shipped")))
+        print("\n".join(summary(mine, fitted, "fitted")))
+        print("\n".join(summary(mine, held, "model out")))
+        if args.write:
+            for d, x in factors.items():
+                print("wrote", write_uniform(d, x, rows, fitted, held))
+        return 0
     theta = fit(fit_rows, parameters(fit_rows))
     print(f"fitted knobs ({len(fit_rows)} rows with exposed communication <= {args.max_exposed:.0%} of the step):")
     for d, values in knobs(theta).items():

@@ -14,6 +14,8 @@ everything. A device is named case- and punctuation-insensitively ("h100", "TPU 
     compute_units: 132                    # SMs (NVIDIA) or CUs (AMD)
     kernels: {...}                        # compute/kernel_params.py
     calibration: {...}                    # data sets, fitted values, residuals (benchmarks/fit_kernel_model.py)
+    training_calibration: {...}           # kernels.efficiency_scale fitted on training steps, where any
+                                          # (benchmarks/training_calibration.py)
     sources: ["..."]
     assumptions: ["..."]
 """
@@ -34,7 +36,7 @@ from workload.files import read_yaml, shown_path
 
 DEVICES_DIR = Path(__file__).resolve().parents[1] / "configs" / "devices"
 _TOP = {"name", "description", "aliases", "peak_tflops", "memory_bw_GBps", "compute_units", "kernels", "calibration",
-        "sources", "assumptions"}
+        "training_calibration", "sources", "assumptions"}
 _REQUIRED = ("name", "peak_tflops", "memory_bw_GBps", "compute_units", "kernels")
 ROOFLINE_DTYPE = "bf16"  # the roofline model's peak: dense BF16/FP16 tensor math
 # Keys device files of earlier versions used -> their current names (as simulator/units.py LEGACY_KEYS for results):
@@ -54,6 +56,7 @@ class Device:
     description: str = ""
     aliases: tuple[str, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)
+    training_calibration: dict[str, Any] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
     path: str = ""
@@ -99,6 +102,11 @@ class Device:
         knobs = replace(k, efficiency_scale=tuple(scale.items()),
                         launch_overhead_us=k.launch_overhead_us if launch_overhead_us is None else launch_overhead_us)
         return replace(self, kernels=knobs)
+
+    def kernel_fit(self) -> Device:
+        """This device as its kernel data fit it: the device-level knobs a training-step calibration sets
+        (``training_calibration``) neutral, for comparing with kernel measurements."""
+        return replace(self, kernels=replace(self.kernels, efficiency_scale=(), launch_overhead_us=0.0))
 
     @property
     def calibrated(self) -> str:
@@ -211,6 +219,7 @@ def parse_device(data: Any, where: str, path: str = "") -> Device:
         description=_text(data.get("description", ""), "description", where),
         aliases=texts(data.get("aliases"), "aliases", where),
         calibration=_mapping(data.get("calibration"), "calibration", where),
+        training_calibration=_mapping(data.get("training_calibration"), "training_calibration", where),
         sources=texts(data.get("sources"), "sources", where),
         assumptions=texts(data.get("assumptions"), "assumptions", where),
         path=path)

@@ -137,7 +137,7 @@ ROWS = read_tables()
     ("A100", "gemm", 0.06), ("H100", "gemm", 0.075), ("A100", "attention", 0.03), ("H100", "attention", 0.10),
     ("A100", "memory", 0.22), ("H100", "memory", 0.27)])
 def test_fitted_devices_hold_their_error_on_the_kernel_data(name: str, family: str, limit: float) -> None:
-    d = device(name)
+    d = device(name).kernel_fit()
     kernel_eff = d.calibration["fitted"]["attention"]["kernel_efficiency"]
     errs = []
     for m in ROWS:
@@ -172,8 +172,8 @@ def test_golden_rows() -> None:
     ("GB200", "cudnn_norm.tsv", "", 0.22), ("GB300", "cudnn_norm.tsv", "", 0.22)])
 def test_blackwell_devices_hold_their_error_on_their_rows(name: str, table: str, kernel: str, limit: float) -> None:
     """The Blackwell files reproduce the NVIDIA rows they were fitted on (attention: the BF16 rows, what training
-    runs; GEMMs: the recipes fitted, operands quantized beforehand)."""
-    d = device(name)
+    runs; GEMMs: the recipes fitted, operands quantized beforehand), without a training-step calibration."""
+    d = device(name).kernel_fit()
     model = KernelModel(d)
     rows = [m for m in ROWS if device(m.device).name == name and m.table == table and m.kernel == kernel
             and m.shapes[0].dtype in (("bf16",) if m.family == "attention" else DTYPES)]
@@ -191,8 +191,9 @@ def test_a_gemm_set_row_is_the_sum_of_its_gemms() -> None:
 
 
 def test_blackwell_ultra_speeds_up_the_attention_forward_more_than_the_backward() -> None:
-    """cuDNN on GB300 over GB200 (same peaks): forward 1.17-1.25x, backward 1.05-1.08x (BF16, causal, 8k)."""
-    gb200, gb300 = KernelModel(device("GB200")), KernelModel(device("GB300"))
+    """cuDNN on GB300 over GB200 (same peaks): forward 1.17-1.25x, backward 1.05-1.08x (BF16, causal, 8k); the
+    kernel fits, before any training-step calibration."""
+    gb200, gb300 = KernelModel(device("GB200").kernel_fit()), KernelModel(device("GB300").kernel_fit())
     fwd, bwd = (gb200.seconds(attention(2, 64, 128, 8192, True, b), 0, 0)
                 / gb300.seconds(attention(2, 64, 128, 8192, True, b), 0, 0) for b in (False, True))
     assert 1.12 <= fwd <= 1.3 and 1.0 <= bwd <= 1.12 and bwd < fwd
@@ -209,7 +210,8 @@ def test_blackwell_streams_at_the_bandwidth_fraction_measured() -> None:
 
 
 def test_device_files_are_what_the_fit_writes() -> None:
-    """Refitting gives the shipped files' parameters and residuals (deterministic, and nobody hand-edited them)."""
+    """Refitting gives the shipped files' parameters and residuals (deterministic, and nobody hand-edited them); a
+    device-level efficiency scale is neutral unless the file's training calibration records it."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_kernel_model.py"
@@ -218,8 +220,11 @@ def test_device_files_are_what_the_fit_writes() -> None:
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     for name, (fitted, calibration) in module.fit_all(ROWS).items():
         shipped = device(name)
-        assert fitted.kernels == shipped.kernels, name
+        assert fitted.kernels == shipped.kernel_fit().kernels, name
         assert calibration["residuals"] == shipped.calibration["residuals"], name
+        scales = {shipped.kernels.scale(f) for f in ("gemm", "attention", "memory")}
+        assert scales == {shipped.training_calibration.get("efficiency_scale", 1.0)}, name
+        assert shipped.kernels.launch_overhead_us == 0.0 and shipped.kernels.scale("fp8_gemm") == 1.0, name
 
 
 # --- device files -------------------------------------------------------------------------------------------------
