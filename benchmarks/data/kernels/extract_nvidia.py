@@ -27,6 +27,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from extract_vidur import write  # the same TSV writer
+
 CUDNN_SETS = (  # (set, commit, path, device, cuDNN version)
     ("A", "3929da2ef4c1dba1bb8acb68727b9134f26f40c0",
      "benchmark/sdpa_benchmark_training/results/llama3.1/gb200/llama3.1_20260424_100750.csv", "GB200", "9.22"),
@@ -222,13 +225,6 @@ def _te_row(device: str, recipe: str, mode: str, shapes: list[tuple[int, int, in
     quantization = "none" if dtype == "bf16" else ("included" if mode == "autocast" else "excluded")
     note = f"{device}, {what}, {recipe} {mode}, {ms:g} ms"
     return (device, dtype, name, quantization, _gemms(shapes), _g(ms * 1e3), "te_gemm_profiling", note)
-
-
-def write(path: str, header: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f, delimiter="\t", lineterminator="\n")
-        w.writerow(header)
-        w.writerows(rows)
 
 
 def main(argv: list[str]) -> int:
