@@ -158,8 +158,7 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dims["ep"] > 1 and etp != tp:
         reqs.append(("etp", etp))
         plan.defaults_used.append(f"expert tensor parallelism {etp} ({why})")
-    sync_free = recipe is not None and recipe.cuda_graph_scope == "full_iteration"
-    if dims["ep"] > 1 and sync_free:
+    if dims["ep"] > 1 and recipe is not None and recipe.cuda_graph_scope == "full_iteration":
         plan.defaults_used.append(f"MoE dispatch without a host sync ({recipe.where}: whole-iteration CUDA graphs, "
                                   "HybridEP with fixed buffers)")
     elif dims["ep"] > 1 and "tokendrop" not in row.text("model").lower():
