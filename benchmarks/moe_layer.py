@@ -1,0 +1,69 @@
+"""One MoE layer's forward and backward on H100 against Megatron-LM's own MoE-layer benchmark.
+
+    python benchmarks/moe_layer.py
+
+Megatron-LM times one MoELayer (TE spec, grouped GEMM, permute and router fusion, forced load balance, alltoall
+dispatcher, BF16) on 8 H100 with EP 8, sequence 4096, micro-batch 1: CUDA events around the layer's forward and
+its backward, mean of 20 iterations (NVIDIA/Megatron-LM tests/functional_tests/test_cases/common/moe_perf/
+baseline.json, BSD-3-Clause, added 2025-12-16). This script builds the same layer shapes with the LLM generator
+(one layer, data parallel 8, expert parallel 8), simulates it with the kernel compute model and the NCCL-like
+collectives on the hgx-h100 profile, and prints the span from the router to the unpermutation (forward) and from
+the unpermutation's gradient to the router's weight gradient (backward). The DeepSeek-like case leaves out the
+shared expert and group-limited routing, which the generator does not have.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from simulator.collectives.hardware import load_profile
+from simulator.config import MemoryConfig, default_system
+from simulator.node_table import COMMUNICATOR_STREAMS
+from simulator.simulation import RunOptions, Simulation
+from simulator.tools.training_hardware import network_for
+from workload.generated import llm_workload
+
+BASE = {"generate": "llm", "num_layers": 1, "num_heads": 32, "num_kv_heads": 8, "seq_len": 4096,
+        "vocab_size": 32000, "gated_ffn": True, "dp": 8, "ep": 8, "global_batch": 8, "micro_batch_size": 1}
+CASES = (  # name, model fields, measured forward and backward ms (Megatron-LM's baseline, a2a BF16)
+    ("Mixtral-like (h 4096, ffn 14336, 8 experts, top-2)",
+     {"hidden_size": 4096, "ffn_hidden_size": 14336, "num_experts": 8, "top_k": 2}, 4.33, 7.68),
+    ("DeepSeek-like (h 7168, ffn 2048, 32 experts, top-8)",
+     {"hidden_size": 7168, "ffn_hidden_size": 2048, "num_experts": 32, "top_k": 8}, 7.12, 10.48),
+)
+
+
+def layer_spans_ms(spec: dict) -> tuple[float, float]:
+    """(forward, backward) of the MoE block on rank 0, in ms."""
+    network = network_for(load_profile("hgx-h100"), 8, "moe layer")
+    traces, _, programs = llm_workload(spec, 8, "moe layer")
+    options = RunOptions(collective_model="nccl", hw_profile="hgx-h100", device="H100", compute_model="kernels",
+                         comm_streams=COMMUNICATOR_STREAMS, sm_sharing=True, timeline=True)
+    sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options)
+    sim.run()
+    rank0 = next(w for w in sim.workloads if w.rank == 0)
+    names = {i + 1: op.name for i, op in enumerate(programs[0].ops)}
+    spans = {names[i]: (start, end) for i, start, end in rank0.timeline.spans if i in names}
+
+    def span(prefix: str, first: str, last: str) -> float:
+        start = min(s for k, (s, _) in spans.items() if k.startswith(prefix) and k.endswith(first))
+        end = max(e for k, (_, e) in spans.items() if k.startswith(prefix) and k.endswith(last))
+        return (end - start) / 1e6
+
+    return (span("mb0.fwd.layer0.", ".router", ".unpermute"),
+            span("mb0.bwd.layer0.", ".unpermute", ".router_wgrad"))
+
+
+def main() -> int:
+    print(f"{'case':52} {'fwd ms':>8} {'measured':>9} {'bwd ms':>8} {'measured':>9}")
+    for name, fields, fwd, bwd in CASES:
+        f, b = layer_spans_ms({**BASE, **fields})
+        print(f"{name:52} {f:8.2f} {fwd:9.2f} {b:8.2f} {bwd:9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
