@@ -161,10 +161,12 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dims["ep"] > 1 and recipe is not None and recipe.cuda_graph_scope == "full_iteration":
         plan.defaults_used.append(f"MoE dispatch without a host sync ({recipe.where}: whole-iteration CUDA graphs, "
                                   "HybridEP with fixed buffers)")
-    elif dims["ep"] > 1 and "tokendrop" not in row.text("model").lower():
+    elif dims["ep"] > 1 and not _token_drop(row, recipe):
         reqs.append(("moe_host_sync", True))
-        plan.defaults_used.append("MoE dispatch dropless (Megatron-Core's default; the row states no token drop): "
-                                  "host waits for the token counts, expert section host-issued")
+        why = recipe.where if recipe is not None and recipe.moe_token_drop is not None else \
+            "Megatron-Core's default; the row states no token drop"
+        plan.defaults_used.append(f"MoE dispatch dropless ({why}): host waits for the token counts, expert section "
+                                  "host-issued")
     if fw.cross_entropy[0] == "unfused":
         reqs.append(("unfused_cross_entropy", True))
         plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")
@@ -184,6 +186,14 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     elif dp > 1 and not fw.grad_reduce_in_fp32[0]:
         plan.defaults_used.append(f"gradient reduction in the parameters' precision ({fw.grad_reduce_in_fp32[1]})")
     return reqs
+
+
+def _token_drop(row: TrainingRow, recipe: Recipe | None) -> bool:
+    """Whether the row's MoE dispatcher drops tokens (a fixed capacity, no host sync): its recipe's word, else its
+    model name's ("Qwen3_30B_a3B (tokendrop)"); Megatron-Core's default is dropless."""
+    if recipe is not None and recipe.moe_token_drop is not None:
+        return recipe.moe_token_drop
+    return "tokendrop" in row.text("model").lower()
 
 
 def _low_precision(precision: str, fw: Framework, plan: RowPlan) -> list[tuple[str, Any]]:

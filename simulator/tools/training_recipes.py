@@ -23,8 +23,7 @@ SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table sour
 class Recipe:
     vp: int | None
     cuda_graph_scope: str
-    moe_dispatcher: str | None
-    moe_token_drop: bool | None
+    moe_token_drop: bool | None  # None: the recipe does not say (a dense model)
     where: str  # "Megatron-Bridge 26.02.01 recipe (v0.3.1 @9c9dd848)"
 
 
@@ -36,8 +35,7 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         release = data["releases"][r["release"]]
         where = f"{data['framework']} {r['release']} recipe ({release['ref']} @{str(release['commit'])[:8]})"
         key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))
-        out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_dispatcher"),
-                          r.get("moe_token_drop"), where)
+        out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), where)
     return out
 
 
