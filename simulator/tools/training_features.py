@@ -68,6 +68,8 @@ FEATURES: dict[str, Feature] = {
                                      (("cross_entropy", "unfused"),)),
     "moe_host_sync": Feature("the dropless MoE dispatcher's host wait for the token counts and the expert "
                              "section's host issue time", (("moe_host_sync", True),)),
+    "moe_flex_dispatcher": Feature("the flex MoE dispatcher (DeepEP/HybridEP): a token once per destination rank",
+                                   (("moe_dispatcher", "flex"),), minor=True),
     "host_cpu": Feature("the host CPU issuing the kernels", (("host_cpu", VALUE),), minor=True),
     "cuda_graph_scope": Feature("CUDA graphs replaying what they capture without the host",
                                 (("cuda_graph_scope", VALUE),), minor=True),

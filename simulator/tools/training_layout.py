@@ -167,6 +167,10 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
             "Megatron-Core's default; the row states no token drop"
         plan.defaults_used.append(f"MoE dispatch dropless ({why}): host waits for the token counts, expert section "
                                   "host-issued")
+    if dims["ep"] > 1 and recipe is not None and recipe.moe_dispatcher:
+        if recipe.moe_dispatcher == "flex":
+            reqs.append(("moe_flex_dispatcher", True))
+        plan.defaults_used.append(f"MoE dispatcher {recipe.moe_dispatcher} ({recipe.where})")
     if fw.cross_entropy[0] == "unfused":
         reqs.append(("unfused_cross_entropy", True))
         plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")

@@ -24,6 +24,7 @@ class Recipe:
     vp: int | None
     cuda_graph_scope: str
     moe_token_drop: bool | None  # None: the recipe does not say (a dense model)
+    moe_dispatcher: str  # the generator's name ("alltoall", "flex"), "" where the recipe does not say
     where: str  # "Megatron-Bridge 26.02.01 recipe (v0.3.1 @9c9dd848)"
 
 
@@ -35,7 +36,8 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         release = data["releases"][r["release"]]
         where = f"{data['framework']} {r['release']} recipe ({release['ref']} @{str(release['commit'])[:8]})"
         key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))
-        out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), where)
+        dispatcher = str(r.get("moe_dispatcher", "")).split("-")[0]  # flex-hybridep, flex-deepep: the flex one
+        out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher, where)
     return out
 
 

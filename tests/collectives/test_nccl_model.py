@@ -27,6 +27,7 @@ from tests.conftest import SHARED, run_cli
 from workload.errors import ConfigError, InputError
 
 TABLES = SHARED / "reference" / "hardware" / "nccl-tests"
+REPO = Path(__file__).resolve().parents[2]
 # Each shared table and the shipped profile of the same machine.
 MATCHING = {
     "azure_ndv4_a100_1node_all_reduce.tsv": "azure-ndv4-a100",
@@ -119,6 +120,7 @@ def test_calibration_is_deterministic_and_reproduces_the_shipped_profile() -> No
     needs_tables()
     rows = [m for t in ("h200_nvlink4_8gpu_all_reduce_torchbench.tsv", "h200_nvlink4_8gpu_16GiB_ar_ag_rs.tsv")
             for m in read_table(str(TABLES / t))]
+    rows += read_table(str(REPO / "benchmarks" / "data" / "moe_dispatch" / "h100_all_to_all_ep8.tsv"))
     profile = load_profile("hgx-h200")
     first, second = calibrate(profile, rows), calibrate(profile, rows)
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
@@ -346,3 +348,24 @@ def test_a_fit_finds_the_efficiency_where_another_bound_hides_its_slope() -> Non
     model = CollectiveModel(replace(profile, calibration={"parameters": section["parameters"]}))
     chosen = model.plan(ALL_REDUCE, 4 << 20, Communicator.packed(16, 2), "nvls_tree").chosen
     assert chosen.time_us < 3 * chosen.library_us, chosen
+
+
+# Repository tables (benchmarks/data/moe_dispatch/, benchmarks/data/blackwell_nccl/): Megatron-Core's measured NCCL
+# all-to-all dispatch and NVLink 5 nccl-tests-style peaks the profiles were fitted on, and the H100 multi-node
+# exchanges, which no profile was fitted to.
+REPO_TABLES = {"moe_dispatch/gb200_nvl72_all_to_all_ep8.tsv": ("gb200-nvl72", 0.05),
+               "moe_dispatch/gb200_nvl72_all_to_all_ep16to64.tsv": ("gb200-nvl72", 0.05),
+               "moe_dispatch/h100_all_to_all_ep8.tsv": ("hgx-h100", 0.02),
+               "moe_dispatch/h100_all_to_all_2to8node.tsv": ("hgx-h100", 0.10),
+               "blackwell_nccl/b200_nvlink5_8gpu_16GiB_ag_rs_a2a.tsv": ("dgx-b200", 0.03),
+               "blackwell_nccl/oci_gb200_nvl72_all_to_all.tsv": ("gb200-nvl72", 0.05),
+               "blackwell_nccl/oci_gb300_nvl72_all_to_all.tsv": ("gb300-nvl72", 0.05)}
+
+
+@pytest.mark.parametrize("table", sorted(REPO_TABLES))
+def test_repository_tables_within_bounds(table: str) -> None:
+    name, bound = REPO_TABLES[table]
+    model = CollectiveModel(load_profile(name))
+    (summary,) = summarize(predict(model, read_table(str(REPO / "benchmarks" / "data" / table))))
+    assert summary["geomean_abs_error_ge_1MiB"] <= bound, summary
+    assert summary["max_abs_error_ge_1MiB"] <= 0.15, summary

@@ -25,9 +25,18 @@ def test_profiles_state_the_rack(name: str) -> None:
     assert (p.gpu, p.gpus_per_node, p.arch, p.library) == (gpu, 72, "blackwell", "nccl")
     assert p.scale_up.nvls and p.scale_up.bandwidth_GBps == 900.0  # NVLink 5: 18 x 50 GB/s per direction
     assert p.scale_out is not None and (p.scale_out.nics_per_node, p.scale_out.nic_bandwidth_Gbps) == (72, nic_Gbps)
-    # no table of this class: the priors are the 8x B200 NVLink5 fit, and the profile says so
-    assert p.parameters() == load_profile("dgx-b200").parameters()
-    assert p.calibration["tables"] == [] and any("none of the shared nccl-tests tables" in a for a in p.assumptions)
+    # no all-reduce, all-gather or reduce-scatter table of this class: those keys are the 8x B200 NVLink5 fit, and the
+    # profile says so; all-to-all is fitted on the rack's own measured exchanges (4-64 GPUs in one domain)
+    b200 = load_profile("dgx-b200").parameters()
+    mine = p.parameters()
+    assert {k: v for k, v in mine.items() if not k.startswith("direct/")} == {
+        k: v for k, v in b200.items() if not k.startswith("direct/")}
+    assert p.calibration["priors_from"]["profile"] == "dgx-b200"
+    assert sorted(p.calibration["tables"]) == ["gb200_nvl72_all_to_all_ep16to64.tsv", "gb200_nvl72_all_to_all_ep8.tsv",
+                                               f"oci_{name[:5]}_nvl72_all_to_all.tsv"]
+    assert 0.5 < mine["direct/Simple/intra"]["efficiency"] < 0.8
+    assert any(a.startswith("calibration: no all-reduce, all-gather or reduce-scatter table of this class")
+               for a in p.assumptions)
 
 
 @pytest.mark.parametrize(("name", "fp4", "curves"), [("GB200", 10000.0, "H100"), ("GB300", 15000.0, "B300")])

@@ -43,6 +43,10 @@ def test_moe_rows_take_graph_scopes_and_the_host_cpu() -> None:
     drop = plan_row(row({**qwen, "row_id": "drop", "source_section": "25.09 NeMo container", "precision": "",
                          "model": "Qwen3_30B_a3B (tokendrop)", "gpu": "GB200", "micro_batch": "4"}))
     assert drop.spec["cuda_graph_scope"] == "full" and "moe_host_sync" not in drop.spec
+    # the dispatcher: HybridEP on GB300 (flex), NCCL all-to-all in 25.09's token-drop recipe
+    assert grace.spec["moe_dispatcher"] == "flex" and "moe_dispatcher" not in drop.spec
+    assert any(d.startswith("MoE dispatcher flex (Megatron-Bridge 26.02.01") for d in grace.defaults_used)
+    assert any(d.startswith("MoE dispatcher alltoall (Megatron-Bridge 25.09") for d in drop.defaults_used)
 
 
 def test_every_recipe_names_its_release_and_a_published_row() -> None:

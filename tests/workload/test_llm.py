@@ -28,8 +28,10 @@ from workload.llm import cli
 from workload.llm.build import build_programs, one_f_one_b
 from workload.llm.emit import generate_traces
 from workload.llm.model import ModelConfig
+from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan, RankMap
 from workload.llm.presets import PRESETS, PUBLISHED_PARAMS
+from workload.llm.sizes import flex_copies
 from workload.llm.summary import stage_flops, summarize
 from workload.schema import CollectiveType, NodeType
 from workload.traceset import TraceLoader
@@ -264,6 +266,35 @@ def test_expert_parallel_all_to_alls_and_expert_gradients(tmp_path: Path) -> Non
     assert t.by_id(next(iter(expert_in.deps - {d for d in expert_in.deps
                                               if t.by_id(d).type == NodeType.COMP_NODE}))).name.endswith(
         "dispatch_alltoall")
+
+
+def test_flex_dispatcher_sends_a_token_once_per_destination_rank(tmp_path: Path) -> None:
+    """DeepEP/HybridEP: one copy per rank holding any of the token's experts (expected over balanced routing),
+    combined on the expert side; the experts' work is the same as the alltoall dispatcher's."""
+    model = replace(SMALL_MOE, num_experts=8, top_k=4)
+    prefix = str(tmp_path / "flex")
+    generate_traces(model, ParallelPlan(dp=4, ep=4, num_micro_batches=1), prefix,
+                    options=TrainingOptions(moe_dispatcher="flex"))
+    a2a = load(prefix, 0, 4).collectives(A2A)
+    # 8 experts on 4 ranks, top-4 distinct: a rank misses all 4 with probability C(6, 4) / C(8, 4) = 15 / 70
+    assert {n.attrs["comm_size"] for n in a2a} == {round(ACT_BYTES * 4 * (1 - 15 / 70))}
+    alltoall = str(tmp_path / "alltoall")
+    generate_traces(model, ParallelPlan(dp=4, ep=4, num_micro_batches=1), alltoall)
+    assert {n.attrs["comm_size"] for n in load(alltoall, 0, 4).collectives(A2A)} == {ACT_BYTES * 4}
+    expert_in = {n.name: n.attrs for n in load(prefix, 0, 4).compute() if n.name.endswith("expert_in")}
+    assert expert_in == {n.name: n.attrs for n in load(alltoall, 0, 4).compute() if n.name.endswith("expert_in")}
+
+
+@given(experts_per_rank=st.integers(1, 8), ep=st.integers(1, 16), top_k=st.integers(1, 8))
+def test_flex_copies_between_one_and_the_lesser_of_top_k_and_ranks(experts_per_rank: int, ep: int,
+                                                                    top_k: int) -> None:
+    experts = experts_per_rank * ep
+    if top_k > experts:
+        return
+    copies = flex_copies(experts, top_k, ep)
+    assert 1 - 1e-9 <= copies <= min(top_k, ep) + 1e-9
+    if experts_per_rank == 1:  # one expert per rank: every chosen expert is another rank
+        assert copies == pytest.approx(top_k)
 
 
 def test_tied_embeddings_over_pipeline_stages_are_all_reduced(tmp_path: Path) -> None:

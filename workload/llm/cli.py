@@ -19,6 +19,7 @@ from workload.llm.options import (
     FP8_RECIPES,
     FSDP_GRAD_SYNC,
     MEGATRON_BUCKET,
+    MOE_DISPATCHERS,
     PRECISIONS,
     TrainingOptions,
 )
@@ -135,6 +136,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="MoE layers as Megatron-Core's dropless dispatcher runs them: the token counts copied to the "
                         "host, which waits for them before the all-to-all, so the expert section runs no faster "
                         "than the host issues it (implies --host-cpu x86 unless given)")
+    t.add_argument("--moe-dispatcher", choices=MOE_DISPATCHERS, default="alltoall",
+                   help="the expert-parallel exchange: alltoall (Megatron-Core's alltoall dispatcher: a token once per "
+                        "chosen expert) or flex (DeepEP/HybridEP: once per destination rank, combined on the expert "
+                        "side)")
     t.add_argument("--host-cpu", choices=HOST_CPUS,
                    help="model the host issuing the kernels on this CPU (grace: GB200/GB300 nodes): each block of "
                         "a layer ends no earlier than the framework's calls issuing it (workload/llm/host.py)")
@@ -240,7 +245,8 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               cross_entropy=args.cross_entropy,
                               iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync,
-                              host_cpu=args.host_cpu, cuda_graph_scope=args.cuda_graph_scope)
+                              moe_dispatcher=args.moe_dispatcher, host_cpu=args.host_cpu,
+                              cuda_graph_scope=args.cuda_graph_scope)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
     return options
 

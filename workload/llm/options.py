@@ -54,6 +54,12 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   over the expert-parallel group and copied to the host, which waits for them before the dispatch all-to-all, so
   the expert section runs no faster than the host then issues it. Implies the host model (x86 unless
   ``host_cpu`` says otherwise). Off: a dispatcher with fixed capacities (token drop), which never waits.
+- ``moe_dispatcher`` ("alltoall"): how the expert-parallel exchange moves tokens. "alltoall" (Megatron-Core's
+  alltoall dispatcher): each token once per chosen expert, permuted before an NCCL all-to-all. "flex" (its flex
+  dispatcher with DeepEP or HybridEP): each token once per destination rank, the copies for several experts on one
+  rank made there, and the combine summed on the expert side before it travels back; with routing balanced over
+  the experts a token reaches ep x (1 - C(E - E/ep, k) / C(E, k)) of the ep ranks. Timed as the NCCL all-to-all of
+  those bytes (the kernels' own speed is not modelled).
 - ``cuda_graph_scope`` (""): what CUDA graphs capture, Megatron-Core's names separated by commas (``attn``,
   ``mlp``, ``moe_router``, ``moe_preprocess``, ``full``, ``full_iteration``): a captured block costs the host one
   graph launch instead of its calls. Only with the host model.
@@ -71,6 +77,7 @@ FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
 FP4_RECIPE = "nvfp4"
 ATTENTION_BACKENDS = ("flash", "unfused")
 CROSS_ENTROPY = ("fused", "unfused")
+MOE_DISPATCHERS = ("alltoall", "flex")
 FSDP_GRAD_SYNC = ("every", "last")
 MEGATRON_BUCKET = "megatron"
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
@@ -98,6 +105,7 @@ class TrainingOptions:
     iteration_tail: bool = False
     dataloader_wait_us: int = 0
     moe_host_sync: bool = False
+    moe_dispatcher: str = "alltoall"
     host_cpu: str | None = None
     cuda_graph_scope: str = ""
 
@@ -139,6 +147,9 @@ class TrainingOptions:
                              f"(got {self.attention_backend!r})")
         if self.cross_entropy not in CROSS_ENTROPY:
             raise InputError(f"cross_entropy must be one of {', '.join(CROSS_ENTROPY)} (got {self.cross_entropy!r})")
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise InputError(f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)} "
+                             f"(got {self.moe_dispatcher!r})")
         if self.fsdp_grad_sync not in FSDP_GRAD_SYNC:
             raise InputError(f"fsdp_grad_sync must be one of {', '.join(FSDP_GRAD_SYNC)} "
                              f"(got {self.fsdp_grad_sync!r})")

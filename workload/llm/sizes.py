@@ -10,6 +10,7 @@ layer and the router stay in the model's dtype, as Megatron-LM runs them).
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from functools import lru_cache
 
@@ -31,6 +32,15 @@ def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights:
     """A Matmul in ``dtype`` ("fp8", "fp4"; "" = the model's; the kernel model reads the precision, the bytes stay
     the model's)."""
     return Matmul(name, tokens, k, n, dtype_bytes, weights, dtype)
+
+
+def flex_copies(experts: int, top_k: int, ep: int) -> float:
+    """Copies of a token the flex dispatcher (DeepEP, HybridEP) sends: one per expert-parallel rank holding at least
+    one of its ``top_k`` experts, in expectation over routing balanced across the ``experts`` (top_k distinct
+    experts drawn uniformly: a rank holding experts / ep of them receives none with probability
+    C(experts - experts / ep, top_k) / C(experts, top_k))."""
+    none = math.comb(experts - experts // ep, top_k) / math.comb(experts, top_k)
+    return ep * (1.0 - none)
 
 
 class StageSizes:
@@ -74,8 +84,9 @@ class StageSizes:
             self.router = Matmul("router", t_local, h, m.num_experts, d)
             self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, dtype=low)
             self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, dtype=low)
-            self.dispatch_bytes = t_local * m.top_k * h * d
-            self.expert_gather_bytes = self.dispatch_bytes
+            self.expert_gather_bytes = t_local * m.top_k * h * d
+            copies = flex_copies(m.num_experts, m.top_k, p.ep) if options.moe_dispatcher == "flex" else m.top_k
+            self.dispatch_bytes = round(t_local * copies * h * d)
             if experts > 1:  # Transformer Engine's GroupedLinear: a GEMM per local expert, a few streams at a time
                 self.mlp_in, self.mlp_out = (replace(g, streams=GROUPED_GEMM_STREAMS)
                                              for g in (self.mlp_in, self.mlp_out))
