@@ -59,7 +59,8 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   dispatcher with DeepEP or HybridEP): each token once per destination rank, the copies for several experts on one
   rank made there, and the combine summed on the expert side before it travels back; with routing balanced over
   the experts a token reaches ep x (1 - C(E - E/ep, k) / C(E, k)) of the ep ranks. Timed as the NCCL all-to-all of
-  those bytes (the kernels' own speed is not modelled).
+  those bytes (the kernels' own speed is not modelled, nor their inter-node path, which sends a token once per
+  destination node and forwards it over NVLink: here each destination rank's copy crosses the network).
 - ``cuda_graph_scope`` (""): what CUDA graphs capture, Megatron-Core's names separated by commas (``attn``,
   ``mlp``, ``moe_router``, ``moe_preprocess``, ``full``, ``full_iteration``): a captured block costs the host one
   graph launch instead of its calls. Only with the host model.
