@@ -70,6 +70,8 @@ FEATURES: dict[str, Feature] = {
                              "section's host issue time", (("moe_host_sync", True),)),
     "moe_flex_dispatcher": Feature("the flex MoE dispatcher (DeepEP/HybridEP): a token once per destination rank",
                                    (("moe_dispatcher", "flex"),), minor=True),
+    "moe_a2a_overlap": Feature("expert-parallel all-to-alls overlapped with another micro-batch's compute "
+                               "(Megatron-Core's EP A2A overlap)", (("moe_a2a_overlap", True),)),
     "host_cpu": Feature("the host CPU issuing the kernels", (("host_cpu", VALUE),), minor=True),
     "cuda_graph_scope": Feature("CUDA graphs replaying what they capture without the host",
                                 (("cuda_graph_scope", VALUE),), minor=True),

@@ -171,6 +171,15 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
         if recipe.moe_dispatcher == "flex":
             reqs.append(("moe_flex_dispatcher", True))
         plan.defaults_used.append(f"MoE dispatcher {recipe.moe_dispatcher} ({recipe.where})")
+    if dims["ep"] > 1 and recipe is not None and recipe.moe_a2a_overlap:
+        if dims["pp"] > 1 and dims["vp"] <= 1:
+            plan.notes.append(f"{recipe.where} overlaps the expert-parallel all-to-alls (EP A2A overlap), which "
+                              "needs virtual pipeline stages with pp > 1; the row's layout has none, so it runs "
+                              "without")
+        else:
+            reqs.append(("moe_a2a_overlap", True))
+            plan.defaults_used.append(f"EP A2A overlap ({recipe.where}: each steady-state forward runs with the "
+                                      "next backward, one's all-to-alls beside the other's compute)")
     if fw.cross_entropy[0] == "unfused":
         reqs.append(("unfused_cross_entropy", True))
         plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")

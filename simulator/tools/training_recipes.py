@@ -25,6 +25,7 @@ class Recipe:
     cuda_graph_scope: str
     moe_token_drop: bool | None  # None: the recipe does not say (a dense model)
     moe_dispatcher: str  # the generator's name ("alltoall", "flex"), "" where the recipe does not say
+    moe_a2a_overlap: bool  # Megatron-Core's EP A2A overlap
     where: str  # "Megatron-Bridge 26.02.01 recipe (v0.3.1 @9c9dd848)"
 
 
@@ -37,7 +38,8 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         where = f"{data['framework']} {r['release']} recipe ({release['ref']} @{str(release['commit'])[:8]})"
         key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))
         dispatcher = str(r.get("moe_dispatcher", "")).split("-")[0]  # flex-hybridep, flex-deepep: the flex one
-        out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher, where)
+        out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher,
+                          bool(r.get("moe_a2a_overlap", False)), where)
     return out
 
 

@@ -75,3 +75,19 @@ def test_whole_iteration_graphs_have_no_host_sync_and_bridge_reduces_in_bf16() -
     assert any(d.startswith("MoE dispatch without a host sync") for d in plan.defaults_used)
     assert "grad_reduce_in_fp32" not in plan.spec
     assert any(d.startswith("gradient reduction in the parameters' precision") for d in plan.defaults_used)
+    # the same recipe overlaps the expert-parallel all-to-alls with the next backward (EP A2A overlap)
+    assert plan.spec["moe_a2a_overlap"] is True and plan.spec["moe_dispatcher"] == "flex"
+    assert any(d.startswith("EP A2A overlap (Megatron-Bridge 26.06 recipe") for d in plan.defaults_used)
+
+
+def test_ep_overlap_needs_virtual_stages_with_a_pipeline() -> None:
+    """Megatron-Core runs the EP A2A overlap with pp > 1 only over virtual stages: a row whose printed layout has a
+    pipeline and no VP runs without it, and says so."""
+    qwen = {**BASE, "source_section": "26.02 NeMo container", "model": "Qwen3_30B_a3B", "gpu": "H100",
+            "precision": "FP8", "seq_len": "4096", "PP": "2", "EP": "8", "DP": "8", "global_batch": "1024",
+            "micro_batch": "1", "n_gpus": "16"}
+    with_vp = plan_row(row({**qwen, "row_id": "vp", "VP": "12"}))
+    assert with_vp.status == READY and with_vp.spec["moe_a2a_overlap"] is True
+    without = plan_row(row({**qwen, "row_id": "no_vp", "VP": "1"}))
+    assert "moe_a2a_overlap" not in without.spec
+    assert any("EP A2A overlap" in n and "runs without" in n for n in without.notes)

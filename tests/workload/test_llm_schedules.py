@@ -20,8 +20,16 @@ from workload.errors import InputError
 from workload.llm.build import build_programs
 from workload.llm.emit import TraceEmitter, generate_traces
 from workload.llm.model import ModelConfig
+from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan, RankMap
-from workload.llm.schedules import interleaved, one_f_one_b, schedule_table, stage_receive_points, stage_schedule
+from workload.llm.schedules import (
+    interleaved,
+    merged_pairs,
+    one_f_one_b,
+    schedule_table,
+    stage_receive_points,
+    stage_schedule,
+)
 from workload.schema import NodeType
 
 # wide layers and a tiny vocabulary: the embedding, final norm and head cost < 0.5% of a model chunk, so the stages
@@ -258,3 +266,79 @@ def test_bad_pipeline_plans_are_one_line_errors(plan: dict, layers: int, message
     with pytest.raises(InputError, match=message) as e:
         ParallelPlan(**plan).validate(replace(SMALL, num_layers=layers))
     assert "\n" not in str(e.value)
+
+
+# --- EP A2A overlap (Megatron-Core's combined 1F1B) ------------------------------------------------------
+
+MOE = replace(SMALL, name="moe", num_layers=4, num_experts=4, top_k=2, hidden_size=512, ffn_hidden_size=1024,
+              seq_len=512)
+
+
+def test_ep_overlap_schedule_adds_one_warmup_forward_and_pairs_the_steady_phase() -> None:
+    assert stage_schedule(1, 0, 3, ep_overlap=True) == [("F", 0, 0), ("F", 1, 0), ("B", 0, 0), ("F", 2, 0),
+                                                         ("B", 1, 0), ("B", 2, 0)]
+    order = stage_schedule(2, 0, 4, 2, ep_overlap=True)
+    plain = stage_schedule(2, 0, 4, 2)
+    assert sorted(order) == sorted(plain) and order[:5] == plain[:5] and order[5] == ("F", 3, 0)  # 5th forward
+    pairs = merged_pairs(order)
+    assert all(order[i][0] == "F" and order[i + 1][0] == "B" for i, p in enumerate(pairs) if p)
+    assert sum(pairs) == len(order) // 2 - 5  # every forward after the 5 warm-up ones runs with a backward
+
+
+def test_ep_overlap_interleaves_a_forward_and_a_backward_layer_by_layer() -> None:
+    """Megatron-Core's order for a pair of layers (model_chunk_schedule_plan.py): the backward's combine exchange,
+    the forward's attention and routing, the backward's expert gradients, the forward's dispatch, the backward's
+    dispatch exchange, the forward's experts and combine, the backward's attention."""
+    plan = ParallelPlan(dp=2, ep=2, num_micro_batches=2)
+    plain = build_programs(MOE, plan)[0].ops
+    ops = build_programs(MOE, plan, TrainingOptions(moe_a2a_overlap=True))[0].ops
+    assert sorted(o.name for o in ops) == sorted(o.name for o in plain)  # the same nodes, another order
+    at = {o.name: i for i, o in enumerate(ops)}
+    f, b = "mb1.fwd.layer0.", "mb0.bwd.layer3."
+    assert (at[b + "combine_grad_alltoall"] < at[f + "attn_norm"] < at[f + "permute"] < at[b + "expert_out_dgrad"]
+            < at[f + "dispatch_alltoall"] < at[b + "dispatch_grad_alltoall"] < at[f + "expert_in"]
+            < at[f + "combine_alltoall"] < at[b + "attn_norm"] < at[f + "unpermute"])
+    assert at["mb0.fwd.layer3.unpermute"] < at["mb1.fwd.layer0.attn_norm"]  # the first forward runs alone
+
+
+def test_ep_overlap_hides_the_exchanges(tmp_path: Path) -> None:
+    """On a slow expert-parallel link the overlapped step is shorter than the plain one."""
+    plan = ParallelPlan(dp=4, ep=4, num_micro_batches=4)
+    times = {}
+    for overlap in (False, True):
+        prefix = str(tmp_path / f"o{overlap}")
+        generate_traces(MOE, plan, prefix, options=TrainingOptions(moe_a2a_overlap=overlap))
+        net = network_from_dict({"topology": ["Switch"], "npus_count": [4], "bandwidth": [5.0], "latency": [500.0]})
+        system = system_from_dict({**DEFAULT_SYSTEM, "roofline-enabled": 1})
+        times[overlap] = simulate(prefix, net, system, device="H100", comm_streams="communicator").finish_ns
+    assert times[True] < times[False]
+
+
+@pytest.mark.parametrize(("model", "plan", "says"), [
+    (SMALL, ParallelPlan(dp=2), "ep > 1"),
+    (MOE, ParallelPlan(dp=2, pp=2, ep=2, num_micro_batches=2), "virtual pipeline stages"),
+    (MOE, ParallelPlan(dp=2, ep=2, recompute="full"), "full recompute")])
+def test_ep_overlap_refuses_what_megatron_refuses(model: ModelConfig, plan: ParallelPlan, says: str) -> None:
+    with pytest.raises(InputError, match=says):
+        build_programs(model, plan, TrainingOptions(moe_a2a_overlap=True))
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.sampled_from([1, 2]), st.sampled_from([1, 2, 4]), st.sampled_from([1, 2]), st.booleans(), st.booleans())
+def test_ep_overlap_pipelines_finish(tp: int, pp: int, vp_per_pp: int, rendezvous: bool, streams: bool) -> None:
+    """Overlapped forward/backward pairs on interleaved pipelines, with tensor parallelism, one communication slot
+    per rank (ASTRA-sim's) or one per communicator, eager or rendezvous sends: every generated iteration runs to its
+    end, its nodes all done (a deadlock would stop it early with an error)."""
+    vp = 1 if pp == 1 else 2 * vp_per_pp
+    model = replace(MOE, num_layers=pp * vp)
+    plan = ParallelPlan(tp=tp, pp=pp, vp=vp, dp=2, ep=2, num_micro_batches=2 * pp, sequence_parallel=tp > 1)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        generate_traces(model, plan, folder + "/t", options=TrainingOptions(moe_a2a_overlap=True))
+        network = network_from_dict({"topology": ["Ring"], "npus_count": [tp * pp * 2], "bandwidth": [50.0],
+                                     "latency": [500.0]})
+        system = system_from_dict({**DEFAULT_SYSTEM, "roofline-enabled": 1})
+        result = simulate(folder + "/t", network, system, device="H100", rendezvous=rendezvous,
+                          comm_streams="communicator" if streams else "single")
+    assert result.finish_ns > 0 and all(r.finish_ns > 0 for r in result.ranks)

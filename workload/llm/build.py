@@ -8,20 +8,27 @@ from the previous stage (the first stage embeds the tokens instead), runs the ch
 and the loss); a backward runs the reverse. With virtual stages the last stage's chunk c sends to the first
 stage's chunk c + 1. Gradient and parameter communication is workload/llm/gradients.py's, the iteration's
 tail workload/llm/tail.py's.
+
+With the EP A2A overlap (``moe_a2a_overlap``, Megatron-Core's combined 1F1B) each forward of the steady phase and
+the backward after it are emitted together, a layer of each at a time in Megatron-Core's order, so that on the one
+compute stream one pass's experts and attention run while the other's all-to-alls are in flight.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 from workload.collector import collector_paused
+from workload.errors import InputError
 from workload.llm import costs
 from workload.llm.costs import Kernel
 from workload.llm.gradients import GradientSync
-from workload.llm.layers import LayerPasses
+from workload.llm.layers import B_COMBINE, B_DISPATCH, B_MLP, F_COMBINE, F_DISPATCH, F_PRE, LayerPasses, run_steps
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 from workload.llm.program import Op, Program, StageProgram
-from workload.llm.schedules import one_f_one_b, stage_receive_points, stage_schedule
+from workload.llm.schedules import merged_pairs, one_f_one_b, stage_receive_points, stage_schedule
 from workload.llm.sizes import StageSizes
 from workload.llm.tail import IterationTail
 from workload.llm.tensor_parallel import TensorParallel
@@ -30,6 +37,7 @@ from workload.schema import CollectiveType
 __all__ = ["Kernel", "Op", "StageProgram", "build_programs", "one_f_one_b"]
 
 AR = CollectiveType.ALL_REDUCE
+F_NEXT, F_LAST, B_NEXT, B_LAST = "f_next", "f_last", "b_next", "b_last"  # a layer comes; the last one is done
 LOSS_REDUCE_BYTES_PER_TOKEN = 3 * 4  # vocabulary-parallel cross-entropy: max, sum of exp, target logit (fp32)
 
 
@@ -37,8 +45,27 @@ def build_programs(model: ModelConfig, plan: ParallelPlan, options: TrainingOpti
                    ) -> list[StageProgram]:
     """The program of every pipeline stage (plan and model already validated)."""
     options = options or TrainingOptions()
+    if options.moe_a2a_overlap:
+        check_ep_overlap(model, plan)
     with collector_paused():
         return [_StageBuilder(model, plan, options, s).build() for s in range(plan.pp)]
+
+
+def check_ep_overlap(model: ModelConfig, plan: ParallelPlan) -> None:
+    """Megatron-Core's conditions for the EP A2A overlap (TransformerConfig.__post_init__)."""
+    if not model.is_moe or plan.ep < 2:
+        raise InputError("moe_a2a_overlap overlaps the expert-parallel all-to-alls: it needs a mixture-of-experts "
+                         f"model with ep > 1 (got {model.num_experts} experts, ep {plan.ep})")
+    if plan.pp > 1 and plan.vp == 1:
+        raise InputError("moe_a2a_overlap with pipeline parallelism needs virtual pipeline stages (vp > 1), as "
+                         "Megatron-Core requires")
+    if plan.recompute_mode == "full":
+        raise InputError("moe_a2a_overlap cannot run with full recompute (Megatron-Core refuses it)")
+
+
+def until(steps: Generator[str, None, None], *labels: str) -> str | None:
+    """Run a pass until it yields one of ``labels``: that label, or None once it has run to its end."""
+    return next((got for got in steps if got in labels), None)
 
 
 def stage_group_kinds(model: ModelConfig, plan: ParallelPlan, options: TrainingOptions, stage: int) -> set[str]:
@@ -67,6 +94,7 @@ class _StageBuilder:
         self.tp = TensorParallel(self.prog, self.z, plan.tp, options.tp_comm_overlap)
         self.layers = LayerPasses(self.prog, self.z, model, plan, self.tp, self.grads)
         self.tail = IterationTail(self.prog, model, plan, options)
+        self.ep_overlap = options.moe_a2a_overlap
         self.replicated = sum(map(len, self.chunk_layers)) * self.grads.layer.replicated + (
             model.norm_params() if self.last else 0)
 
@@ -95,16 +123,27 @@ class _StageBuilder:
     # --- passes --------------------------------------------------------------------------------------
     def build(self) -> StageProgram:
         self.grads.start()
-        steps = (self.p.pp, self.stage, self.p.num_micro_batches, self.vp, self.p.group_size)
+        steps = (self.p.pp, self.stage, self.p.num_micro_batches, self.vp, self.p.group_size, self.ep_overlap)
         posted_after = stage_receive_points(*steps)
+        order = stage_schedule(*steps)
+        together = merged_pairs(order) if self.ep_overlap else [False] * len(order)
         step_ends: list[int] = []  # the last compute node after each step
-        for i, (kind, mb, chunk) in enumerate(stage_schedule(*steps)):
+        pending: Generator[str, None, None] | None = None  # a forward waiting to run with the backward after it
+
+        def recv_deps(i: int) -> list[int] | None:
             j = posted_after[i]  # posted after the step before: after whatever compute precedes the receive
-            recv_deps = None if j == i - 1 else [step_ends[j]] if step_ends[j] else []
-            if kind == "F":
-                self._forward(mb, chunk, recv_deps)
+            return None if j == i - 1 else [step_ends[j]] if step_ends[j] else []
+
+        for i, (kind, mb, chunk) in enumerate(order):
+            if kind == "F" and together[i]:
+                pending = self._forward_steps(mb, chunk, recv_deps(i))
+                continue
+            if pending is not None:  # this backward runs with the forward before it
+                self._together(pending, self._backward_steps(mb, chunk, recv_deps(i)))
+                pending = None
+                step_ends.append(self.prog.last_compute)  # the forward's step ends with it
             else:
-                self._backward(mb, chunk, recv_deps)
+                run_steps((self._forward_steps if kind == "F" else self._backward_steps)(mb, chunk, recv_deps(i)))
             step_ends.append(self.prog.last_compute)
         self._step()
         layers: range | tuple[int, ...] = self.chunk_layers[0] if self.vp == 1 else tuple(
@@ -117,7 +156,37 @@ class _StageBuilder:
             return posted_after
         return [self.prog.last_compute] if self.prog.last_compute else []
 
-    def _forward(self, mb: int, chunk: int, recv_deps: list[int] | None) -> None:
+    def _together(self, fwd: Generator[str, None, None], bwd: Generator[str, None, None]) -> None:
+        """One micro-batch's forward and another's backward as Megatron-Core's combined 1F1B runs them with EP A2A
+        overlap (model_chunk_schedule_plan.py): the forward's start, the backward's start, then per pair of
+        layers the backward's combine exchange beside the forward's attention and routing, the forward's dispatch
+        beside the backward's experts, the backward's dispatch beside the forward's experts, the forward's combine
+        beside the backward's routing and attention (the unpermutation after it, as the combine runs it on the
+        communication stream); layers left in one pass run alone; the forward's end, the backward's."""
+        f, b = until(fwd, F_NEXT, F_LAST), until(bwd, B_NEXT, B_LAST)
+        while f == F_NEXT or b == B_NEXT:
+            in_f, in_b = f == F_NEXT, b == B_NEXT
+            if in_b:
+                until(bwd, B_COMBINE)
+            if in_f:
+                until(fwd, F_PRE)
+            if in_b:
+                until(bwd, B_MLP)
+            if in_f:
+                until(fwd, F_DISPATCH)
+            if in_b:
+                until(bwd, B_DISPATCH)
+            if in_f:
+                until(fwd, F_COMBINE)  # the experts, then the combine's exchange
+            if in_b:
+                b = until(bwd, B_NEXT, B_LAST)  # beside the combine: the routing and attention gradients
+            if in_f:
+                f = until(fwd, F_NEXT, F_LAST)  # the unpermutation after the combine
+        run_steps(fwd)
+        run_steps(bwd)
+
+    def _forward_steps(self, mb: int, chunk: int, recv_deps: list[int] | None) -> Generator[str, None, None]:
+        """A forward pass; yields F_NEXT before each layer, its layers' pieces, F_LAST after the last layer."""
         pre, prog, z = f"mb{mb}.fwd.", self.prog, self.z
         names = self._names(mb, chunk, "fwd")
         embeds, heads = self._holds(chunk)
@@ -135,9 +204,11 @@ class _StageBuilder:
             x = prog.p2p(names + "recv_activation", False, -1, self._tag(False, chunk, mb), z.act_local_bytes,
                          self._recv_deps(recv_deps), "fwd")
         for layer in self.chunk_layers[chunk]:
+            yield F_NEXT
             if mb == 0:
                 x = x + self.grads.first_use(f"layer{layer}")
-            x = self.layers.forward(f"{pre}layer{layer}.", x, "fwd", layer, first_micro_batch=mb == 0)
+            x = yield from self.layers.forward_steps(f"{pre}layer{layer}.", x, "fwd", layer, first_micro_batch=mb == 0)
+        yield F_LAST
         if heads:
             if embeds and mb == 0 and self.grads.mode == "bucket":
                 x = x + self.grads.first_use("root", "lm_head")
@@ -153,7 +224,8 @@ class _StageBuilder:
             prog.p2p(names + "send_activation", True, +1, self._tag(False, to_chunk, mb), z.act_local_bytes, x,
                      "fwd")
 
-    def _backward(self, mb: int, chunk: int, recv_deps: list[int] | None) -> None:
+    def _backward_steps(self, mb: int, chunk: int, recv_deps: list[int] | None) -> Generator[str, None, None]:
+        """A backward pass; yields B_NEXT before each layer, its layers' pieces, B_LAST after the last layer."""
         pre, prog, z, grads = f"mb{mb}.bwd.", self.prog, self.z, self.grads
         names = self._names(mb, chunk, "bwd")
         embeds, heads = self._holds(chunk)
@@ -174,8 +246,10 @@ class _StageBuilder:
             g = prog.p2p(names + "recv_gradient", False, +1, self._tag(True, chunk, mb), z.act_local_bytes,
                          self._recv_deps(recv_deps), "bwd")
         for layer in reversed(self.chunk_layers[chunk]):
-            g = self.layers.backward(f"{pre}layer{layer}.", g, f"layer{layer}", mb, layer)
+            yield B_NEXT
+            g = yield from self.layers.backward_steps(f"{pre}layer{layer}.", g, f"layer{layer}", mb, layer)
             grads.after_backward(f"layer{layer}", g, mb)
+        yield B_LAST
         if embeds:
             g = self.tp.gather(pre + "embedding_grad", g, "bwd", gemm_input=False)
             g = prog.compute(pre + "embedding", z.embed[1], g, "bwd")

@@ -140,6 +140,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="the expert-parallel exchange: alltoall (Megatron-Core's alltoall dispatcher: a token once per "
                         "chosen expert) or flex (DeepEP/HybridEP: once per destination rank, combined on the expert "
                         "side)")
+    t.add_argument("--moe-a2a-overlap", action="store_true",
+                   help="Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm): each steady-state "
+                        "forward runs layer by layer with the next backward, one's all-to-alls beside the other's "
+                        "compute (needs --ep > 1, and --vp > 1 with --pp > 1)")
     t.add_argument("--host-cpu", choices=HOST_CPUS,
                    help="model the host issuing the kernels on this CPU (grace: GB200/GB300 nodes): each block of "
                         "a layer ends no earlier than the framework's calls issuing it (workload/llm/host.py)")
@@ -245,7 +249,8 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               cross_entropy=args.cross_entropy,
                               iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync,
-                              moe_dispatcher=args.moe_dispatcher, host_cpu=args.host_cpu,
+                              moe_dispatcher=args.moe_dispatcher, moe_a2a_overlap=args.moe_a2a_overlap,
+                              host_cpu=args.host_cpu,
                               cuda_graph_scope=args.cuda_graph_scope)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
     return options

@@ -16,7 +16,8 @@ its communication), "selective" only the attention core (Korthikanti et al.), ri
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import Any
 
 from workload.llm import costs
 from workload.llm.attention import Attention
@@ -30,6 +31,22 @@ from workload.llm.tensor_parallel import TensorParallel
 from workload.schema import CollectiveType
 
 A2A, AG, RS = CollectiveType.ALL_TO_ALL, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
+# Where a layer pass pauses for Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm), which runs
+# one micro-batch's layer forward and another's layer backward together (workload/llm/build.py): a forward yields
+# before its dispatch, after it, after the experts and after its combine; a backward after its combine's gradient
+# exchange, after the experts' gradients and after the dispatch's gradient exchange.
+F_PRE, F_DISPATCH, F_MLP, F_COMBINE = "f_pre", "f_dispatch", "f_mlp", "f_combine"
+B_COMBINE, B_MLP, B_DISPATCH = "b_combine", "b_mlp", "b_dispatch"
+Steps = Generator[str, None, list[int]]
+
+
+def run_steps(steps: Generator[str, None, Any]) -> Any:
+    """Run a pass's pieces one after the other; its result."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
 
 
 class LayerPasses:
@@ -50,6 +67,13 @@ class LayerPasses:
         """``pre`` is the node name prefix (e.g. "mb0.fwd.layer3."), ``layer`` the layer's index in the model,
         ``first_micro_batch``: the iteration's first forward of the layer (low-precision weights are quantized
         there, then cached); returns the layer output's node."""
+        return run_steps(self.forward_steps(pre, x, phase, layer, first_micro_batch))
+
+    def forward_steps(self, pre: str, x: list[int], phase: str, layer: int = 0, first_micro_batch: bool = False
+                      ) -> Steps:
+        """``forward`` in the pieces Megatron-Core's EP A2A overlap interleaves with another micro-batch's backward:
+        yields F_PRE (before the dispatch), F_DISPATCH, F_MLP (the experts done), F_COMBINE; returns the output's
+        node."""
         c, z = self.prog.compute, self.z
         self.tp.cast_weights = first_micro_batch
         if phase == "fwd":
@@ -66,12 +90,16 @@ class LayerPasses:
             issued = self._issue(pre + "mlp_issue", phase, lambda h: h.mlp(False))
         x = c(pre + "mlp_norm", z.norm[0], x, phase)
         if self.m.is_moe:
-            x = self._moe_forward(pre, x, phase, issued)
+            x = yield from self._moe_forward(pre, x, phase, issued)
         else:
+            yield F_PRE
+            yield F_DISPATCH
             x = self.tp.column_forward(pre, "mlp", z.mlp_in, x, phase)
             x = c(pre + "activation", z.act[0], x, phase)
             x = self.tp.row_forward(pre, "mlp", z.mlp_out, x, phase)
             self.prog.issued(issued)
+            yield F_MLP
+            yield F_COMBINE
         if phase == "fwd":
             self.grads.unit_end()
         return x
@@ -82,7 +110,7 @@ class LayerPasses:
         host = self.z.host
         return None if host is None else self.prog.issue(name, cost(host), phase, waits_for)
 
-    def _moe_forward(self, pre: str, x: list[int], phase: str, routing_issued: int | None) -> list[int]:
+    def _moe_forward(self, pre: str, x: list[int], phase: str, routing_issued: int | None) -> Steps:
         c, z, coll = self.prog.compute, self.z, self.prog.coll
         x = c(pre + "router", z.router.forward(), x, phase)
         x = c(pre + "permute", self.permute[0], x, phase)
@@ -91,7 +119,9 @@ class LayerPasses:
             x = coll(pre + "dispatch_counts_allgather", "ep", AG, z.count_bytes, x, phase)
         issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False),
                              x if z.moe_host_sync else None)
+        yield F_PRE
         x = coll(pre + "dispatch_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
+        yield F_DISPATCH
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
         x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
@@ -100,26 +130,36 @@ class LayerPasses:
         if z.expert_gather:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
+        yield F_MLP
         x = coll(pre + "combine_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
+        yield F_COMBINE
         x = c(pre + "unpermute", self.unpermute[0], x, phase)
         self.prog.issued(issued)
         return x if z.sp else self.tp.reduce(pre + "mlp", x, phase)
 
     def backward(self, pre: str, g: list[int], unit: str, micro_batch: int, layer: int = 0) -> list[int]:
         """The layer's backward (after its recompute); returns its input gradient's node."""
+        return run_steps(self.backward_steps(pre, g, unit, micro_batch, layer))
+
+    def backward_steps(self, pre: str, g: list[int], unit: str, micro_batch: int, layer: int = 0) -> Steps:
+        """``backward`` in the pieces the EP A2A overlap interleaves: yields B_COMBINE (the combine's gradient
+        exchange issued), B_MLP (the experts' gradients done), B_DISPATCH, returns the input gradient's node."""
         c, z, ready = self.prog.compute, self.z, self.grads.tensor_ready
         g = g + self.grads.gather(pre[:-1], "layer", "bwd")
         if self.recompute == "full":
             self.forward(pre.replace(".bwd.", ".recompute."), g, "recompute", layer)
         if self.m.is_moe:
-            g, issued = self._moe_backward(pre, g, unit, micro_batch)
+            g, issued = yield from self._moe_backward(pre, g, unit, micro_batch)
         else:
+            yield B_COMBINE
             issued = self._issue(pre + "mlp_issue_bwd", "bwd", lambda h: h.mlp(True))
             dx = self.tp.row_backward(pre, "mlp_grad", z.mlp_out, g)
             ready(unit, "mlp_out", [self.prog.last_compute], micro_batch)
             dx = c(pre + "activation", z.act[1], dx, "bwd")
             dx_in = self.tp.column_backward(pre, "mlp_input", z.mlp_in, dx)
             ready(unit, "mlp_in", [self.prog.last_compute], micro_batch)
+            yield B_MLP
+            yield B_DISPATCH
             g = self.tp.reduce(pre + "mlp_grad", dx_in, "bwd", bulk=True)
         g = c(pre + "mlp_norm", z.norm[1], g, "bwd")
         self.prog.issued(issued)
@@ -139,7 +179,8 @@ class LayerPasses:
         self.grads.unit_end()
         return g
 
-    def _moe_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> tuple[list[int], int | None]:
+    def _moe_backward(self, pre: str, g: list[int], unit: str, micro_batch: int
+                      ) -> Generator[str, None, tuple[list[int], int | None]]:
         """The MoE block's backward up to the router; returns its gradient and the routing backward's host node
         (the pre-MLP norm's gradient, which the caller adds, closes that block)."""
         c, z, coll, ready = self.prog.compute, self.z, self.prog.coll, self.grads.tensor_ready
@@ -147,6 +188,7 @@ class LayerPasses:
         issued = self._issue(pre + "expert_issue_bwd", "bwd", lambda h: h.experts(z.local_experts, True))
         g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
         g = coll(pre + "combine_grad_alltoall", "ep", A2A, z.dispatch_bytes, g, "bwd")
+        yield B_COMBINE
         if z.expert_gather:
             g = coll(pre + "expert_grad_allgather", "etp", AG, z.expert_gather_bytes, g, "bwd")
         g = self.tp.quantized(pre, z.mlp_out, "grad", g, "bwd")
@@ -158,9 +200,11 @@ class LayerPasses:
         dx_in = c(pre + z.mlp_in.name + "_dgrad", z.mlp_in.dgrad(), dx, "bwd")
         c(pre + z.mlp_in.name + "_wgrad", z.mlp_in.wgrad(), dx, "bwd")
         ready(unit, "expert_in", [self.prog.last_compute], micro_batch)
+        yield B_MLP
         if z.expert_gather:
             dx_in = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, dx_in, "bwd")
         g = coll(pre + "dispatch_grad_alltoall", "ep", A2A, z.dispatch_bytes, dx_in, "bwd")
+        yield B_DISPATCH
         g = c(pre + "permute", self.permute[1], g, "bwd")
         self.prog.issued(issued)
         issued = self._issue(pre + "route_issue_bwd", "bwd", lambda h: h.routing(True, False))

@@ -61,6 +61,11 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   the experts a token reaches ep x (1 - C(E - E/ep, k) / C(E, k)) of the ep ranks. Timed as the NCCL all-to-all of
   those bytes (the kernels' own speed is not modelled, nor their inter-node path, which sends a token once per
   destination node and forwards it over NVLink: here each destination rank's copy crosses the network).
+- ``moe_a2a_overlap`` (False): Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm,
+  Megatron-Bridge's moe_a2a_overlap): one more warm-up forward, then each forward of the steady phase runs
+  together with the backward after it, layer by layer, so that one's expert-parallel exchanges run beside the
+  other's computation (workload/llm/build.py). Needs expert parallelism, virtual pipeline stages when pp > 1, and
+  no full recompute (Megatron-Core's conditions).
 - ``cuda_graph_scope`` (""): what CUDA graphs capture, Megatron-Core's names separated by commas (``attn``,
   ``mlp``, ``moe_router``, ``moe_preprocess``, ``full``, ``full_iteration``): a captured block costs the host one
   graph launch instead of its calls. Only with the host model.
@@ -107,6 +112,7 @@ class TrainingOptions:
     dataloader_wait_us: int = 0
     moe_host_sync: bool = False
     moe_dispatcher: str = "alltoall"
+    moe_a2a_overlap: bool = False
     host_cpu: str | None = None
     cuda_graph_scope: str = ""
 

@@ -27,10 +27,10 @@ from __future__ import annotations
 Step = tuple[str, int, int]  # ("F" | "B", micro-batch, model chunk)
 
 
-def one_f_one_b(num_stages: int, stage: int, num_micro_batches: int) -> list[tuple[str, int]]:
-    """The non-interleaved 1F1B order of ("F" | "B", micro-batch): pp - stage - 1 warm-up forwards, then
-    alternating forward/backward, then the remaining backwards."""
-    warmup = min(num_stages - stage - 1, num_micro_batches)
+def one_f_one_b(num_stages: int, stage: int, num_micro_batches: int, extra_warmup: int = 0) -> list[tuple[str, int]]:
+    """The non-interleaved 1F1B order of ("F" | "B", micro-batch): pp - stage - 1 (+ ``extra_warmup``) warm-up
+    forwards, then alternating forward/backward, then the remaining backwards."""
+    warmup = min(num_stages - stage - 1 + extra_warmup, num_micro_batches)
     order = [("F", m) for m in range(warmup)]
     for i in range(num_micro_batches - warmup):
         order += [("F", warmup + i), ("B", i)]
@@ -47,15 +47,17 @@ def schedule_table(num_micro_batches: int, num_chunks: int, group: int) -> list[
     return table
 
 
-def _interleaved_warmup(num_stages: int, stage: int, total: int, num_chunks: int, group: int) -> int:
-    return min((num_stages - stage - 1) * 2 + (num_chunks - 1) * group, total)
+def _interleaved_warmup(num_stages: int, stage: int, total: int, num_chunks: int, group: int,
+                        extra: int = 0) -> int:
+    return min((num_stages - stage - 1) * 2 + (num_chunks - 1) * group + extra, total)
 
 
-def interleaved(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int, group: int) -> list[Step]:
+def interleaved(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int, group: int,
+                extra_warmup: int = 0) -> list[Step]:
     """Megatron-LM's interleaved 1F1B order of stage ``stage``."""
     table = schedule_table(num_micro_batches, num_chunks, group)
     total = len(table)
-    warmup = _interleaved_warmup(num_stages, stage, total, num_chunks, group)
+    warmup = _interleaved_warmup(num_stages, stage, total, num_chunks, group, extra_warmup)
 
     def forward(k: int) -> Step:
         mb, chunk = table[k]
@@ -73,11 +75,15 @@ def interleaved(num_stages: int, stage: int, num_micro_batches: int, num_chunks:
 
 
 def stage_schedule(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int = 1,
-                   group: int | None = None) -> list[Step]:
-    """The order of stage ``stage``: interleaved with more than one chunk, else 1F1B (chunk 0)."""
+                   group: int | None = None, ep_overlap: bool = False) -> list[Step]:
+    """The order of stage ``stage``: interleaved with more than one chunk, else 1F1B (chunk 0). With
+    ``ep_overlap`` (Megatron-Core's EP A2A overlap) one more warm-up forward, so that every forward of the steady
+    phase can run together with the backward after it (combined_1f1b)."""
+    extra = 1 if ep_overlap else 0
     if num_chunks == 1:
-        return [(kind, mb, 0) for kind, mb in one_f_one_b(num_stages, stage, num_micro_batches)]
-    return interleaved(num_stages, stage, num_micro_batches, num_chunks, num_stages if group is None else group)
+        return [(kind, mb, 0) for kind, mb in one_f_one_b(num_stages, stage, num_micro_batches, extra)]
+    return interleaved(num_stages, stage, num_micro_batches, num_chunks, num_stages if group is None else group,
+                       extra)
 
 
 def receive_points(order: list[Step], warmup: int, interleaved_schedule: bool) -> list[int]:
@@ -94,10 +100,18 @@ def receive_points(order: list[Step], warmup: int, interleaved_schedule: bool) -
 
 
 def stage_receive_points(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int = 1,
-                         group: int | None = None) -> list[int]:
+                         group: int | None = None, ep_overlap: bool = False) -> list[int]:
     """``receive_points`` of ``stage_schedule``'s order."""
-    order = stage_schedule(num_stages, stage, num_micro_batches, num_chunks, group)
+    order = stage_schedule(num_stages, stage, num_micro_batches, num_chunks, group, ep_overlap)
+    extra = 1 if ep_overlap else 0
     if num_chunks == 1:
-        return receive_points(order, min(num_stages - stage - 1, num_micro_batches), False)
+        return receive_points(order, min(num_stages - stage - 1 + extra, num_micro_batches), False)
     group = num_stages if group is None else group
-    return receive_points(order, _interleaved_warmup(num_stages, stage, len(order) // 2, num_chunks, group), True)
+    return receive_points(order, _interleaved_warmup(num_stages, stage, len(order) // 2, num_chunks, group, extra),
+                          True)
+
+
+def merged_pairs(order: list[Step]) -> list[bool]:
+    """For each step: whether it is a forward that runs together with the backward right after it (the steady
+    phase of the EP A2A overlap's combined 1F1B)."""
+    return [kind == "F" and i + 1 < len(order) and order[i + 1][0] == "B" for i, (kind, _, _) in enumerate(order)]
