@@ -33,9 +33,9 @@ from workload.schema import CollectiveType
 A2A, AG, RS = CollectiveType.ALL_TO_ALL, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
 # Where a layer pass pauses for Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm), which runs
 # one micro-batch's layer forward and another's layer backward together (workload/llm/build.py): a forward yields
-# before its dispatch, after it, after the experts and after its combine; a backward after its combine's gradient
+# before its dispatch, after it and after its combine (the experts before it); a backward after its combine's gradient
 # exchange, after the experts' gradients and after the dispatch's gradient exchange.
-F_PRE, F_DISPATCH, F_MLP, F_COMBINE = "f_pre", "f_dispatch", "f_mlp", "f_combine"
+F_PRE, F_DISPATCH, F_COMBINE = "f_pre", "f_dispatch", "f_combine"
 B_COMBINE, B_MLP, B_DISPATCH = "b_combine", "b_mlp", "b_dispatch"
 Steps = Generator[str, None, list[int]]
 
@@ -72,8 +72,8 @@ class LayerPasses:
     def forward_steps(self, pre: str, x: list[int], phase: str, layer: int = 0, first_micro_batch: bool = False
                       ) -> Steps:
         """``forward`` in the pieces Megatron-Core's EP A2A overlap interleaves with another micro-batch's backward:
-        yields F_PRE (before the dispatch), F_DISPATCH, F_MLP (the experts done), F_COMBINE; returns the output's
-        node."""
+        yields F_PRE (before the dispatch), F_DISPATCH, F_COMBINE (the experts and the combine's exchange
+        issued); returns the output's node."""
         c, z = self.prog.compute, self.z
         self.tp.cast_weights = first_micro_batch
         if phase == "fwd":
@@ -98,7 +98,6 @@ class LayerPasses:
             x = c(pre + "activation", z.act[0], x, phase)
             x = self.tp.row_forward(pre, "mlp", z.mlp_out, x, phase)
             self.prog.issued(issued)
-            yield F_MLP
             yield F_COMBINE
         if phase == "fwd":
             self.grads.unit_end()
@@ -130,7 +129,6 @@ class LayerPasses:
         if z.expert_gather:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
-        yield F_MLP
         x = coll(pre + "combine_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
         yield F_COMBINE
         x = c(pre + "unpermute", self.unpermute[0], x, phase)
