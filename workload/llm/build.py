@@ -126,7 +126,7 @@ class _StageBuilder:
         steps = (self.p.pp, self.stage, self.p.num_micro_batches, self.vp, self.p.group_size, self.ep_overlap)
         posted_after = stage_receive_points(*steps)
         order = stage_schedule(*steps)
-        together = merged_pairs(order) if self.ep_overlap else [False] * len(order)
+        together = merged_pairs(*steps[:-1]) if self.ep_overlap else [False] * len(order)
         step_ends: list[int] = []  # the last compute node after each step
         pending: Generator[str, None, None] | None = None  # a forward waiting to run with the backward after it
 

@@ -99,19 +99,30 @@ def receive_points(order: list[Step], warmup: int, interleaved_schedule: bool) -
     return points
 
 
+def _warmup(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int, group: int | None,
+            ep_overlap: bool) -> int:
+    """Warm-up forwards of ``stage_schedule``'s order."""
+    extra = 1 if ep_overlap else 0
+    if num_chunks == 1:
+        return min(num_stages - stage - 1 + extra, num_micro_batches)
+    group = num_stages if group is None else group
+    return _interleaved_warmup(num_stages, stage, num_micro_batches * num_chunks, num_chunks, group, extra)
+
+
 def stage_receive_points(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int = 1,
                          group: int | None = None, ep_overlap: bool = False) -> list[int]:
     """``receive_points`` of ``stage_schedule``'s order."""
     order = stage_schedule(num_stages, stage, num_micro_batches, num_chunks, group, ep_overlap)
-    extra = 1 if ep_overlap else 0
-    if num_chunks == 1:
-        return receive_points(order, min(num_stages - stage - 1 + extra, num_micro_batches), False)
-    group = num_stages if group is None else group
-    return receive_points(order, _interleaved_warmup(num_stages, stage, len(order) // 2, num_chunks, group, extra),
-                          True)
+    warmup = _warmup(num_stages, stage, num_micro_batches, num_chunks, group, ep_overlap)
+    return receive_points(order, warmup, num_chunks > 1)
 
 
-def merged_pairs(order: list[Step]) -> list[bool]:
-    """For each step: whether it is a forward that runs together with the backward right after it (the steady
-    phase of the EP A2A overlap's combined 1F1B)."""
-    return [kind == "F" and i + 1 < len(order) and order[i + 1][0] == "B" for i, (kind, _, _) in enumerate(order)]
+def merged_pairs(num_stages: int, stage: int, num_micro_batches: int, num_chunks: int = 1, group: int | None = None
+                 ) -> list[bool]:
+    """For each step of the EP A2A overlap's order: whether it is a forward of the steady phase, which runs together
+    with the backward right after it (combined_1f1b); warm-up forwards run alone, even the last one before the
+    backwards when every forward is a warm-up one."""
+    order = stage_schedule(num_stages, stage, num_micro_batches, num_chunks, group, True)
+    warmup = _warmup(num_stages, stage, num_micro_batches, num_chunks, group, True)
+    return [kind == "F" and i >= warmup and i + 1 < len(order) and order[i + 1][0] == "B"
+            for i, (kind, _, _) in enumerate(order)]
