@@ -13,10 +13,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from workload.errors import ConfigError
 from workload.files import read_yaml
+from workload.llm.options import MOE_DISPATCHERS
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table source -> its framework's recipes
+KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
+        "moe_a2a_overlap"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +37,12 @@ class Recipe:
 def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
     data: dict[str, Any] = read_yaml(str(RECIPES_DIR / file), "framework recipes")
     out = {}
-    for r in data["recipes"]:
+    for n, r in enumerate(data["recipes"], 1):
+        unknown = sorted(set(r) - KEYS)
+        if unknown or str(r.get("moe_dispatcher", "alltoall")).split("-")[0] not in MOE_DISPATCHERS:
+            raise ConfigError(f"{RECIPES_DIR / file}: recipe {n} ({r.get('release')} {r.get('model')} {r.get('gpu')}): "
+                              f"unknown key(s) {', '.join(unknown) or '-'} or moe_dispatcher "
+                              f"{r.get('moe_dispatcher')!r}; valid keys: {', '.join(sorted(KEYS))}")
         release = data["releases"][r["release"]]
         where = f"{data['framework']} {r['release']} recipe ({release['ref']} @{str(release['commit'])[:8]})"
         key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))

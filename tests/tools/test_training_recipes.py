@@ -6,10 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from simulator.tools.training_layout import READY, plan_row
 from simulator.tools.training_recipes import RECIPES_DIR, _recipes, recipe_for
 from simulator.tools.training_table import read_tables
 from tests.tools.test_validate_training import row
+from workload.errors import ConfigError
 from workload.files import read_yaml
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "reference" / "hardware" / "training"
@@ -91,3 +94,19 @@ def test_ep_overlap_needs_virtual_stages_with_a_pipeline() -> None:
     without = plan_row(row({**qwen, "row_id": "no_vp", "VP": "1"}))
     assert "moe_a2a_overlap" not in without.spec
     assert any("EP A2A overlap" in n and "runs without" in n for n in without.notes)
+
+
+def test_a_misspelled_recipe_key_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in the recipes file must not silently turn a setting off."""
+    import simulator.tools.training_recipes as recipes
+
+    text = (RECIPES_DIR / "megatron_bridge.yml").read_text()
+    text = text.replace("moe_a2a_overlap: true", "moe_a2a_overlpa: true", 1)
+    (tmp_path / "megatron_bridge.yml").write_text(text)
+    monkeypatch.setattr(recipes, "RECIPES_DIR", tmp_path)
+    _recipes.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="moe_a2a_overlpa"):
+            _recipes("megatron_bridge.yml")
+    finally:
+        _recipes.cache_clear()
