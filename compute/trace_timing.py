@@ -21,7 +21,7 @@ from workload.schema import NodeType
 
 REPLAY = -1  # the node's time: its recorded duration
 INT_KEYS = ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_streams", "attn_batch", "attn_heads", "attn_kv_heads",
-            "attn_head_dim", "attn_seq_q", "attn_seq_kv")
+            "attn_head_dim", "attn_seq_q", "attn_seq_kv", "attn_window")
 BOOL_KEYS = ("attn_causal", "attn_backward", "attn_flash")
 
 

@@ -12,6 +12,7 @@ import yaml
 
 from compute.devices import device
 from compute.kernels import KernelModel
+from compute.shapes import AttentionShape, OpShape
 from simulator.api import simulate as api_simulate
 from tests.conftest import run_cli, simulate
 from workload.llm.build import build_programs
@@ -189,3 +190,31 @@ def test_ranks_read_as_variants_of_one_trace_run_under_the_kernel_model(tmp_path
                          collective_model="nccl", hw_profile="hgx-h100", engine=engine)
             for engine in ("auto", "message")]
     assert runs[0].ranks == runs[1].ranks and runs[0].ranks[0].finish_ns > 0
+
+
+def test_a_sliding_window_layer_is_timed_by_its_window(tmp_path: Path) -> None:
+    """Every attention node of a run is timed as the kernel model times its trace shape, the window included: a
+    sliding-window layer (GPT-OSS alternates them with full ones) costs its window's key blocks, not a full
+    layer's (the window attribute once got lost on its way from the trace to the model)."""
+    done = run_cli("trace", "generate", "llm", "--layers", "2", "--hidden", "1024", "--heads", "8", "--kv-heads", "2",
+                   "--ffn-hidden", "3584", "--vocab", "32000", "--seq-len", "4096", "--window-size", "128",
+                   "--window-attn-skip-freq", "2", "--tp", "1", "--dp", "2", "--pp", "1", "--npus", "2",
+                   "--global-batch", "2", "--micro-batch-size", "1", "--name", "swa", "--output", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    net = tmp_path / "net.yml"
+    net.write_text("topology: [Switch]\nnpus_count: [2]\nbandwidth: [450]\nlatency: [500]\n")
+    timeline = tmp_path / "timeline.json"
+    done = run_cli("--workload", str(tmp_path / "swa"), "--network", str(net), "--device", "H100", "--compute-model",
+                   "kernels", "--timeline", str(timeline), "--quiet")
+    assert done.returncode == 0, done.stderr
+    events = json.loads(timeline.read_text())
+    spans_us = {e["name"]: e["dur"] for e in (events["traceEvents"] if isinstance(events, dict) else events)
+                if e.get("ph") == "X" and e["name"].endswith(".attention")}
+    model = KernelModel(device("H100"))
+    for layer, window in ((0, 128), (1, 0)):  # layer 0 windowed, layer 1 full
+        for phase, backward in (("fwd", False), ("bwd", True)):
+            shape = OpShape("attention", "bf16", attention=AttentionShape(1, 8, 2, 128, 4096, 4096, causal=True,
+                                                                          backward=backward, window=window))
+            want_us = model.time_ns(shape, 0, 0) / 1e3
+            assert spans_us[f"mb0.{phase}.layer{layer}.attention"] == pytest.approx(want_us, abs=1e-3)
+    assert spans_us["mb0.fwd.layer0.attention"] < spans_us["mb0.fwd.layer1.attention"] / 3
