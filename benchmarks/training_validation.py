@@ -6,8 +6,9 @@ and the plot of predicted vs published step time.
                                              [--save FILE.json] [--resume FILE.json] [--plot docs/FILE.png]
     python benchmarks/training_validation.py --from-json benchmarks/data/training_validation.json [--plot ...]
 
-The run committed in benchmarks/data/training_validation.json (rows that fit the limits of one run here: 150 s of
-CPU, 4 GiB) is what the documentation quotes; ``--from-json`` reprints it without simulating.
+The run committed in benchmarks/data/training_validation.json (rows that fit the limits of one run here: 300 s of
+CPU, three quarters of the machine's 24 GB of memory) is what the documentation quotes; ``--from-json`` reprints it
+without simulating.
 
 Columns: published and predicted step time (s), error = predicted / published - 1, and on the slowest rank the
 shares of the step: GEMMs (mm), attention (at), memory-bound kernels (el), the optimizer step (op), exposed

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
 import resource
 import signal
 import sys
@@ -130,6 +131,16 @@ def _child(conn: Any, memory_bytes: int, cpu_s: float, args: tuple[Any, ...]) ->
         conn.send(f"failed: {type(e).__name__}: {e}")
     finally:
         conn.close()
+
+
+def default_memory_gib() -> float:
+    """Three quarters of this machine's physical memory (GiB, one decimal), what one row's simulation may use by
+    default; 4 where the platform does not say."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        return 4.0
+    return max(1.0, round(0.75 * total / 2**30, 1))
 
 
 def run_limited(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str, label: str,

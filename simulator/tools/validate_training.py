@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from simulator.tools.step_breakdown import PP
-from simulator.tools.step_run import Iteration, check_layout, iteration_nodes, run_limited
+from simulator.tools.step_run import Iteration, check_layout, default_memory_gib, iteration_nodes, run_limited
 from simulator.tools.training_consistency import disagreements, format_disagreements
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, RowPlan, plan_row
 from simulator.tools.training_metrics import METRICS
@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-only", action="store_true", help="only show how each row would be run")
     p.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
                    help="CPU-time limit of each row's simulation (default 600; 0 = none)")
-    p.add_argument("--memory-limit", type=float, default=4.0, metavar="GiB",
-                   help="address-space limit per row's simulation (default 4; 0 = none)")
+    p.add_argument("--memory-limit", type=float, default=None, metavar="GiB",
+                   help="address-space limit per row's simulation (default: three quarters of this machine's "
+                        f"memory, here {default_memory_gib():g}; 0 = none)")
     p.add_argument("--json", metavar="FILE", help="write rows and per-table summaries as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw predicted vs published step time (needs matplotlib)")
     p.add_argument("-v", "--verbose", action="store_true", help="list every row's defaults and notes")
@@ -209,10 +210,13 @@ def draw(path: str, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *, approximate: bool = False,
-                  plan_only: bool = False, time_limit_s: float = 600.0, memory_gib: float = 4.0, quiet: bool = True,
-                  devices: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Plan and (unless ``plan_only``) simulate every row; the report's rows. ``devices`` maps a shipped device
-    name to a device file to use instead (a calibration trying other device-level knobs)."""
+                  plan_only: bool = False, time_limit_s: float = 600.0, memory_gib: float | None = None,
+                  quiet: bool = True, devices: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Plan and (unless ``plan_only``) simulate every row; the report's rows. ``memory_gib`` None: three quarters
+    of the machine's memory. ``devices`` maps a shipped device name to a device file to use instead (a calibration
+    trying other device-level knobs)."""
+    if memory_gib is None:
+        memory_gib = default_memory_gib()
     results = []
     for i, row in enumerate(rows):
         plan = plan_row(row, hw_profile)
@@ -250,7 +254,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     args = build_parser().parse_args(argv)
     if args.plot:
         pyplot("validate-training --plot")  # say it is missing before any work
-    if args.time_limit < 0 or args.memory_limit < 0:
+    if args.time_limit < 0 or (args.memory_limit or 0) < 0:
         raise InputError("--time-limit and --memory-limit must be >= 0")
     rows = read_tables(args.tables)
     if args.rows:
