@@ -17,7 +17,9 @@ Sources (configuration values only; facts, no code taken):
   32/64 heads, 4 key/value heads, head size 128, 128 experts, top-8, expert FFN 768/1536, vocabulary 151,936.
 - GPT-OSS 120B: NVIDIA-NeMo/Megatron-Bridge (Apache-2.0) src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py
   (36 layers, hidden 2880, 64 heads, 8 query groups, head size 64, 128 experts top-4, expert FFN 2880, gated,
-  biases, vocabulary 201,088; sliding-window attention of 128 tokens on every other layer).
+  biases, vocabulary 201,088; sliding-window attention of 128 tokens on every other layer; YaRN RoPE with scaling
+  factor 32, whose concentration factor 0.1 ln 32 + 1 = 1.35 makes Megatron-Core run its unfused RoPE:
+  NVIDIA/Megatron-LM megatron/core/models/common/embeddings/rope_utils.py since "Fixes for gpt-oss", Nov. 2025).
 - Nemotron 3 Nano: a hybrid Mamba-2 / attention / MoE model (NVIDIA model card).
 """
 
@@ -53,7 +55,8 @@ NEMOTRON = Family("Nemotron", {"gated_ffn": False, "tied_embeddings": False, "po
 QWEN3_MOE = Family("Qwen3 MoE", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
                                  "norm": "rmsnorm", "bias": False}, vocab=151936)
 GPT_OSS = Family("GPT-OSS", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
-                             "norm": "rmsnorm", "bias": True, "window_size": 128, "window_attn_skip_freq": 2},
+                             "norm": "rmsnorm", "bias": True, "window_size": 128, "window_attn_skip_freq": 2,
+                             "rope_fused": False},
                  vocab=201088)
 HYBRID_MAMBA = Family("Nemotron-H", {}, needs=("Mamba-2 layers (a hybrid Mamba/attention/MoE model)",),
                       approximable=False)

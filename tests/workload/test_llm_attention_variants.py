@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from compute.devices import device
 from compute.kernels import KernelModel, _key_blocks
 from compute.shapes import AttentionShape, OpShape, shape_from_attributes
-from tests.workload.test_llm import SMALL
+from tests.workload.test_llm import SMALL, SMALL_GPT
 from workload.errors import InputError
 from workload.llm import costs
 from workload.llm.build import build_programs
@@ -160,3 +160,34 @@ def test_unfused_cross_entropy_reads_the_logits_in_fp32_passes() -> None:
     assert [k.flops for k in fused] == [k.flops for k in unfused]
     with pytest.raises(InputError, match="cross_entropy must be one of fused, unfused"):
         TrainingOptions(cross_entropy="te").validate(0, False, 1)
+
+
+def rope_ops(model, plan: ParallelPlan) -> dict[str, costs.Kernel]:
+    plan.validate(model)
+    return {op.name: op.kernel for p in build_programs(model, plan) for op in p.ops if op.name.endswith(".rope")}
+
+
+def test_rope_rotates_each_layers_queries_and_keys_forward_and_backward() -> None:
+    """A RoPE model rotates its queries and keys after the QKV GEMM and their gradients after attention's backward;
+    fused, each element is read and written once (per tensor-parallel rank: its heads, its tokens)."""
+    plan = ParallelPlan(tp=2, num_micro_batches=1)
+    ops = rope_ops(SMALL, plan)
+    assert sorted(ops) == sorted(f"mb0.{phase}.layer{i}.rope" for phase in ("fwd", "bwd") for i in range(4))
+    elements = 64 * (8 + 4) // 2 * 32  # tokens x (query + key heads) / tp x head size
+    assert {k.size_bytes for k in ops.values()} == {2 * elements * 2}
+    assert rope_ops(SMALL_GPT, ParallelPlan(num_micro_batches=1)) == {}  # learned positions: nothing to rotate
+
+
+def test_unfused_rope_moves_more_bytes_and_full_recompute_repeats_it() -> None:
+    """Megatron-Core's unfused RoPE (GPT-OSS's YaRN) moves ROPE_UNFUSED_PASSES / 2 times the fused kernel's
+    bytes for the same FLOPs; selective recompute (the attention core) keeps the rotated tensors, full
+    recompute rotates them again."""
+    plan = ParallelPlan(num_micro_batches=1)
+    fused, unfused = rope_ops(SMALL, plan), rope_ops(replace(SMALL, rope_fused=False), plan)
+    for name, kernel in fused.items():
+        assert unfused[name].size_bytes * 2 == kernel.size_bytes * costs.ROPE_UNFUSED_PASSES
+        assert unfused[name].flops == kernel.flops
+    assert not any(".recompute." in n for n in rope_ops(SMALL, ParallelPlan(num_micro_batches=1,
+                                                                            recompute="selective")))
+    full = rope_ops(SMALL, ParallelPlan(num_micro_batches=1, recompute="full"))
+    assert sum(".recompute." in n for n in full) == SMALL.num_layers

@@ -26,6 +26,8 @@ from compute.shapes import AttentionShape, GemmShape, OpShape, dtype_for_bytes
 
 # Estimated FLOPs per element of the elementwise kernels (forward; backward is BACKWARD_FACTOR times that).
 NORM_FLOPS = {"layernorm": 8, "rmsnorm": 5}  # includes the residual add fused into the norm
+ROPE_FLOPS = 3  # two products and a sum per element
+ROPE_UNFUSED_PASSES = 13  # tensors' worth of bytes read and written by the unfused RoPE (see rope())
 ACTIVATION_FLOPS = {False: 8, True: 5}  # GELU (tanh form) / SwiGLU (SiLU of the gate times the up projection)
 LOSS_FLOPS = 5  # max, subtract, exp, sum, log per logit
 BACKWARD_FACTOR = 2
@@ -153,6 +155,21 @@ def elementwise(name: str, elements: int, flops_per_element: int, tensors_read: 
                      elements * (tensors_read + tensors_written) * dtype_bytes, shape)
     backward = Kernel(name + "_bwd", "elementwise", elements * flops_per_element * BACKWARD_FACTOR,
                       elements * (tensors_written + 2 * tensors_read) * dtype_bytes, shape)
+    return forward, backward
+
+
+def rope(tokens: int, heads: int, kv_heads: int, head_dim: int, dtype_bytes: int, fused: bool = True
+         ) -> tuple[Kernel, Kernel]:
+    """(forward, backward) of the rotary position embedding on a rank's queries and keys (backward: the same
+    rotation on their gradients). Fused (Transformer Engine's kernel): each element read and written once.
+    Unfused (Megatron-Core's PyTorch RoPE, ``t * cos + rotate_half(t) * sin``): the products, the half rotation
+    (negation and concatenation), the sum and the final concatenation read about 7.5 and write 5.5 tensors' worth
+    (ROPE_UNFUSED_PASSES); its autograd backward about the same."""
+    elements = tokens * (heads + kv_heads) * head_dim  # queries and keys (values are not rotated)
+    passes = 2 if fused else ROPE_UNFUSED_PASSES
+    shape = OpShape("elementwise", dtype_for_bytes(dtype_bytes))
+    forward = Kernel("rope", "elementwise", elements * ROPE_FLOPS, elements * passes * dtype_bytes, shape)
+    backward = Kernel("rope_bwd", "elementwise", elements * ROPE_FLOPS, elements * passes * dtype_bytes, shape)
     return forward, backward
 
 

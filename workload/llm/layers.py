@@ -81,6 +81,8 @@ class LayerPasses:
         issued = self._issue(pre + "attn_issue", phase, lambda h: h.attention(False))
         x = c(pre + "attn_norm", z.norm[0], x, phase)
         x = self.tp.column_forward(pre, "attn", z.qkv, x, phase)
+        if z.rope is not None:
+            x = c(pre + "rope", z.rope[0], x, phase)
         x = self.attention.forward(pre, x, phase, self.m.windowed(layer))
         x = self.tp.row_forward(pre, "attn", z.attn_out, x, phase)
         self.prog.issued(issued)
@@ -168,6 +170,8 @@ class LayerPasses:
         if self.recompute == "selective":
             self.attention.forward(pre.replace(".bwd.", ".recompute."), dx, "recompute", self.m.windowed(layer))
         dx = self.attention.backward(pre, dx, self.m.windowed(layer))
+        if z.rope is not None:
+            dx = c(pre + "rope", z.rope[1], dx, "bwd")
         dx_in = self.tp.column_backward(pre, "attn_input", z.qkv, dx)
         ready(unit, "qkv", [self.prog.last_compute], micro_batch)
         g = self.tp.reduce(pre + "attn_grad", dx_in, "bwd", bulk=True)

@@ -42,6 +42,9 @@ class ModelConfig:
     dtype_bytes: int = 2
     window_size: int | None = None  # sliding-window attention: keys a query sees (itself included); None = all
     window_attn_skip_freq: int = 0  # with a window, every N-th layer attends to all keys (Megatron-Core's name)
+    # RoPE as Transformer Engine's fused kernel; False: Megatron-Core's unfused PyTorch RoPE, which it runs for YaRN
+    # with a concentration factor (mscale) other than 1 (GPT-OSS: YaRN factor 32, mscale 1.35)
+    rope_fused: bool = True
 
     def windowed(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) attends through the sliding window: all layers, or (with
@@ -180,7 +183,7 @@ def model_from_dict(data: dict[str, Any], where: str) -> ModelConfig:
     kw = dict(data)
     kw.setdefault("name", "custom")
     for key, value in kw.items():
-        want_bool = key in ("gated_ffn", "tied_embeddings", "bias")
+        want_bool = key in ("gated_ffn", "tied_embeddings", "bias", "rope_fused")
         want_str = key in ("name", "norm", "position_embedding")
         if want_bool and not isinstance(value, bool):
             raise InputError(f"{where}: {key} must be true or false (got {value!r})")

@@ -72,6 +72,7 @@ class StageSizes:
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
         self.attn_out = matmul("attn_out", t, heads * hd, h, d, dtype=low)
+        self.rope = costs.rope(t, heads, kv, hd, d, fused=m.rope_fused) if m.position_embedding == "rope" else None
         in_width = (2 if m.gated_ffn else 1) * f
         if m.is_moe:
             etp = p.expert_tp
