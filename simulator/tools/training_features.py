@@ -44,6 +44,7 @@ FEATURES: dict[str, Feature] = {
     "sequence_parallel": Feature("sequence parallelism", (("sequence_parallel", True),)),
     "full_recompute": Feature("full activation recompute", (("recompute", "full"), ("activation_recompute", True))),
     "selective_recompute": Feature("selective activation recompute (attention core)", (("recompute", "selective"),)),
+    "recompute_modules": Feature("the modules selective recompute runs again", (("recompute_modules", VALUE),)),
     "distributed_optimizer": Feature("distributed optimizer", (("use_distributed_optimizer", True), ("zero", 1))),
     "fsdp": Feature("FSDP (parameters gathered per layer)", (("fsdp", True), ("zero", 3))),
     "fp8": Feature("FP8 GEMMs", (("precision", "fp8"),)),

@@ -129,7 +129,11 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if sp and tp > 1:
         reqs.append(("sequence_parallel", True))
     recompute = row.text("recompute").lower()
-    if not recompute:
+    if not recompute and recipe is not None and recipe.recompute_modules:
+        recompute = "selective"
+        reqs.append(("recompute_modules", recipe.recompute_modules))
+        plan.defaults_used.append(f"selective recompute of {recipe.recompute_modules} ({recipe.where})")
+    elif not recompute:
         recompute = fw.recompute[0]
         plan.defaults_used.append(f"recompute {recompute} ({fw.recompute[1]})")
     if recompute.startswith("selective"):

@@ -20,7 +20,7 @@ from workload.llm.options import MOE_DISPATCHERS
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table source -> its framework's recipes
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
-        "moe_a2a_overlap"}
+        "moe_a2a_overlap", "recompute_modules"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,7 @@ class Recipe:
     moe_token_drop: bool | None  # None: the recipe does not say (a dense model)
     moe_dispatcher: str  # the generator's name ("alltoall", "flex"), "" where the recipe does not say
     moe_a2a_overlap: bool  # Megatron-Core's EP A2A overlap
+    recompute_modules: str  # selective recompute's modules ("layernorm,moe_act"); "" where the recipe sets none
     where: str  # "Megatron-Bridge 26.02.01 recipe (v0.3.1 @9c9dd848)"
 
 
@@ -48,7 +49,7 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))
         dispatcher = str(r.get("moe_dispatcher", "")).split("-")[0]  # flex-hybridep, flex-deepep: the flex one
         out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher,
-                          bool(r.get("moe_a2a_overlap", False)), where)
+                          bool(r.get("moe_a2a_overlap", False)), str(r.get("recompute_modules", "")), where)
     return out
 
 

@@ -110,3 +110,21 @@ def test_a_misspelled_recipe_key_is_an_error(tmp_path: Path, monkeypatch: pytest
             _recipes("megatron_bridge.yml")
     finally:
         _recipes.cache_clear()
+
+
+def test_gpt_oss_recipes_recompute_their_norms_and_expert_activation() -> None:
+    """GPT-OSS's 26.02-26.04.01 recipes on GB200, B200 and H100 recompute layernorm and moe_act (selective); 25.11's
+    scripts named the modules without the granularity, so nothing; GB300 none; a stated recompute wins."""
+    oss = {**BASE, "model": "GPT OSS 120B", "seq_len": "4096", "PP": "1", "EP": "64", "DP": "64",
+           "global_batch": "1280", "micro_batch": "4", "n_gpus": "64", "precision": "BF16",
+           "source_section": "26.02 NeMo container / Pre-Training Performance"}
+    gb200 = plan_row(row({**oss, "row_id": "gb200", "gpu": "GB200"}))
+    assert gb200.status == READY, gb200.reason
+    assert gb200.spec["recompute"] == "selective" and gb200.spec["recompute_modules"] == "layernorm,moe_act"
+    gb300 = plan_row(row({**oss, "row_id": "gb300", "gpu": "GB300"}))
+    assert "recompute_modules" not in gb300.spec and gb300.spec.get("recompute", "none") == "none"
+    older = plan_row(row({**oss, "row_id": "older", "gpu": "GB200",
+                          "source_section": "25.11 NeMo container / Pre-Training Performance"}))
+    assert "recompute_modules" not in older.spec
+    stated = plan_row(row({**oss, "row_id": "stated", "gpu": "GB200", "recompute": "full"}))
+    assert stated.spec["recompute"] == "full" and "recompute_modules" not in stated.spec

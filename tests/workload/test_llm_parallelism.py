@@ -84,6 +84,28 @@ def test_recompute_counts_apart_and_selective_is_the_attention_core() -> None:
                           "cp_kv0_recv"}  # the ring attention again, with its communication
 
 
+def test_recompute_modules_run_again_what_they_name_and_nothing_else() -> None:
+    """Megatron-Core's --recompute-modules: layernorm runs both norms' forwards again (when their block's backward
+    starts), moe_act the experts' activation (before the second expert GEMM's backward), core_attn the attention
+    core; the forward and backward are unchanged, and selective recompute without modules is core_attn."""
+    plan = ParallelPlan(ep=2, dp=2, num_micro_batches=2, recompute="selective")
+
+    def again(p: ParallelPlan) -> Counter[str]:
+        return Counter(op.name.split(".")[-1] for prog in build_programs(SMALL_MOE, p) for op in prog.ops
+                       if op.phase == "recompute")
+
+    layers, mbs = SMALL_MOE.num_layers, plan.num_micro_batches
+    assert again(plan) == again(replace(plan, recompute_modules=("core_attn",))) == Counter({"attention": layers * mbs})
+    assert again(replace(plan, recompute_modules=("layernorm", "moe_act"))) == Counter(
+        {"attn_norm": layers * mbs, "mlp_norm": layers * mbs, "activation": layers * mbs})
+    base = flops(SMALL_MOE, replace(plan, recompute="none"))
+    some = flops(SMALL_MOE, replace(plan, recompute_modules=("layernorm", "moe_act")))
+    assert some["total"] - some["recompute"] == base["total"] and some["recompute"] > 0
+    order = [op.name for prog in build_programs(SMALL_MOE, replace(plan, recompute_modules=("moe_act",)))
+             for op in prog.ops if op.name.startswith("mb0.") and ".layer1." in op.name]
+    assert order.index("mb0.recompute.layer1.activation") < order.index("mb0.bwd.layer1.expert_out_wgrad")
+
+
 # --- context parallelism -------------------------------------------------------------------------------------
 
 def test_context_parallel_groups_and_gradients(tmp_path: Path) -> None:

@@ -286,6 +286,8 @@ def test_cli_generates_and_simulates_every_feature(tmp_path: Path) -> None:
     (["--ddp-bucket-size", "0", "--dp", "2"], "bucket size must be a number of parameters >= 1"),
     (["--vp", "2", "--pp", "2", "--micro-batches", "1"], "between pp=2 and the 1 micro-batches"),
     (["--recompute", "selective", "--activation-recompute"], "contradicts"),
+    (["--recompute", "selective", "--recompute-modules", "core_attn,moe"], "recompute module(s) moe not modelled"),
+    (["--recompute-modules", "layernorm"], "recompute modules need selective recompute"),
     (["--experts", "8", "--ep", "2", "--etp", "1", "--tp", "2", "--dp", "2"], "--sequence-parallel"),
 ])
 def test_bad_step_settings_are_one_line_errors(tmp_path: Path, flags: list[str], message: str) -> None:

@@ -95,6 +95,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="tensor-parallel all-gather/reduce-scatter pairs instead of all-reduces")
     p.add_argument("--recompute", "--recompute-granularity", dest="recompute", choices=RECOMPUTE, default="none",
                    help="activation recompute: selective (the attention core) or full (each layer's forward)")
+    p.add_argument("--recompute-modules", metavar="MODULES",
+                   help="with --recompute selective, what runs again in the backward, Megatron-Core's names separated "
+                        "by commas: core_attn (the default), layernorm, moe_act")
     p.add_argument("--activation-recompute", action="store_true", help="= --recompute full")
     p.add_argument("--layout", default=",".join(DIMENSIONS),
                    help="rank layout, innermost dimension first (default tp,dp,pp; cp goes after tp unless named)")
@@ -232,7 +235,9 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
     return ParallelPlan(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, etp=args.etp, vp=args.vp,
                         zero_stage=zero, micro_batch_size=size, num_micro_batches=count,
                         sequence_parallel=args.sequence_parallel, activation_recompute=args.activation_recompute,
-                        recompute=args.recompute, cp_comm_type="all_gather" if args.cp_comm_type == "allgather"
+                        recompute=args.recompute,
+                        recompute_modules=tuple((args.recompute_modules or "").replace(",", " ").split()),
+                        cp_comm_type="all_gather" if args.cp_comm_type == "allgather"
                         else args.cp_comm_type, first_stage_layers=args.decoder_first_pipeline_num_layers,
                         last_stage_layers=args.decoder_last_pipeline_num_layers,
                         account_for_embedding=args.account_for_embedding, account_for_loss=args.account_for_loss,

@@ -11,7 +11,9 @@ ends no earlier than the host has issued it; with ``moe_host_sync`` (Megatron-Co
 host waits for the token counts' all-gather before issuing the expert section.
 
 Recompute (Megatron's --recompute-granularity): "full" runs the layer's forward again before its backward (with
-its communication), "selective" only the attention core (Korthikanti et al.), right before its backward.
+its communication), "selective" the modules Megatron-Core's --recompute-modules names: the attention core
+(core_attn, the default; Korthikanti et al.) right before its backward, the norms (layernorm) when their block's
+backward starts, the experts' activation (moe_act) before the second expert GEMM's backward.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class LayerPasses:
                  tp: TensorParallel, grads: GradientSync) -> None:
         self.prog, self.z, self.m, self.tp, self.grads = program, sizes, model, tp, grads
         self.recompute = plan.recompute_mode
+        self.recomputed = plan.recomputed  # selective recompute's modules
         self.attention = Attention(program, sizes, model, plan)
         if model.is_moe:
             elements = sizes.local_tokens * model.top_k * model.hidden_size
@@ -146,8 +149,11 @@ class LayerPasses:
         exchange issued), B_MLP (the experts' gradients done), B_DISPATCH, returns the input gradient's node."""
         c, z, ready = self.prog.compute, self.z, self.grads.tensor_ready
         g = g + self.grads.gather(pre[:-1], "layer", "bwd")
+        again = pre.replace(".bwd.", ".recompute.")
         if self.recompute == "full":
-            self.forward(pre.replace(".bwd.", ".recompute."), g, "recompute", layer)
+            self.forward(again, g, "recompute", layer)
+        if "layernorm" in self.recomputed:  # the norm's output, dropped after the forward, when its block's
+            c(again + "mlp_norm", z.norm[0], g, "recompute")  # backward starts (Megatron-Core's output hook)
         if self.m.is_moe:
             g, issued = yield from self._moe_backward(pre, g, unit, micro_batch)
         else:
@@ -165,10 +171,12 @@ class LayerPasses:
         self.prog.issued(issued)
         ready(unit, "mlp_norm", g, micro_batch)
         issued = self._issue(pre + "attn_issue_bwd", "bwd", lambda h: h.attention(True))
+        if "layernorm" in self.recomputed:
+            c(again + "attn_norm", z.norm[0], g, "recompute")
         dx = self.tp.row_backward(pre, "attn_grad", z.attn_out, g)
         ready(unit, "attn_out", [self.prog.last_compute], micro_batch)
-        if self.recompute == "selective":
-            self.attention.forward(pre.replace(".bwd.", ".recompute."), dx, "recompute", self.m.windowed(layer))
+        if "core_attn" in self.recomputed:
+            self.attention.forward(again, dx, "recompute", self.m.windowed(layer))
         dx = self.attention.backward(pre, dx, self.m.windowed(layer))
         if z.rope is not None:
             dx = c(pre + "rope", z.rope[1], dx, "bwd")
@@ -194,6 +202,8 @@ class LayerPasses:
         if z.expert_gather:
             g = coll(pre + "expert_grad_allgather", "etp", AG, z.expert_gather_bytes, g, "bwd")
         g = self.tp.quantized(pre, z.mlp_out, "grad", g, "bwd")
+        if "moe_act" in self.recomputed:  # the experts' activation, for the second GEMM's weight gradient
+            c(pre.replace(".bwd.", ".recompute.") + "activation", z.act[0], g, "recompute")
         dx = c(pre + z.mlp_out.name + "_dgrad", z.mlp_out.dgrad(), g, "bwd")
         c(pre + z.mlp_out.name + "_wgrad", z.mlp_out.wgrad(), g, "bwd")
         ready(unit, "expert_out", [self.prog.last_compute], micro_batch)

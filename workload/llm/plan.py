@@ -22,6 +22,8 @@ __all__ = ["DIMENSIONS", "GROUP_DESCRIPTIONS", "GROUP_KINDS", "Group", "Parallel
 
 DIMENSIONS = ("tp", "dp", "pp")
 RECOMPUTE = ("none", "selective", "full")
+# Megatron-Core's recompute_modules the generator models (selective granularity; its default is core_attn)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act")
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 
@@ -42,6 +44,7 @@ class ParallelPlan:
     sequence_parallel: bool = False
     activation_recompute: bool = False  # = recompute "full" (kept for older callers)
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] = ()  # with selective recompute (none given: core_attn)
     cp_comm_type: str = "p2p"
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
@@ -66,6 +69,13 @@ class ParallelPlan:
     @property
     def recompute_mode(self) -> str:
         return "full" if self.activation_recompute else self.recompute
+
+    @property
+    def recomputed(self) -> frozenset[str]:
+        """The modules selective recompute runs again in the backward (none without it)."""
+        if self.recompute_mode != "selective":
+            return frozenset()
+        return frozenset(self.recompute_modules or ("core_attn",))
 
     @property
     def full_layout(self) -> tuple[str, ...]:
@@ -142,6 +152,13 @@ class ParallelPlan:
             raise InputError(f"plan: recompute must be one of {', '.join(RECOMPUTE)} (got {self.recompute!r})")
         if self.activation_recompute and self.recompute not in ("none", "full"):
             raise InputError(f"plan: activation recompute (full) contradicts recompute {self.recompute}")
+        unknown = sorted(set(self.recompute_modules) - set(RECOMPUTE_MODULES))
+        if unknown:
+            raise InputError(f"plan: recompute module(s) {', '.join(unknown)} not modelled; valid: "
+                             f"{', '.join(RECOMPUTE_MODULES)}")
+        if self.recompute_modules and self.recompute_mode != "selective":
+            raise InputError("plan: recompute modules need selective recompute (--recompute selective; Megatron-Core "
+                             "ignores them otherwise)")
         if self.cp_comm_type not in CP_COMM_TYPES:
             raise InputError(f"plan: cp_comm_type must be one of {', '.join(CP_COMM_TYPES)} "
                              f"(got {self.cp_comm_type!r})")

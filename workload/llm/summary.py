@@ -65,6 +65,7 @@ def summarize(model: ModelConfig, plan: ParallelPlan, programs: list[StageProgra
                  "micro_batch_size": plan.micro_batch_size, "micro_batches": plan.num_micro_batches,
                  "sequence_parallel": plan.sequence_parallel,
                  "activation_recompute": plan.recompute_mode == "full", "recompute": plan.recompute_mode,
+                 "recompute_modules": sorted(plan.recomputed),
                  "layers_per_stage": plan.stage_layer_counts(model.num_layers),
                  "layout": ",".join(plan.full_layout if plan.cp > 1 else plan.layout)},
         "options": {f.name: getattr(options, f.name) for f in fields(options)},
@@ -112,7 +113,7 @@ def format_summary(s: dict[str, Any]) -> str:
         + (f", interleaved over {p['vp']} virtual stages" if p["vp"] > 1 else "")
         + (", sequence parallel" if p["sequence_parallel"] else "")
         + (", activation recompute" if p["recompute"] == "full" else "")
-        + (", selective recompute" if p["recompute"] == "selective" else ""),
+        + (f", selective recompute ({', '.join(p['recompute_modules'])})" if p["recompute"] == "selective" else ""),
         f"tokens per iteration: {s['tokens']}",
         f"FLOPs per iteration (all ranks): {_num(f['total'])}FLOP = {f['total'] / s['flops_6pt']:.3f} x 6PT "
         f"({_num(s['flops_6pt'])}FLOP)",
