@@ -327,3 +327,22 @@ def test_a_rows_precision_names_the_quantization_recipe(source: str, precision: 
     assert plan.status == READY, plan.reason
     assert (plan.spec.get("precision"), plan.spec.get("fp8_recipe")) == expected
     assert any(d.startswith("FP8 recipe") for d in plan.defaults_used) == default
+
+
+def test_the_default_memory_limit_is_three_quarters_of_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row's simulation may use three quarters of physical memory by default (the help says how much here); a
+    platform that does not tell falls back to 4 GiB."""
+    from simulator.tools import step_run
+
+    sizes = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 16 * 2**30 // 4096}
+    monkeypatch.setattr(step_run.os, "sysconf", lambda name: sizes[name])
+    assert step_run.default_memory_gib() == 12.0
+
+    def unknown(name: str) -> int:
+        raise ValueError(name)
+
+    monkeypatch.setattr(step_run.os, "sysconf", unknown)
+    assert step_run.default_memory_gib() == 4.0
+    monkeypatch.undo()
+    help_text = run_cli("validate-training", "--help").stdout
+    assert f"here {step_run.default_memory_gib():g}" in " ".join(help_text.split())
