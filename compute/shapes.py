@@ -40,6 +40,13 @@ def dtype_for_bytes(dtype_bytes: int) -> str:
     return {1: "fp8", 2: "bf16", 4: "fp32"}.get(dtype_bytes, DEFAULT_DTYPE)
 
 
+# Every attribute the shapes below write (``attributes()``), as whole numbers and as flags: what a trace reader must
+# carry from a node to ``shape_from_attributes`` (a name missing here is a shape lost on the way).
+SHAPE_INT_ATTRIBUTES = ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_streams", "attn_batch", "attn_heads",
+                        "attn_kv_heads", "attn_head_dim", "attn_seq_q", "attn_seq_kv", "attn_window")
+SHAPE_BOOL_ATTRIBUTES = ("attn_causal", "attn_backward", "attn_flash")
+
+
 @dataclass(frozen=True, slots=True)
 class GemmShape:
     """``batch`` independent products of an (m x k) by a (k x n) matrix: one batched kernel, or (``streams`` > 0)

@@ -15,14 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compute.kernels import KernelModel
-from compute.shapes import OpShape, shape_from_attributes
+from compute.shapes import SHAPE_BOOL_ATTRIBUTES, SHAPE_INT_ATTRIBUTES, OpShape, shape_from_attributes
 from workload.graph import TraceGraph
 from workload.schema import NodeType
 
 REPLAY = -1  # the node's time: its recorded duration
-INT_KEYS = ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_streams", "attn_batch", "attn_heads", "attn_kv_heads",
-            "attn_head_dim", "attn_seq_q", "attn_seq_kv", "attn_window")
-BOOL_KEYS = ("attn_causal", "attn_backward", "attn_flash")
 
 
 @dataclass(slots=True)
@@ -56,7 +53,7 @@ def node_times(graph: TraceGraph, model: KernelModel, gpu_compute: np.ndarray, n
         for i, text in strings.items():
             codes[i, column] = names.setdefault(text, len(names))
     text_of = {code: text for text, code in names.items()}
-    keys = [k for k in (*INT_KEYS, *BOOL_KEYS) if classes and attrs.has(k)]
+    keys = [k for k in (*SHAPE_INT_ATTRIBUTES, *SHAPE_BOOL_ATTRIBUTES) if classes and attrs.has(k)]
     columns = [codes, np.asarray(num_ops, dtype=np.int64)[:, None], np.asarray(tensor_size, dtype=np.int64)[:, None],
                has_work.astype(np.int64)[:, None]]
     for k in keys:
@@ -72,7 +69,7 @@ def node_times(graph: TraceGraph, model: KernelModel, gpu_compute: np.ndarray, n
         found: OpShape | None = None
         why = "no op_class attribute"
         if op_class is not None:
-            extra = {k: (v if k in INT_KEYS else bool(v)) for k, v, present in
+            extra = {k: (v if k in SHAPE_INT_ATTRIBUTES else bool(v)) for k, v, present in
                      zip(keys, values[5::2], values[6::2], strict=True) if present}
             found, why = shape_from_attributes({"op_class": op_class, "dtype": dtype, **extra})
         reasons.append(why)

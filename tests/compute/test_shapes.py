@@ -6,7 +6,14 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from compute.shapes import AttentionShape, GemmShape, OpShape, shape_from_attributes
+from compute.shapes import (
+    SHAPE_BOOL_ATTRIBUTES,
+    SHAPE_INT_ATTRIBUTES,
+    AttentionShape,
+    GemmShape,
+    OpShape,
+    shape_from_attributes,
+)
 from workload.llm import costs
 
 
@@ -62,3 +69,14 @@ def test_cross_entropy_counts_megatrons_fp32_passes_over_the_logits() -> None:
     assert fwd.size_bytes == 4096 * 32000 * 38 and bwd.size_bytes == 4096 * 32000 * 14
     assert fwd.shape == bwd.shape == OpShape("loss", "fp32")
     assert bwd.flops == costs.BACKWARD_FACTOR * fwd.flops == costs.BACKWARD_FACTOR * costs.LOSS_FLOPS * 4096 * 32000
+
+
+def test_every_attribute_a_shape_writes_is_one_a_trace_reader_carries() -> None:
+    """The attribute names trace readers pass to the kernel model (compute/trace_timing.py) are the ones shapes
+    write, optional ones included: a name missing from the list once dropped the sliding window on its way."""
+    shapes = [GemmShape(8, 16, 32, batch=4, streams=2),
+              AttentionShape(2, 8, 2, 64, 128, 128, causal=True, backward=True, flash=True, window=32)]
+    written = {name: value for shape in shapes for name, value in shape.attributes()}
+    assert set(written) == {*SHAPE_INT_ATTRIBUTES, *SHAPE_BOOL_ATTRIBUTES}
+    assert all(isinstance(written[n], bool) for n in SHAPE_BOOL_ATTRIBUTES)
+    assert not any(isinstance(written[n], bool) for n in SHAPE_INT_ATTRIBUTES)
