@@ -123,7 +123,6 @@ def llm_workload(spec: dict[str, Any], npus: int, where: str) -> tuple[TraceSet,
     from workload.llm.build import build_programs
     from workload.llm.cli import plan_text
     from workload.llm.emit import TraceEmitter
-    from workload.llm.plan import RankMap
 
     args, model, plan, options = _llm_parts(spec, where)
     if plan.world_size != npus:
@@ -133,7 +132,7 @@ def llm_workload(spec: dict[str, Any], npus: int, where: str) -> tuple[TraceSet,
     device = device_preset(args.device) if args.device else None
     metadata = {"generator": "astrasim-py generate: llm", "model": model.name, "plan": plan_text(plan)}
     programs = build_programs(model, plan, options)
-    emitter = TraceEmitter(programs, RankMap(plan, model, tail=options.iteration_tail), device, metadata)
+    emitter = TraceEmitter(programs, options.rank_map(plan, model), device, metadata)
     label = f"{where} ({model.name}, dp {plan.dp} tp {plan.tp} pp {plan.pp}, generated)"
     traces = _in_memory(label, npus, emitter.rank_bytes, shared=False)
     return replace(traces, structure=emitter.structure), plan, programs

@@ -340,6 +340,8 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
         plan.profile = hardware.profile.name
         plan.device = hardware.device or ""
         _add(plan, "host_cpu", hardware.profile.host_cpu)
+        if spec.get("moe_dispatcher") == "flex":  # the flex dispatcher's inter-domain stage needs the domains
+            spec["nvlink_domain"] = hardware.profile.for_job(n).gpus_per_node
     _graphs(plan, recipe)
     values = {c: number(row, c) for c in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")}
     from compute.devices import device as device_preset

@@ -50,6 +50,8 @@ def test_moe_rows_take_graph_scopes_and_the_host_cpu() -> None:
     assert grace.spec["moe_dispatcher"] == "flex" and "moe_dispatcher" not in drop.spec
     assert any(d.startswith("MoE dispatcher flex (Megatron-Bridge 26.02.01") for d in grace.defaults_used)
     assert any(d.startswith("MoE dispatcher alltoall (Megatron-Bridge 25.09") for d in drop.defaults_used)
+    # the flex dispatcher's NVLink domain is the profile's: a GB300 NVL72 rack; an alltoall row needs none
+    assert grace.spec["nvlink_domain"] == 72 and "nvlink_domain" not in drop.spec
 
 
 def test_every_recipe_names_its_release_and_a_published_row() -> None:

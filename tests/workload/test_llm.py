@@ -297,6 +297,95 @@ def test_flex_copies_between_one_and_the_lesser_of_top_k_and_ranks(experts_per_r
         assert copies == pytest.approx(top_k)
 
 
+def test_flex_dispatcher_across_nvlink_domains_crosses_once_per_domain(tmp_path: Path) -> None:
+    """DeepEP/HybridEP across nodes: a token crosses to each other domain holding one of its experts once (epx: the
+    ranks at the same place in each domain), and is forwarded inside the domain (epd) with the flex bytes; the two
+    stages run at once (the expert GEMM waits for both)."""
+    model = replace(SMALL_MOE, num_experts=16, top_k=4)
+    plan = ParallelPlan(dp=8, ep=8, num_micro_batches=1)
+    prefix = str(tmp_path / "domains")
+    generate_traces(model, plan, prefix, options=TrainingOptions(moe_dispatcher="flex", nvlink_domain=4))
+    t = load(prefix, 1, 8)
+    a2a = t.collectives(A2A)
+    across = [n for n in a2a if n.name.endswith("_across")]
+    within = [n for n in a2a if n.name.endswith("_within")]
+    assert len(across) == len(within) == 4 * model.num_layers and len(a2a) == len(across) + len(within)
+    assert {t.members(n) for n in across} == {(1, 5)} and {t.members(n) for n in within} == {(0, 1, 2, 3)}
+    # 2 domains of 8 experts, top-4: a domain holds none of a token's experts with probability C(8, 4) / C(16, 4)
+    assert {n.attrs["comm_size"] for n in across} == {round(ACT_BYTES * 2 * (1 - 70 / 1820))}
+    assert {n.attrs["comm_size"] for n in within} == {round(ACT_BYTES * flex_copies(16, 4, 8))}
+    expert_in = next(n for n in t.compute() if n.name == "mb0.fwd.layer0.expert_in")
+    waits = {t.by_id(d).name for d in expert_in.deps}
+    assert {"mb0.fwd.layer0.dispatch_alltoall_across", "mb0.fwd.layer0.dispatch_alltoall_within"} <= waits
+    # an expert-parallel group inside one domain keeps the one all-to-all (and no extra groups)
+    one = str(tmp_path / "one")
+    generate_traces(model, plan, one, options=TrainingOptions(moe_dispatcher="flex", nvlink_domain=8))
+    single = load(one, 1, 8)
+    assert {n.name.rsplit(".", 1)[1] for n in single.collectives(A2A)} == {
+        "dispatch_alltoall", "combine_alltoall", "combine_grad_alltoall", "dispatch_grad_alltoall"}
+    plain = str(tmp_path / "plain")
+    generate_traces(model, plan, plain, options=TrainingOptions(moe_dispatcher="flex"))
+    assert single.groups == load(plain, 1, 8).groups and len(t.groups) == len(single.groups) + 2
+
+
+def test_flex_exchange_across_two_h100_nodes_is_bound_by_one_crossing_per_domain(tmp_path: Path) -> None:
+    """A Qwen3-30B-like MoE layer on 16 H100 (2 HGX nodes, EP 16): the dispatch with the domain stage is shorter
+    than every rank's copy crossing the network, and no shorter than its crossings at the NICs' line rate."""
+    from simulator.collectives.hardware import load_profile
+    from simulator.config import MemoryConfig, default_system
+    from simulator.simulation import RunOptions, Simulation
+    from simulator.tools.training_hardware import network_for
+    from workload.generated import workload_traces
+
+    model = ModelConfig(name="moe-h2048", num_layers=1, hidden_size=2048, num_heads=32, num_kv_heads=4,
+                        ffn_hidden_size=768, vocab_size=32000, seq_len=4096, gated_ffn=True, num_experts=128,
+                        top_k=8)
+    plan = ParallelPlan(dp=16, ep=16, num_micro_batches=1)
+    profile = load_profile("hgx-h100")
+    spans = {}
+    for domain in (None, 8):
+        prefix = str(tmp_path / f"d{domain}")
+        generate_traces(model, plan, prefix, options=TrainingOptions(moe_dispatcher="flex", nvlink_domain=domain))
+        network = network_for(profile, 16, "test")
+        sim = Simulation(workload_traces(prefix, 16), network, default_system(network.num_dims), MemoryConfig(),
+                         options=RunOptions(collective_model="nccl", hw_profile="hgx-h100", device="H100",
+                                            comm_streams="communicator", timeline=True))
+        sim.run()
+        rank0 = next(w for w in sim.workloads if w.rank == 0)
+        names = {i: rank0.graph.name(i) for i, _, _ in rank0.timeline.spans}
+        dispatch = [(s, e) for i, s, e in rank0.timeline.spans if "fwd.layer0.dispatch_alltoall" in names[i]]
+        spans[domain] = max(e for _, e in dispatch) - min(s for s, _ in dispatch)
+    crossing_bytes = 4096 * 2048 * 2 * flex_copies(128, 8, 2) / 2  # the other node's share of the epx all-to-all
+    nic_bytes_per_ns = profile.scale_out.nic_bandwidth_Gbps / 8 * profile.nics_per_node / 8
+    assert crossing_bytes / nic_bytes_per_ns < spans[8] < spans[None] / 2
+
+
+def test_expert_domains_split_only_where_every_group_splits_evenly() -> None:
+    model = replace(SMALL_MOE, num_experts=16)
+    plan = ParallelPlan(dp=8, ep=8)
+    assert RankMap(plan, model, nvlink_domain=4).expert_domains() == (2, 4)
+    assert RankMap(plan, model, nvlink_domain=8).expert_domains() is None  # one domain
+    assert RankMap(plan, model, nvlink_domain=3).expert_domains() is None  # 3 + 3 + 2: uneven
+    assert RankMap(plan, model).expert_domains() is None
+    rm = RankMap(ParallelPlan(dp=4, ep=4, tp=2), model, nvlink_domain=4)  # ep ranks 0, 2, 4, 6 (tp innermost)
+    assert rm.expert_domains() == (2, 2)
+    assert rm.group(2, "epd").ranks == (0, 2) and rm.group(2, "epx").ranks == (2, 6)
+
+
+@given(experts_per_rank=st.integers(1, 4), ep_log2=st.integers(1, 5), domain_log2=st.integers(0, 4),
+       top_k=st.integers(1, 8))
+def test_flex_crossings_per_domain_never_exceed_the_copies_per_rank(experts_per_rank: int, ep_log2: int,
+                                                                    domain_log2: int, top_k: int) -> None:
+    ep, per_domain = 2 ** ep_log2, 2 ** domain_log2
+    experts = experts_per_rank * ep
+    if top_k > experts or per_domain >= ep:
+        return
+    domains = ep // per_domain
+    across, ranks = flex_copies(experts, top_k, domains), flex_copies(experts, top_k, ep)
+    assert across <= ranks + 1e-9 and across <= domains + 1e-9
+    assert ranks <= across * per_domain + 1e-9  # a domain reached forwards to at most all of its ranks
+
+
 def test_tied_embeddings_over_pipeline_stages_are_all_reduced(tmp_path: Path) -> None:
     prefix, _ = generate(tmp_path, SMALL_GPT, pp=2, num_micro_batches=2)
     first, last = load(prefix, 0, 2), load(prefix, 1, 2)

@@ -288,6 +288,7 @@ def test_cli_generates_and_simulates_every_feature(tmp_path: Path) -> None:
     (["--recompute", "selective", "--activation-recompute"], "contradicts"),
     (["--recompute", "selective", "--recompute-modules", "core_attn,moe"], "recompute module(s) moe not modelled"),
     (["--recompute-modules", "layernorm"], "recompute modules need selective recompute"),
+    (["--nvlink-domain", "0"], "NVLink domain must be a whole number of GPUs >= 1"),
     (["--experts", "8", "--ep", "2", "--etp", "1", "--tp", "2", "--dp", "2"], "--sequence-parallel"),
 ])
 def test_bad_step_settings_are_one_line_errors(tmp_path: Path, flags: list[str], message: str) -> None:

@@ -73,7 +73,9 @@ def stage_group_kinds(model: ModelConfig, plan: ParallelPlan, options: TrainingO
     first, last = stage == 0, stage == plan.pp - 1
     expert_ranks = plan.tp * plan.cp * plan.dp // (plan.expert_tp * plan.ep)
     tail = options.iteration_tail
+    domains, per_domain = options.expert_domains(plan) or (1, 1)
     return {k for k, on in (("tp", plan.tp > 1), ("dp", plan.dp > 1), ("ep", plan.ep > 1),
+                            ("epd", per_domain > 1), ("epx", domains > 1),
                             ("edp", model.is_moe and expert_ranks > 1),
                             ("emb", model.tied_embeddings and plan.pp > 1 and (first or last)),
                             ("cp", plan.cp > 1), ("dpcp", plan.cp > 1), ("etp", model.is_moe and plan.expert_tp > 1),

@@ -23,7 +23,7 @@ from workload.llm.options import (
     PRECISIONS,
     TrainingOptions,
 )
-from workload.llm.plan import DIMENSIONS, RECOMPUTE, ParallelPlan, RankMap, batch_split
+from workload.llm.plan import DIMENSIONS, RECOMPUTE, ParallelPlan, batch_split
 from workload.llm.presets import PRESETS, preset
 from workload.traceset import check_rank_count, print_progress
 
@@ -144,6 +144,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="the expert-parallel exchange: alltoall (Megatron-Core's alltoall dispatcher: a token once per "
                         "chosen expert) or flex (DeepEP/HybridEP: once per destination rank, combined on the expert "
                         "side)")
+    t.add_argument("--nvlink-domain", type=int, metavar="GPUS",
+                   help="GPUs per NVLink domain (8: HGX/DGX node, 72: NVL72 rack): with --moe-dispatcher flex, an "
+                        "expert-parallel group spanning domains sends a token once per other domain and forwards it "
+                        "over NVLink (default: one domain)")
     t.add_argument("--moe-a2a-overlap", action="store_true",
                    help="Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm): each steady-state "
                         "forward runs layer by layer with the next backward, one's all-to-alls beside the other's "
@@ -255,7 +259,8 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               cross_entropy=args.cross_entropy,
                               iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync,
-                              moe_dispatcher=args.moe_dispatcher, moe_a2a_overlap=args.moe_a2a_overlap,
+                              moe_dispatcher=args.moe_dispatcher, nvlink_domain=args.nvlink_domain,
+                              moe_a2a_overlap=args.moe_a2a_overlap,
                               host_cpu=args.host_cpu,
                               cuda_graph_scope=args.cuda_graph_scope)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
@@ -314,7 +319,7 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
              "faster")
     started = time.perf_counter()
     programs = build_programs(model, plan, options)
-    ranks = RankMap(plan, model, tail=options.iteration_tail)
+    ranks = options.rank_map(plan, model)
     if prefix:
         metadata = {"generator": "astrasim-py trace generate llm", "model": model.name, "plan": plan_text(plan)}
         try:
@@ -366,7 +371,7 @@ def estimated_bytes(model: ModelConfig, plan: ParallelPlan, options: TrainingOpt
 
     def stage_bytes(groups: int) -> list[int]:
         small = replace(plan, num_micro_batches=groups * step, microbatch_group_size=step if plan.vp > 1 else None)
-        ranks = RankMap(small, model, tail=options.iteration_tail)
+        ranks = options.rank_map(small, model)
         emitter = TraceEmitter(build_programs(model, small, options), ranks)
         return [len(emitter.rank_bytes(ranks.rank(dp=0, tp=0, pp=s))) for s in range(plan.pp)]
 

@@ -205,5 +205,5 @@ def generate_traces(model: ModelConfig, plan: ParallelPlan, prefix: str, device:
     model.validate()
     plan.validate(model)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
-    ranks = RankMap(plan, model, tail=options.iteration_tail)
+    ranks = options.rank_map(plan, model)
     return TraceEmitter(build_programs(model, plan, options), ranks, device).write(prefix)

@@ -114,6 +114,17 @@ class LayerPasses:
         host = self.z.host
         return None if host is None else self.prog.issue(name, cost(host), phase, waits_for)
 
+    def _exchange(self, name: str, deps: list[int], phase: str) -> list[int]:
+        """One expert-parallel exchange (dispatch, combine or either's gradient): an all-to-all over the ep group,
+        or, for the flex dispatcher across NVLink domains, its two stages at once (they pipeline in DeepEP's and
+        HybridEP's kernels): the copies across domains over epx, the forwarding inside each domain over epd."""
+        z, coll = self.z, self.prog.coll
+        if z.expert_domains is None:
+            return coll(name, "ep", A2A, z.dispatch_bytes, deps, phase)
+        across = coll(name + "_across", "epx", A2A, z.dispatch_domain_bytes, deps, phase)
+        within = coll(name + "_within", "epd", A2A, z.dispatch_bytes, deps, phase)
+        return sorted(set(across + within))
+
     def _moe_forward(self, pre: str, x: list[int], phase: str, routing_issued: int | None) -> Steps:
         c, z, coll = self.prog.compute, self.z, self.prog.coll
         x = c(pre + "router", z.router.forward(), x, phase)
@@ -124,7 +135,7 @@ class LayerPasses:
         issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False),
                              x if z.moe_host_sync else None)
         yield F_PRE
-        x = coll(pre + "dispatch_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
+        x = self._exchange(pre + "dispatch_alltoall", x, phase)
         yield F_DISPATCH
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
@@ -134,7 +145,7 @@ class LayerPasses:
         if z.expert_gather:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
-        x = coll(pre + "combine_alltoall", "ep", A2A, z.dispatch_bytes, x, phase)
+        x = self._exchange(pre + "combine_alltoall", x, phase)
         yield F_COMBINE
         x = c(pre + "unpermute", self.unpermute[0], x, phase)
         self.prog.issued(issued)
@@ -197,7 +208,7 @@ class LayerPasses:
         etp = self.grads.p.expert_tp
         issued = self._issue(pre + "expert_issue_bwd", "bwd", lambda h: h.experts(z.local_experts, True))
         g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
-        g = coll(pre + "combine_grad_alltoall", "ep", A2A, z.dispatch_bytes, g, "bwd")
+        g = self._exchange(pre + "combine_grad_alltoall", g, "bwd")
         yield B_COMBINE
         if z.expert_gather:
             g = coll(pre + "expert_grad_allgather", "etp", AG, z.expert_gather_bytes, g, "bwd")
@@ -215,7 +226,7 @@ class LayerPasses:
         yield B_MLP
         if z.expert_gather:
             dx_in = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, dx_in, "bwd")
-        g = coll(pre + "dispatch_grad_alltoall", "ep", A2A, z.dispatch_bytes, dx_in, "bwd")
+        g = self._exchange(pre + "dispatch_grad_alltoall", dx_in, "bwd")
         yield B_DISPATCH
         g = c(pre + "permute", self.permute[1], g, "bwd")
         self.prog.issued(issued)

@@ -59,8 +59,13 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   dispatcher with DeepEP or HybridEP): each token once per destination rank, the copies for several experts on one
   rank made there, and the combine summed on the expert side before it travels back; with routing balanced over
   the experts a token reaches ep x (1 - C(E - E/ep, k) / C(E, k)) of the ep ranks. Timed as the NCCL all-to-all of
-  those bytes (the kernels' own speed is not modelled, nor their inter-node path, which sends a token once per
-  destination node and forwards it over NVLink: here each destination rank's copy crosses the network).
+  those bytes (the kernels' own speed is not modelled). Where an expert-parallel group spans several NVLink
+  domains (``nvlink_domain``), the exchange runs in two stages at once, as DeepEP's and HybridEP's inter-node
+  kernels do: a token crosses to each other domain holding one of its experts once, to the rank at its own place
+  there (an all-to-all over those peers, group epx), and every rank forwards what it holds to the ranks of its
+  domain that need it (the flex bytes above, an all-to-all within the domain, group epd).
+- ``nvlink_domain`` (None): GPUs per NVLink domain (8 on an HGX/DGX node, 72 on an NVL72 rack; ranks r and r' share
+  one when r // n == r' // n), for the flex dispatcher's inter-domain stage. None: one domain holds every rank.
 - ``moe_a2a_overlap`` (False): Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm,
   Megatron-Bridge's moe_a2a_overlap): one more warm-up forward, then each forward of the steady phase runs
   together with the backward after it, layer by layer, so that one's expert-parallel exchanges run beside the
@@ -74,9 +79,15 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from workload.errors import InputError
 from workload.llm.host import HostModel, graph_scopes
+from workload.llm.ranks import RankMap, expert_domains
+
+if TYPE_CHECKING:
+    from workload.llm.model import ModelConfig
+    from workload.llm.plan import ParallelPlan
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
@@ -112,6 +123,7 @@ class TrainingOptions:
     dataloader_wait_us: int = 0
     moe_host_sync: bool = False
     moe_dispatcher: str = "alltoall"
+    nvlink_domain: int | None = None
     moe_a2a_overlap: bool = False
     host_cpu: str | None = None
     cuda_graph_scope: str = ""
@@ -133,6 +145,16 @@ class TrainingOptions:
             return None
         model = HostModel(cpu=self.host_cpu or "x86", graph_scopes=graph_scopes(self.cuda_graph_scope))
         return model if model.active else None
+
+    def rank_map(self, plan: ParallelPlan, model: ModelConfig | None) -> RankMap:
+        """The ranks and communicator groups of ``plan`` under these options (``model`` None: no groups)."""
+        return RankMap(plan, model, tail=self.iteration_tail,
+                       nvlink_domain=self.nvlink_domain if self.moe_dispatcher == "flex" else None)
+
+    def expert_domains(self, plan: ParallelPlan) -> tuple[int, int] | None:
+        """(NVLink domains, ranks in each) of every expert-parallel group the flex dispatcher exchanges over in two
+        stages (groups epd, epx); None: one all-to-all over the group."""
+        return expert_domains(plan, self.nvlink_domain) if self.moe_dispatcher == "flex" else None
 
     def grad_bytes(self, dtype_bytes: int) -> int:
         return 4 if self.grad_reduce_in_fp32 else dtype_bytes
@@ -157,6 +179,9 @@ class TrainingOptions:
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise InputError(f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)} "
                              f"(got {self.moe_dispatcher!r})")
+        if self.nvlink_domain is not None and (isinstance(self.nvlink_domain, bool)
+                                               or not isinstance(self.nvlink_domain, int) or self.nvlink_domain < 1):
+            raise InputError(f"the NVLink domain must be a whole number of GPUs >= 1 (got {self.nvlink_domain!r})")
         if self.fsdp_grad_sync not in FSDP_GRAD_SYNC:
             raise InputError(f"fsdp_grad_sync must be one of {', '.join(FSDP_GRAD_SYNC)} "
                              f"(got {self.fsdp_grad_sync!r})")

@@ -11,7 +11,10 @@ as Megatron-LM's default order tp-cp-ep-dp-pp puts them). The groups are logical
   etp, ep and edp groups vary one of the three. With etp = tp and cp = 1 the experts are sharded over ``ep``
   consecutive data-parallel ranks, as before;
 - emb: the first and last stage's copies of a tied embedding; mp: the model-parallel ranks (tp x pp of one data
-  and context index) and world (every rank) that sum the gradient norm for clipping (the iteration tail).
+  and context index) and world (every rank) that sum the gradient norm for clipping (the iteration tail);
+- epd, epx: an ep group cut by NVLink domains (``nvlink_domain`` ranks each, rank // nvlink_domain), for the flex
+  dispatcher's two-stage exchange: epd the group's ranks in one domain, epx its ranks at the same place in every
+  domain (the RDMA peers). Made only where every ep group spans several domains with as many of its ranks in each.
 
 Group numbers are given in GROUP_KINDS order; a group of a newer kind (cp, dpcp, etp, mp) equal to an earlier
 group reuses its number, and a group of every rank is the world (number 0, no pg_name), so plans without the
@@ -21,17 +24,19 @@ newer dimensions number their groups as they always did.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from workload.llm.model import ModelConfig
     from workload.llm.plan import ParallelPlan
 
-GROUP_KINDS = ("tp", "dp", "ep", "edp", "emb", "cp", "dpcp", "etp", "mp", "world")
+GROUP_KINDS = ("tp", "dp", "ep", "edp", "emb", "cp", "dpcp", "etp", "mp", "world", "epd", "epx")
 GROUP_DESCRIPTIONS = {"tp": "tensor parallel", "dp": "data parallel", "ep": "expert parallel",
                       "edp": "expert data parallel", "emb": "tied embeddings (first and last stage)",
                       "cp": "context parallel", "dpcp": "data x context parallel", "etp": "expert tensor parallel",
                       "mp": "model parallel (gradient norm)", "world": "every rank (gradient norm)",
+                      "epd": "expert parallel within an NVLink domain", "epx": "expert parallel across NVLink domains",
                       "pp": "pipeline send/recv"}
 REUSING_KINDS = ("cp", "dpcp", "etp", "mp", "world")
 # which coordinate a send/receive peer moves along (Op.peer = (dimension, offset); the offset wraps around)
@@ -53,7 +58,9 @@ class Group:
 class RankMap:
     """Rank <-> (dp, tp, pp, cp) coordinates, and the communicator groups of every rank."""
 
-    def __init__(self, plan: ParallelPlan, model: ModelConfig, *, tail: bool = False) -> None:
+    def __init__(self, plan: ParallelPlan, model: ModelConfig | None, *, tail: bool = False,
+                 nvlink_domain: int | None = None) -> None:
+        """``model`` None: coordinates only, no groups; ``nvlink_domain``: ranks per NVLink domain (epd, epx)."""
         self.plan = plan
         self.sizes = {"tp": plan.tp, "dp": plan.dp, "pp": plan.pp, "cp": plan.cp}
         self.strides: dict[str, int] = {}
@@ -61,7 +68,8 @@ class RankMap:
         for dim in plan.full_layout:
             self.strides[dim] = stride
             stride *= self.sizes[dim]
-        self.groups = self._groups(model, tail)
+        self.nvlink_domain = nvlink_domain
+        self.groups = {} if model is None else self._groups(model, tail)
 
     def rank(self, *, dp: int, tp: int, pp: int, cp: int = 0) -> int:
         s = self.strides
@@ -114,6 +122,41 @@ class RankMap:
                 "ep": [tuple(at(et, e, ed) for e in range(ep)) for et in range(etp) for ed in range(edp)],
                 "edp": [tuple(at(et, e, ed) for ed in range(edp)) for et in range(etp) for e in range(ep)]}
 
+    def _ep_groups(self) -> list[tuple[int, ...]]:
+        return [g for s in range(self.plan.pp) for g in self._expert_grid(s)["ep"]]
+
+    def expert_domains(self) -> tuple[int, int] | None:
+        """(NVLink domains an ep group spans, its ranks in each) where every ep group spans more than one domain
+        with equally many ranks in each (the flex dispatcher's two-stage exchange); None otherwise."""
+        size = self.nvlink_domain
+        if not size or self.plan.ep < 2:
+            return None
+        shapes = set()
+        for ranks in self._ep_groups():
+            counts: dict[int, int] = {}
+            for r in ranks:
+                counts[r // size] = counts.get(r // size, 0) + 1
+            shapes.add((len(counts), frozenset(counts.values())))
+        if len(shapes) != 1:
+            return None
+        ((domains, per_domain),) = shapes
+        return (domains, next(iter(per_domain))) if domains > 1 and len(per_domain) == 1 else None
+
+    def _domain_split(self) -> dict[str, list[tuple[int, ...]]]:
+        """The epd and epx groups (none unless ``expert_domains`` says the ep groups split evenly)."""
+        if self.expert_domains() is None:
+            return {}
+        size = self.nvlink_domain or 1
+        out: dict[str, list[tuple[int, ...]]] = {"epd": [], "epx": []}
+        for ranks in self._ep_groups():
+            by_domain: dict[int, list[int]] = {}
+            for r in ranks:
+                by_domain.setdefault(r // size, []).append(r)
+            parts = list(by_domain.values())
+            out["epd"] += [tuple(p) for p in parts]
+            out["epx"] += [tuple(p[i] for p in parts) for i in range(len(parts[0]))]
+        return out
+
     def _groups(self, model: ModelConfig, tail: bool) -> dict[str, dict[int, Group]]:
         p = self.plan
         members: dict[str, list[tuple[int, ...]]] = {k: [] for k in GROUP_KINDS}
@@ -132,6 +175,9 @@ class RankMap:
             if model.is_moe:
                 for kind, groups in self._expert_grid(s).items():
                     members[kind] += groups
+        if model.is_moe:
+            for kind, groups in self._domain_split().items():
+                members[kind] += groups
         if model.tied_embeddings and p.pp > 1:
             for c in range(p.cp):
                 for d in range(p.dp):
@@ -165,3 +211,9 @@ class RankMap:
             if by_rank:
                 groups[kind] = by_rank
         return groups
+
+
+@lru_cache(maxsize=64)
+def expert_domains(plan: ParallelPlan, nvlink_domain: int | None) -> tuple[int, int] | None:
+    """RankMap.expert_domains of ``plan`` cut into domains of ``nvlink_domain`` ranks (computed once per plan)."""
+    return RankMap(plan, None, nvlink_domain=nvlink_domain).expert_domains()

@@ -86,8 +86,16 @@ class StageSizes:
             self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, dtype=low)
             self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, dtype=low)
             self.expert_gather_bytes = t_local * m.top_k * h * d
-            copies = flex_copies(m.num_experts, m.top_k, p.ep) if options.moe_dispatcher == "flex" else m.top_k
+            flex = options.moe_dispatcher == "flex"
+            copies = flex_copies(m.num_experts, m.top_k, p.ep) if flex else m.top_k
             self.dispatch_bytes = round(t_local * copies * h * d)
+            # the flex dispatcher across NVLink domains: a token crosses to each other domain holding one of its
+            # experts once (to the rank at its own place there), which forwards it to the others over NVLink
+            self.expert_domains = options.expert_domains(p)
+            self.dispatch_domain_bytes = 0
+            if self.expert_domains is not None:
+                domains = self.expert_domains[0]
+                self.dispatch_domain_bytes = round(t_local * flex_copies(m.num_experts, m.top_k, domains) * h * d)
             if experts > 1:  # Transformer Engine's GroupedLinear: a GEMM per local expert, a few streams at a time
                 self.mlp_in, self.mlp_out = (replace(g, streams=GROUPED_GEMM_STREAMS)
                                              for g in (self.mlp_in, self.mlp_out))

@@ -1,0 +1,92 @@
+"""The expert-parallel exchange of one MoE layer against arXiv 2603.07685's Table 7 (dispatch and combine latency,
+communication only, of a DeepSeek-V3-like layer: hidden 7168, 4096 tokens, 256 experts, top-8).
+
+    python benchmarks/moe_dispatch.py
+
+For each system (H100: 8 GPUs per NVLink domain, so EP 16-64 spans 2-8 nodes; GB200 NVL72: every size in one
+domain) and expert-parallel size, the LLM generator builds one such layer (data parallel = EP, micro-batch 1) with
+Megatron-Core's alltoall dispatcher and with the flex dispatcher (HybridEP), the simulator runs it with the
+NCCL-like collectives on the system's shipped profile, and the script prints the forward dispatch and combine
+spans on rank 0 against the measured microseconds (benchmarks/data/moe_dispatch/table7.tsv). Nothing here is
+fitted: the alltoall rows are the NCCL all-to-all the profiles were fitted on (README there); the flex rows check
+the flex dispatcher's bytes and, across NVLink domains, its two-stage exchange (a token once per other domain,
+forwarded over NVLink). Routing is balanced over the experts without DeepSeek-V3's node limit, which the generator
+does not model (it caps a token at 4 nodes: fewer copies at EP 32-64 on H100).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from simulator.collectives.hardware import load_profile
+from simulator.config import MemoryConfig, default_system
+from simulator.node_table import COMMUNICATOR_STREAMS
+from simulator.simulation import RunOptions, Simulation
+from simulator.tools.training_hardware import network_for
+from workload.generated import llm_workload
+
+TABLE = os.path.join(os.path.dirname(__file__), "data", "moe_dispatch", "table7.tsv")
+SYSTEMS = {"H100": ("hgx-h100", "H100"), "GB200": ("gb200-nvl72", "GB200")}
+LAYER = {"generate": "llm", "num_layers": 1, "hidden_size": 7168, "ffn_hidden_size": 2048, "num_heads": 56,
+         "num_kv_heads": 8, "seq_len": 4096, "vocab_size": 32000, "gated_ffn": True, "num_experts": 256,
+         "top_k": 8, "micro_batch_size": 1}
+
+
+def exchange_spans_us(system: str, ep: int, dispatcher: str, domains: bool = True) -> tuple[float, float]:
+    """(dispatch, combine) of the forward on rank 0, in us: from the first of an exchange's nodes to start to the
+    last to end (the flex exchange across domains is two concurrent all-to-alls; ``domains`` False: one all-to-all
+    over the group, every destination rank's copy crossing the network)."""
+    profile_name, device = SYSTEMS[system]
+    profile = load_profile(profile_name).for_job(ep)
+    spec = {**LAYER, "dp": ep, "ep": ep, "global_batch": ep, "moe_dispatcher": dispatcher}
+    if domains:
+        spec["nvlink_domain"] = profile.gpus_per_node
+    network = network_for(profile, ep, "moe dispatch")
+    traces, _, _ = llm_workload(spec, ep, "moe dispatch")
+    options = RunOptions(collective_model="nccl", hw_profile=profile_name, device=device, compute_model="kernels",
+                         comm_streams=COMMUNICATOR_STREAMS, timeline=True)
+    sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options)
+    sim.run()
+    rank0 = next(w for w in sim.workloads if w.rank == 0)
+    spans: dict[str, list[tuple[int, int]]] = {"dispatch": [], "combine": []}
+    for i, start, end in rank0.timeline.spans:
+        name = rank0.graph.name(i) or ""
+        for kind in spans:
+            if ".fwd." in name and f".{kind}_alltoall" in name:
+                spans[kind].append((start, end))
+    out = [(max(e for _, e in s) - min(b for b, _ in s)) / 1e3 for s in (spans["dispatch"], spans["combine"])]
+    return out[0], out[1]
+
+
+def main() -> int:
+    with open(TABLE, newline="") as f:
+        rows = list(csv.DictReader((line for line in f if not line.startswith("#")), delimiter="\t"))
+    print(f"{'system':7} {'EP':>3} {'op':8} {'alltoall':>9} {'model':>8} {'error':>7}   {'HybridEP':>9} {'flex':>8} "
+          f"{'error':>7}   {'one stage':>9} {'error':>7}")
+    errors: dict[str, list[float]] = {"alltoall": [], "flex": [], "flex, one stage": []}
+    cache: dict[tuple[str, int, str, bool], tuple[float, float]] = {}
+    for row in rows:
+        system, ep, op = row["system"], int(row["ep"]), row["op"]
+        got = {}
+        for dispatcher, domains in (("alltoall", True), ("flex", True), ("flex", False)):
+            key = (system, ep, dispatcher, domains)
+            if key not in cache:
+                cache[key] = exchange_spans_us(system, ep, dispatcher, domains)
+            got[dispatcher if domains else "flex, one stage"] = cache[key][0 if op == "dispatch" else 1]
+        a2a, hep = float(row["alltoall_us"]), float(row["hybridep_us"])
+        err = {k: v / (a2a if k == "alltoall" else hep) - 1 for k, v in got.items()}
+        for k, e in err.items():
+            errors[k].append(abs(e))
+        print(f"{system:7} {ep:3d} {op:8} {a2a:9.0f} {got['alltoall']:8.0f} {err['alltoall']:+7.1%}   {hep:9.0f} "
+              f"{got['flex']:8.0f} {err['flex']:+7.1%}   {got['flex, one stage']:9.0f} {err['flex, one stage']:+7.1%}")
+    for name, errs in errors.items():
+        print(f"{name}: mean |error| {sum(errs) / len(errs):.1%}, max {max(errs):.1%} over {len(errs)} rows")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
