@@ -10,8 +10,8 @@ NCCL-like collectives on the system's shipped profile, and the script prints the
 spans on rank 0 against the measured microseconds (benchmarks/data/moe_dispatch/table7.tsv). Nothing here is
 fitted: the alltoall rows are the NCCL all-to-all the profiles were fitted on (README there); the flex rows check
 the flex dispatcher's bytes and, across NVLink domains, its two-stage exchange (a token once per other domain,
-forwarded over NVLink). Routing is balanced over the experts without DeepSeek-V3's node limit, which the generator
-does not model (it caps a token at 4 nodes: fewer copies at EP 32-64 on H100).
+forwarded over NVLink). Routing is DeepSeek-V3's, balanced: a token's 8 experts from its best 4 of 8 expert groups
+(at EP 64 on H100 a node holds one group, so a token reaches at most 4 nodes).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ TABLE = os.path.join(os.path.dirname(__file__), "data", "moe_dispatch", "table7.
 SYSTEMS = {"H100": ("hgx-h100", "H100"), "GB200": ("gb200-nvl72", "GB200")}
 LAYER = {"generate": "llm", "num_layers": 1, "hidden_size": 7168, "ffn_hidden_size": 2048, "num_heads": 56,
          "num_kv_heads": 8, "seq_len": 4096, "vocab_size": 32000, "gated_ffn": True, "num_experts": 256,
-         "top_k": 8, "micro_batch_size": 1}
+         "top_k": 8, "router_groups": 8, "router_group_topk": 4, "micro_batch_size": 1}
 
 
 def exchange_spans_us(system: str, ep: int, dispatcher: str, domains: bool = True) -> tuple[float, float]:

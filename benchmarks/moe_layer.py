@@ -5,11 +5,13 @@
 Megatron-LM times one MoELayer (TE spec, grouped GEMM, permute and router fusion, forced load balance, alltoall
 dispatcher, BF16) on 8 H100 with EP 8, sequence 4096, micro-batch 1: CUDA events around the layer's forward and
 its backward, mean of 20 iterations (NVIDIA/Megatron-LM tests/functional_tests/test_cases/common/moe_perf/
-baseline.json, BSD-3-Clause, added 2025-12-16). This script builds the same layer shapes with the LLM generator
-(one layer, data parallel 8, expert parallel 8), simulates it with the kernel compute model and the NCCL-like
-collectives on the hgx-h100 profile, and prints the span from the router to the unpermutation (forward) and from
-the unpermutation's gradient to the router's weight gradient (backward). The DeepSeek-like case leaves out the
-shared expert and group-limited routing, which the generator does not have.
+baseline.json, BSD-3-Clause, added 2025-12-16; the flex rows from its later baseline, @d98e8a64dd: the flex dispatcher
+with HybridEP and with DeepEP, whose own kernels the model does not have). This script builds the same layer shapes
+with the LLM generator (one layer, data parallel 8, expert parallel 8), simulates it with the kernel compute model
+and the NCCL-like collectives on the hgx-h100 profile, and prints the span from the router to the unpermutation
+(forward) and from the unpermutation's gradient to the router's weight gradient (backward). The DeepSeek-like case
+routes as the benchmark's proxy does (8 groups, the best 4; with EP 8 a token reaches at most 4 ranks) and leaves out
+its shared expert, which the generator does not have.
 """
 
 from __future__ import annotations
@@ -28,11 +30,17 @@ from workload.generated import llm_workload
 
 BASE = {"generate": "llm", "num_layers": 1, "num_heads": 32, "num_kv_heads": 8, "seq_len": 4096,
         "vocab_size": 32000, "gated_ffn": True, "dp": 8, "ep": 8, "global_batch": 8, "micro_batch_size": 1}
-CASES = (  # name, model fields, measured forward and backward ms (Megatron-LM's baseline, a2a BF16)
-    ("Mixtral-like (h 4096, ffn 14336, 8 experts, top-2)",
-     {"hidden_size": 4096, "ffn_hidden_size": 14336, "num_experts": 8, "top_k": 2}, 4.33, 7.68),
-    ("DeepSeek-like (h 7168, ffn 2048, 32 experts, top-8)",
-     {"hidden_size": 7168, "ffn_hidden_size": 2048, "num_experts": 32, "top_k": 8}, 7.12, 10.48),
+MIXTRAL = {"hidden_size": 4096, "ffn_hidden_size": 14336, "num_experts": 8, "top_k": 2}
+DEEPSEEK = {"hidden_size": 7168, "ffn_hidden_size": 2048, "num_experts": 32, "top_k": 8, "router_groups": 8,
+            "router_group_topk": 4}
+FLEX = {"moe_dispatcher": "flex"}
+CASES = (  # name, model fields, measured forward and backward ms (Megatron-LM's baseline, BF16)
+    ("Mixtral-like (h 4096, ffn 14336, 8 experts, top-2), a2a", MIXTRAL, 4.33, 7.68),
+    ("Mixtral-like, flex (HybridEP)", {**MIXTRAL, **FLEX}, 4.34, 7.74),
+    ("Mixtral-like, flex (DeepEP)", {**MIXTRAL, **FLEX}, 4.64, 7.85),
+    ("DeepSeek-like (h 7168, ffn 2048, 32 experts, top-8), a2a", DEEPSEEK, 7.12, 10.48),
+    ("DeepSeek-like, flex (HybridEP)", {**DEEPSEEK, **FLEX}, 5.39, 8.80),
+    ("DeepSeek-like, flex (DeepEP)", {**DEEPSEEK, **FLEX}, 5.68, 9.06),
 )
 
 
@@ -58,10 +66,10 @@ def layer_spans_ms(spec: dict) -> tuple[float, float]:
 
 
 def main() -> int:
-    print(f"{'case':52} {'fwd ms':>8} {'measured':>9} {'bwd ms':>8} {'measured':>9}")
+    print(f"{'case':58} {'fwd ms':>8} {'measured':>9} {'bwd ms':>8} {'measured':>9}")
     for name, fields, fwd, bwd in CASES:
         f, b = layer_spans_ms({**BASE, **fields})
-        print(f"{name:52} {f:8.2f} {fwd:9.2f} {b:8.2f} {bwd:9.2f}")
+        print(f"{name:58} {f:8.2f} {fwd:9.2f} {b:8.2f} {bwd:9.2f}")
     return 0
 
 

@@ -4,6 +4,7 @@ schedule, send/recv matching, simulation end to end, the command line and its er
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import time
 from collections import Counter
@@ -384,6 +385,44 @@ def test_flex_crossings_per_domain_never_exceed_the_copies_per_rank(experts_per_
     across, ranks = flex_copies(experts, top_k, domains), flex_copies(experts, top_k, ep)
     assert across <= ranks + 1e-9 and across <= domains + 1e-9
     assert ranks <= across * per_domain + 1e-9  # a domain reached forwards to at most all of its ranks
+
+
+@settings(max_examples=60, deadline=None)
+@given(per_group=st.integers(1, 4), groups=st.integers(1, 6), parts_log2=st.integers(0, 3), top_k=st.integers(1, 4),
+       data=st.data())
+def test_flex_copies_under_group_limited_routing_match_enumeration(per_group: int, groups: int, parts_log2: int,
+                                                                    top_k: int, data: st.DataObject) -> None:
+    """Every choice of groups, then every choice of top-k experts among theirs, equally likely: the expected count
+    of parts (ranks or domains, the experts split over them in order) holding one of a token's experts."""
+    from itertools import combinations
+
+    experts, parts = per_group * groups, 2 ** parts_log2
+    if experts % parts:
+        return
+    group_topk = data.draw(st.integers(1, groups))
+    if top_k > group_topk * per_group:
+        return
+    per_part = experts // parts
+    hits = total = 0
+    for chosen in combinations(range(groups), group_topk):
+        pool = [e for g in chosen for e in range(g * per_group, (g + 1) * per_group)]
+        for picked in combinations(pool, top_k):
+            hits += len({e // per_part for e in picked})
+            total += 1
+    assert flex_copies(experts, top_k, parts, groups, group_topk) == pytest.approx(hits / total)
+
+
+def test_group_limited_routing_caps_the_ranks_a_token_reaches(tmp_path: Path) -> None:
+    """DeepSeek-V3's routing on 8 ranks of one group each: a token reaches at most its 4 groups' ranks; the
+    alltoall dispatcher still sends it once per expert."""
+    model = replace(SMALL_MOE, num_experts=32, top_k=8, router_groups=8, router_group_topk=4)
+    assert flex_copies(32, 8, 8, 8, 4) == pytest.approx(4 * (1 - math.comb(12, 8) / math.comb(16, 8)))
+    prefix = str(tmp_path / "groups")
+    generate_traces(model, ParallelPlan(dp=8, ep=8), prefix, options=TrainingOptions(moe_dispatcher="flex"))
+    assert {n.attrs["comm_size"] for n in load(prefix, 0, 8).collectives(A2A)} == {
+        round(ACT_BYTES * flex_copies(32, 8, 8, 8, 4))}
+    with pytest.raises(InputError, match="group-limited routing"):
+        replace(model, router_group_topk=1).validate()  # 8 experts from one group of 4
 
 
 def test_tied_embeddings_over_pipeline_stages_are_all_reduced(tmp_path: Path) -> None:

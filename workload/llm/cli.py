@@ -32,7 +32,8 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--kv-heads": "num_kv_heads", "--head-dim": "head_dim", "--ffn-hidden": "ffn_hidden_size",
                    "--vocab": "vocab_size", "--seq-len": "seq_len", "--experts": "num_experts", "--top-k": "top_k",
                    "--dtype-bytes": "dtype_bytes", "--window-size": "window_size",
-                   "--window-attn-skip-freq": "window_attn_skip_freq"}
+                   "--window-attn-skip-freq": "window_attn_skip_freq", "--moe-router-num-groups": "router_groups",
+                   "--moe-router-group-topk": "router_group_topk"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
                     "--rope-fused": "rope_fused"}
 MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}

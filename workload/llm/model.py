@@ -4,7 +4,9 @@ Parameters are counted per tensor: attention Q/K/V/O weights (GQA: K and V have 
 FFN weights (2 matrices, or 3 when gated as in SwiGLU), optional biases, two norms per layer and a final
 norm (LayerNorm: weight and bias; RMSNorm: weight), token embeddings, learned position embeddings if any,
 and the output head (absent when tied to the token embeddings). A mixture-of-experts FFN holds
-``num_experts`` copies of the FFN plus a router (hidden x experts, no bias); each token uses ``top_k`` of them.
+``num_experts`` copies of the FFN plus a router (hidden x experts, no bias); each token uses ``top_k`` of them,
+with group-limited routing (DeepSeek-V3's) only among the experts of its best ``router_group_topk`` of
+``router_groups`` equal groups.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class ModelConfig:
     bias: bool = False
     num_experts: int = 1
     top_k: int = 1
+    # group-limited routing (Megatron-Core's moe_router_num_groups / moe_router_group_topk; DeepSeek-V3: 8, 4):
+    # a token's top_k experts come from its best router_group_topk of router_groups groups (1, 1: no limit)
+    router_groups: int = 1
+    router_group_topk: int = 1
     dtype_bytes: int = 2
     window_size: int | None = None  # sliding-window attention: keys a query sees (itself included); None = all
     window_attn_skip_freq: int = 0  # with a window, every N-th layer attends to all keys (Megatron-Core's name)
@@ -132,7 +138,8 @@ class ModelConfig:
     def validate(self) -> None:
         """Raise InputError (one line) if the shape is inconsistent."""
         for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_len",
-                     "kv_heads", "head_size", "num_experts", "top_k", "dtype_bytes"):
+                     "kv_heads", "head_size", "num_experts", "top_k", "dtype_bytes", "router_groups",
+                     "router_group_topk"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"model {self.name}: {name} must be a whole number >= 1 (got {value!r})")
@@ -148,6 +155,11 @@ class ModelConfig:
                              f"{self.kv_heads} key/value heads")
         if self.top_k > self.num_experts:
             raise InputError(f"model {self.name}: top_k {self.top_k} exceeds {self.num_experts} experts")
+        groups, chosen = self.router_groups, self.router_group_topk
+        if self.num_experts % groups or chosen > groups or self.top_k > chosen * (self.num_experts // groups):
+            raise InputError(f"model {self.name}: group-limited routing needs router_groups dividing the "
+                             f"{self.num_experts} experts and top_k {self.top_k} within the experts of "
+                             f"router_group_topk of them (got {groups} groups, {chosen} chosen)")
         if self.norm not in NORMS:
             raise InputError(f"model {self.name}: norm must be one of {', '.join(NORMS)} (got {self.norm!r})")
         if self.position_embedding not in POSITION_EMBEDDINGS:

@@ -34,13 +34,36 @@ def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights:
     return Matmul(name, tokens, k, n, dtype_bytes, weights, dtype)
 
 
-def flex_copies(experts: int, top_k: int, ep: int) -> float:
-    """Copies of a token the flex dispatcher (DeepEP, HybridEP) sends: one per expert-parallel rank holding at least
-    one of its ``top_k`` experts, in expectation over routing balanced across the ``experts`` (top_k distinct
-    experts drawn uniformly: a rank holding experts / ep of them receives none with probability
-    C(experts - experts / ep, top_k) / C(experts, top_k))."""
-    none = math.comb(experts - experts // ep, top_k) / math.comb(experts, top_k)
-    return ep * (1.0 - none)
+def flex_copies(experts: int, top_k: int, parts: int, groups: int = 1, group_topk: int = 1) -> float:
+    """Copies of a token the flex dispatcher (DeepEP, HybridEP) sends: one per part (an expert-parallel rank, or an
+    NVLink domain of them) holding at least one of its ``top_k`` experts, the ``experts`` split evenly and in
+    order over the ``parts``. In expectation over routing balanced across the experts: the token's top_k are
+    distinct experts drawn uniformly, with group-limited routing from the experts of ``group_topk`` of ``groups``
+    equal groups drawn uniformly (a part missing all of them with probability C(pool - held, top_k) /
+    C(pool, top_k), ``held`` its experts in the chosen groups' ``pool``)."""
+    return _flex_copies(experts, top_k, parts, groups, group_topk)
+
+
+@lru_cache(maxsize=1024)
+def _flex_copies(experts: int, top_k: int, parts: int, groups: int, group_topk: int) -> float:
+    per_part, per_group = experts // parts, experts // groups
+    pool = group_topk * per_group
+    subsets, draws = math.comb(groups, group_topk), math.comb(pool, top_k)
+    copies = 0.0
+    for part in range(parts):
+        lo, hi = part * per_part, (part + 1) * per_part
+        # ways to choose j groups holding s of this part's experts, over the groups one at a time
+        ways: dict[tuple[int, int], int] = {(0, 0): 1}
+        for g in range(groups):
+            held = max(0, min(hi, (g + 1) * per_group) - max(lo, g * per_group))
+            grown = dict(ways)
+            for (j, s), w in ways.items():
+                if j < group_topk:
+                    grown[(j + 1, s + held)] = grown.get((j + 1, s + held), 0) + w
+            ways = grown
+        missed = sum(w * math.comb(pool - s, top_k) for (j, s), w in ways.items() if j == group_topk)
+        copies += 1.0 - missed / (subsets * draws)
+    return copies
 
 
 class StageSizes:
@@ -87,7 +110,8 @@ class StageSizes:
             self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, dtype=low)
             self.expert_gather_bytes = t_local * m.top_k * h * d
             flex = options.moe_dispatcher == "flex"
-            copies = flex_copies(m.num_experts, m.top_k, p.ep) if flex else m.top_k
+            routing = (m.router_groups, m.router_group_topk)
+            copies = flex_copies(m.num_experts, m.top_k, p.ep, *routing) if flex else m.top_k
             self.dispatch_bytes = round(t_local * copies * h * d)
             # the flex dispatcher across NVLink domains: a token crosses to each other domain holding one of its
             # experts once (to the rank at its own place there), which forwards it to the others over NVLink
@@ -95,7 +119,8 @@ class StageSizes:
             self.dispatch_domain_bytes = 0
             if self.expert_domains is not None:
                 domains = self.expert_domains[0]
-                self.dispatch_domain_bytes = round(t_local * flex_copies(m.num_experts, m.top_k, domains) * h * d)
+                self.dispatch_domain_bytes = round(t_local * flex_copies(m.num_experts, m.top_k, domains, *routing)
+                                                   * h * d)
             if experts > 1:  # Transformer Engine's GroupedLinear: a GEMM per local expert, a few streams at a time
                 self.mlp_in, self.mlp_out = (replace(g, streams=GROUPED_GEMM_STREAMS)
                                              for g in (self.mlp_in, self.mlp_out))
