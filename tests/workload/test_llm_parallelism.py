@@ -9,8 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from network.config import network_from_dict
+from simulator.api import simulate
+from simulator.config import DEFAULT_SYSTEM, system_from_dict
 from tests.workload.test_llm import SMALL, SMALL_GPT, SMALL_MOE, load
+from workload.errors import InputError
 from workload.llm.build import build_programs
 from workload.llm.emit import generate_traces
 from workload.llm.options import TrainingOptions
@@ -264,3 +270,42 @@ def test_fp8_gemms_and_what_travels_in_fp8(tmp_path: Path) -> None:
     layer = SMALL.layer_params(tp=2)
     assert params_b == {-(-layer.dense // 2) * 2}
     assert params_f == {-(-(layer.dense_matmul + 2 * (layer.dense - layer.dense_matmul)) // 2)}
+
+
+@settings(max_examples=25, deadline=None)
+@given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), dp=st.sampled_from([2, 4, 8]),
+       ep=st.sampled_from([2, 4, 8]), etp_one=st.booleans(), domain=st.sampled_from([1, 2, 4, 8]))
+def test_flex_exchange_over_nvlink_domains_pairs_on_every_plan(tmp_path_factory: pytest.TempPathFactory, tp: int,
+                                                               pp: int, dp: int, ep: int, etp_one: bool,
+                                                               domain: int) -> None:
+    """Where the ep groups split over NVLink domains, every ep group's ranks fall into equal epd groups (one per
+    domain) and epx groups (one per place), each rank in one of each; the traces simulate to the end (the two
+    stages' collectives pair up on every rank)."""
+    moe = replace(SMALL_MOE, num_experts=8, top_k=2)
+    etp = 1 if etp_one else None
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, ep=ep, etp=etp, num_micro_batches=2, sequence_parallel=tp > 1)
+    try:
+        plan.validate(moe)
+    except InputError:
+        return
+    options = TrainingOptions(moe_dispatcher="flex", nvlink_domain=domain)
+    rm = options.rank_map(plan, moe)
+    split = rm.expert_domains()
+    for rank in range(plan.world_size):
+        ep_group, near, far = rm.group(rank, "ep"), rm.group(rank, "epd"), rm.group(rank, "epx")
+        if split is None or ep_group is None:
+            assert near is None and far is None
+            continue
+        domains, per_domain = split
+        assert (near is not None) == (per_domain > 1) and (far is not None) == (domains > 1)
+        if near is not None:
+            assert set(near.ranks) <= set(ep_group.ranks) and {r // domain for r in near.ranks} == {rank // domain}
+        if far is not None:
+            assert set(far.ranks) <= set(ep_group.ranks) and len({r // domain for r in far.ranks}) == domains
+    prefix = str(tmp_path_factory.mktemp("flex") / "t")
+    generate_traces(moe, plan, prefix, options=options)
+    net = network_from_dict({"topology": ["Switch"], "npus_count": [plan.world_size], "bandwidth": [50.0],
+                             "latency": [500.0]})
+    result = simulate(prefix, net, system_from_dict({**DEFAULT_SYSTEM, "roofline-enabled": 1}), device="H100",
+                      comm_streams="communicator")
+    assert result.finish_ns > 0
