@@ -367,6 +367,8 @@ def test_expert_domains_split_only_where_every_group_splits_evenly() -> None:
     assert RankMap(plan, model, nvlink_domain=4).expert_domains() == (2, 4)
     assert RankMap(plan, model, nvlink_domain=8).expert_domains() is None  # one domain
     assert RankMap(plan, model, nvlink_domain=3).expert_domains() is None  # 3 + 3 + 2: uneven
+    assert RankMap(plan, model, nvlink_domain=3).ep_splits_unevenly()
+    assert not RankMap(plan, model, nvlink_domain=8).ep_splits_unevenly()
     assert RankMap(plan, model).expert_domains() is None
     rm = RankMap(ParallelPlan(dp=4, ep=4, tp=2), model, nvlink_domain=4)  # ep ranks 0, 2, 4, 6 (tp innermost)
     assert rm.expert_domains() == (2, 2)

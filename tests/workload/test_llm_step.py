@@ -307,6 +307,19 @@ def test_a_bad_step_setting_on_the_command_line(tmp_path: Path) -> None:
     assert out.stderr.strip().splitlines() == [out.stderr.strip()] and "needs sequence parallelism" in out.stderr
 
 
+def test_flex_over_uneven_nvlink_domains_warns() -> None:
+    """Expert-parallel groups of 8 over domains of 3 GPUs (3 + 3 + 2): one all-to-all, with a warning; over
+    domains of 4 the two-stage exchange, silently."""
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    base = ["--layers", "2", "--hidden", "256", "--heads", "8", "--ffn-hidden", "512", "--vocab", "1000", "--seq-len",
+            "64", "--experts", "8", "--dp", "8", "--ep", "8", "--moe-dispatcher", "flex", "--summary"]
+    for domain, warned in (("3", True), ("4", False)):
+        said: list[str] = []
+        cli.main(parser.parse_args([*base, "--nvlink-domain", domain]), said.append)
+        assert any(f"do not split evenly over NVLink domains of {domain} GPUs" in s for s in said) == warned
+
+
 def test_generator_keys_take_the_new_settings() -> None:
     spec = {"generate": "llm", "preset": "gpt3-1.3b", "num_layers": 4, "tp": 2, "pp": 2, "cp": 2, "vp": 2,
             "global_batch": 4, "ddp_bucket_size": 1_000_000, "zero": 1, "overlap_grad_reduce": True,

@@ -308,6 +308,10 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
         check_output(what, plan.world_size, estimated_bytes(model, plan, options), limits)
     else:
         check_rank_count(plan.world_size, 0, what)
+    if options.moe_dispatcher == "flex" and options.rank_map(plan, None).ep_splits_unevenly():
+        warn(f"the expert-parallel groups do not split evenly over NVLink domains of {options.nvlink_domain} GPUs: "
+             "the flex exchange runs as one all-to-all over each group, every destination rank's copy crossing "
+             "between domains (a two-stage exchange needs as many of a group's ranks in each of its domains)")
     if plan.zero_stage and plan.dp == 1:
         warn(f"ZeRO stage {plan.zero_stage} with dp=1 shards nothing: no gradient or parameter collectives")
     device = device_preset(args.device) if args.device else None

@@ -125,22 +125,31 @@ class RankMap:
     def _ep_groups(self) -> list[tuple[int, ...]]:
         return [g for s in range(self.plan.pp) for g in self._expert_grid(s)["ep"]]
 
-    def expert_domains(self) -> tuple[int, int] | None:
-        """(NVLink domains an ep group spans, its ranks in each) where every ep group spans more than one domain
-        with equally many ranks in each (the flex dispatcher's two-stage exchange); None otherwise."""
+    def _ep_domain_shapes(self) -> set[tuple[int, frozenset[int]]]:
+        """Per ep group: (NVLink domains it spans, the counts of its ranks in them); empty without domains."""
         size = self.nvlink_domain
         if not size or self.plan.ep < 2:
-            return None
+            return set()
         shapes = set()
         for ranks in self._ep_groups():
             counts: dict[int, int] = {}
             for r in ranks:
                 counts[r // size] = counts.get(r // size, 0) + 1
             shapes.add((len(counts), frozenset(counts.values())))
+        return shapes
+
+    def expert_domains(self) -> tuple[int, int] | None:
+        """(NVLink domains an ep group spans, its ranks in each) where every ep group spans more than one domain
+        with equally many ranks in each (the flex dispatcher's two-stage exchange); None otherwise."""
+        shapes = self._ep_domain_shapes()
         if len(shapes) != 1:
             return None
         ((domains, per_domain),) = shapes
         return (domains, next(iter(per_domain))) if domains > 1 and len(per_domain) == 1 else None
+
+    def ep_splits_unevenly(self) -> bool:
+        """Some ep group spans several NVLink domains, but not every group evenly (no two-stage exchange)."""
+        return self.expert_domains() is None and any(domains > 1 for domains, _ in self._ep_domain_shapes())
 
     def _domain_split(self) -> dict[str, list[tuple[int, ...]]]:
         """The epd and epx groups (none unless ``expert_domains`` says the ep groups split evenly)."""
