@@ -17,7 +17,8 @@ fall short, each with few parameters fitted per device on public kernel measurem
   low precision (FP8) at its own fraction of the efficiency where the device file gives one.
   FLOPs are counted as FlashAttention's benchmarks count them (backward = 2.5 x forward).
 - Memory-bound operators (element-wise, norms, activations, softmax, embedding, loss, optimizer step): bytes at a
-  per-class fraction of HBM bandwidth, or their FLOPs at the FP32 rate if that is slower.
+  per-class fraction of HBM bandwidth, or their FLOPs at the FP32 rate if that is slower; a node that is several
+  kernels in a row (``kernel_count``) pays a launch for each.
 
 Every kernel also costs a fixed launch time. A node without a usable shape is timed by a roofline with the
 device's large-GEMM and element-wise efficiencies (``fallback_s``). All times are non-decreasing in every
@@ -65,7 +66,7 @@ class KernelModel:
             return self.gemm_s(shape.gemm, self.device.math_dtype(shape.dtype))
         if shape.attention is not None:
             return self.attention_s(shape.attention, self.device.math_dtype(shape.dtype))
-        return self.memory_s(memory_class(shape), tensor_size, num_ops)
+        return self.memory_s(memory_class(shape), tensor_size, num_ops, shape.kernels)
 
     def efficiency(self, shape: OpShape | None, num_ops: int, tensor_size: int) -> float:
         """Roofline time / modelled time: how close to the device's peaks the kernel runs (0, 1]."""
@@ -132,11 +133,12 @@ class KernelModel:
         return sum(self.gemm_s(g, dtype) for g in gemms) + softmax
 
     # --- memory-bound operators and the fallback ----------------------------------------------------------------
-    def memory_s(self, op_class: str, size_bytes: int, flops: int) -> float:
+    def memory_s(self, op_class: str, size_bytes: int, flops: int, kernels: int = 1) -> float:
+        """``size_bytes`` and ``flops`` of one class at its bandwidth efficiency, over ``kernels`` launches."""
         launch_us, eff = self.params.memory.of(op_class)
         eff = min(1.0, eff * self.params.scale("memory"))
         work = max(size_bytes / (self.bandwidth * eff), flops / self.device.peak_flops("fp32"))
-        return launch_us * 1e-6 + self.gap_s + work if work > 0 else 0.0
+        return kernels * (launch_us * 1e-6 + self.gap_s) + work if work > 0 else 0.0
 
     def fallback_s(self, num_ops: int, tensor_size: int) -> float:
         """A node known only by FLOPs and bytes: the roofline at the device's large-GEMM efficiency and its

@@ -15,6 +15,9 @@ This is the whole contract between a trace and ``--compute-model kernels``: a CO
   ``attn_seq_kv`` (keys each query block sees; context parallelism makes it differ from ``attn_seq_q``),
   ``attn_causal`` and ``attn_backward`` (bools), ``attn_flash`` (bool, absent = true: a fused kernel),
   ``attn_window`` (sliding-window attention: the keys a query sees, itself included; absent or 0 = all);
+- for a memory-bound class: ``kernel_count`` (the node's work as that many kernels launched one after another,
+  each with its launch cost, as Transformer Engine quantizes each expert's share of a grouped GEMM operand;
+  absent = 1);
 - ``num_ops`` and ``tensor_size`` as ASTRA-sim reads them (FLOPs and bytes), which memory-bound classes and
   the optimizer are timed from, and which nodes without a class fall back to.
 
@@ -43,7 +46,7 @@ def dtype_for_bytes(dtype_bytes: int) -> str:
 # Every attribute the shapes below write (``attributes()``), as whole numbers and as flags: what a trace reader must
 # carry from a node to ``shape_from_attributes`` (a name missing here is a shape lost on the way).
 SHAPE_INT_ATTRIBUTES = ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_streams", "attn_batch", "attn_heads",
-                        "attn_kv_heads", "attn_head_dim", "attn_seq_q", "attn_seq_kv", "attn_window")
+                        "attn_kv_heads", "attn_head_dim", "attn_seq_q", "attn_seq_kv", "attn_window", "kernel_count")
 SHAPE_BOOL_ATTRIBUTES = ("attn_causal", "attn_backward", "attn_flash")
 
 
@@ -121,6 +124,7 @@ class OpShape:
     dtype: str = DEFAULT_DTYPE
     gemm: GemmShape | None = None
     attention: AttentionShape | None = None
+    kernels: int = 1  # a memory-bound node's work as that many kernels, one after another
 
     def attributes(self) -> list[tuple[str, Any]]:
         """The Chakra attributes that carry this shape (see the module docstring)."""
@@ -129,6 +133,8 @@ class OpShape:
             out += self.gemm.attributes()
         if self.attention is not None:
             out += self.attention.attributes()
+        if self.kernels > 1:
+            out.append(("kernel_count", self.kernels))
         return out
 
 
@@ -168,7 +174,8 @@ def shape_from_attributes(attrs: Mapping[str, Any]) -> tuple[OpShape | None, str
         return OpShape("attention", dtype, attention=attention), ""
     if op_class not in OP_CLASSES:
         return None, f"op_class {op_class!r} is not one of {', '.join(OP_CLASSES)}"
-    return OpShape(op_class, dtype), ""
+    count = attrs.get("kernel_count", 1)
+    return OpShape(op_class, dtype, kernels=int(count) if _positive(count) else 1), ""
 
 
 def _positive(value: Any) -> bool:

@@ -75,8 +75,10 @@ def test_every_attribute_a_shape_writes_is_one_a_trace_reader_carries() -> None:
     """The attribute names trace readers pass to the kernel model (compute/trace_timing.py) are the ones shapes
     write, optional ones included: a name missing from the list once dropped the sliding window on its way."""
     shapes = [GemmShape(8, 16, 32, batch=4, streams=2),
-              AttentionShape(2, 8, 2, 64, 128, 128, causal=True, backward=True, flash=True, window=32)]
-    written = {name: value for shape in shapes for name, value in shape.attributes()}
+              AttentionShape(2, 8, 2, 64, 128, 128, causal=True, backward=True, flash=True, window=32),
+              OpShape("quantize", "fp8", kernels=4)]
+    written = {name: value for shape in shapes for name, value in shape.attributes()
+               if name not in ("op_class", "dtype")}  # the two every reader reads by name
     assert set(written) == {*SHAPE_INT_ATTRIBUTES, *SHAPE_BOOL_ATTRIBUTES}
     assert all(isinstance(written[n], bool) for n in SHAPE_BOOL_ATTRIBUTES)
     assert not any(isinstance(written[n], bool) for n in SHAPE_INT_ATTRIBUTES)

@@ -218,3 +218,28 @@ def test_a_sliding_window_layer_is_timed_by_its_window(tmp_path: Path) -> None:
             want_us = model.time_ns(shape, 0, 0) / 1e3
             assert spans_us[f"mb0.{phase}.layer{layer}.attention"] == pytest.approx(want_us, abs=1e-3)
     assert spans_us["mb0.fwd.layer0.attention"] < spans_us["mb0.fwd.layer1.attention"] / 3
+
+
+def test_per_expert_quantization_is_timed_by_its_kernel_count(tmp_path: Path) -> None:
+    """An MXFP8 MoE layer's expert-input quantization (one kernel per local expert, Transformer Engine's
+    split_quantize) is timed from the trace with a launch per kernel: the kernel count reaches the model."""
+    done = run_cli("trace", "generate", "llm", "--layers", "1", "--hidden", "1024", "--heads", "8", "--ffn-hidden",
+                   "512", "--vocab", "32000", "--seq-len", "1024", "--experts", "16", "--top-k", "2", "--ep", "2",
+                   "--dp", "2", "--npus", "2", "--global-batch", "2", "--precision", "fp8", "--fp8-recipe", "mxfp8",
+                   "--name", "moe", "--output", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    net = tmp_path / "net.yml"
+    net.write_text("topology: [Switch]\nnpus_count: [2]\nbandwidth: [450]\nlatency: [500]\n")
+    timeline = tmp_path / "timeline.json"
+    done = run_cli("--workload", str(tmp_path / "moe"), "--network", str(net), "--device", "B200", "--compute-model",
+                   "kernels", "--timeline", str(timeline), "--quiet")
+    assert done.returncode == 0, done.stderr
+    events = json.loads(timeline.read_text())
+    span_us = next(e["dur"] for e in (events["traceEvents"] if isinstance(events, dict) else events)
+                   if e.get("ph") == "X" and e["name"] == "mb0.fwd.layer0.expert_in_input_quantize")
+    model = KernelModel(device("B200"))
+    elements = 1024 * 2 * 1024  # tokens x top-k arriving on the rank, by the hidden size
+    size = round(elements * (2 + 2 * (1 + 1 / 32)))
+    want = model.time_ns(OpShape("quantize", "fp8", kernels=8), 2 * elements, size) / 1e3
+    assert span_us == pytest.approx(want, abs=1e-3)
+    assert span_us > model.time_ns(OpShape("quantize", "fp8"), 2 * elements, size) / 1e3

@@ -3,6 +3,7 @@ weight's cast once per iteration, FP4 (NVFP4) GEMMs, and the recipe a published 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,27 @@ def test_moe_expert_gemms_are_quantized_too(tmp_path: Path) -> None:
     names = {n.name.split(".")[-1] for n in casts(t, 0, "fwd") + casts(t, 0, "bwd")}
     assert {"expert_in_input_quantize", "expert_out_weight_quantize", "expert_out_grad_quantize"} <= names
     assert not any(n.startswith("router") for n in names)
+
+
+@pytest.mark.parametrize(("recipe", "activations"), [("mxfp8", 4), ("tensorwise", 4), ("delayed", 1)])
+def test_grouped_gemm_operands_are_quantized_expert_by_expert(tmp_path: Path, recipe: str, activations: int) -> None:
+    """Transformer Engine's split_quantize runs a recipe's kernels once per local expert (delayed scaling: one fused
+    multi-tensor cast-transpose); the weights are separate tensors, one kernel each under every recipe. The bytes
+    stay the whole operand's; each extra kernel adds a launch."""
+    model = replace(SMALL_MOE, num_experts=8)
+    plan = ParallelPlan(dp=2, ep=2, micro_batch_size=2, num_micro_batches=1)
+    t = traces(tmp_path, model, plan, precision="fp8", fp8_recipe=recipe)[0]
+    counts = {n.name.split(".")[-1]: n.attrs.get("kernel_count", 1) for n in casts(t, 0, "fwd") + casts(t, 0, "bwd")}
+    assert {v for k, v in counts.items() if k.startswith(("expert_in_input", "expert_out_grad"))
+            and not k.endswith("_amax")} == {activations}
+    # current scaling: the amax and the scale computed from it, two kernels per expert
+    assert {v for k, v in counts.items() if k.endswith("_input_amax")} <= {2, 2 * activations}
+    assert {v for k, v in counts.items() if k.startswith("expert_in_weight") and not k.endswith("_amax")} == {4}
+    assert {v for k, v in counts.items() if k.startswith("qkv_") and not k.endswith("_amax")} == {1}  # dense: one
+    h100 = KernelModel(device("H100"))
+    one, four = (h100.seconds(OpShape("quantize", "fp8", kernels=k), 0, 1 << 24) for k in (1, 4))
+    launch_us, _ = h100.params.memory.of("quantize")
+    assert four - one == pytest.approx(3 * (launch_us + h100.params.launch_overhead_us) * 1e-6)
 
 
 def test_bad_recipe_is_one_line() -> None:

@@ -12,7 +12,8 @@ What a copy costs depends on the recipe (Megatron-Core's --fp8-recipe / --fp4-re
   tensor and writes the FP8 copy and its transpose (Hopper's FP8 GEMMs take only the TN layout), recording the
   amax for the next step's scale.
 - ``tensorwise`` (per-tensor current scaling, NeMo/Megatron-Bridge's fp8_cs): the scale must come from this
-  tensor's own amax, so an amax kernel reads it first, then the cast-transpose reads it again.
+  tensor's own amax, so an amax kernel reads it first (and a small kernel turns the amax into the scale), then the
+  cast-transpose reads it again.
 - ``mxfp8`` (Blackwell block scaling, 1 x 32 blocks with E8M0 scales): one kernel reads the tensor and writes a
   row-wise and a column-wise quantized copy (the blocks run along the GEMM's K, which differs between the two
   uses) with a scale byte per 32 elements each; the block amax needs no earlier pass.
@@ -20,6 +21,13 @@ What a copy costs depends on the recipe (Megatron-Core's --fp8-recipe / --fp4-re
   Hadamard transform on wgrad operands): an amax kernel (the per-tensor scale, with the transformed amax) reads
   the tensor, then one kernel writes the row-wise and column-wise FP4 copies (half a byte per element) with a
   scale byte per 16 elements each.
+
+A grouped GEMM's operands (Transformer Engine's GroupedLinear, one GEMM per local expert) are quantized expert by
+expert: its split_quantize runs each recipe's kernels once per expert's rows (transformer_engine/pytorch/csrc/
+extensions/cast.cpp, multi_tensor_quantize_impl), except for delayed scaling (one fused multi-tensor cast-transpose)
+and NVFP4 where the operand's inner dimension is a multiple of 128 (one fused split-quantize kernel); the experts'
+weights are separate tensors, quantized one by one under every recipe. The bytes are the same; each expert's kernel
+pays its own launch (the node's ``kernel_count``).
 
 The kernels are timed by the kernel model's ``quantize`` class (memory-bound: bytes at a fraction of HBM
 bandwidth plus a launch; NVFP4's, dtype fp4, by its own slower class, which includes the Hadamard transform).
@@ -44,34 +52,52 @@ QUANTIZE_FLOPS = 2  # per element: an absolute-value maximum and a scaled conver
 
 @dataclass(frozen=True, slots=True)
 class Pass:
-    """One kernel over an operand: bytes read and written per element of the BF16 tensor."""
+    """One pass over an operand: bytes read and written per element of the BF16 tensor, in ``kernels`` kernels."""
 
     label: str
     read: float
     written: float
+    kernels: int = 1
 
 
 # Per recipe, the kernels that make one operand's two quantized copies.
 PASSES: dict[str, tuple[Pass, ...]] = {
     "delayed": (Pass("cast_transpose", SOURCE_BYTES, 2 * 1.0),),
-    "tensorwise": (Pass("amax", SOURCE_BYTES, 0.0), Pass("cast_transpose", SOURCE_BYTES, 2 * 1.0)),
+    # the amax, then a kernel turning it into the scale (Float8CurrentScalingQuantizer: nvte_compute_amax,
+    # nvte_compute_scale_from_amax), then the cast
+    "tensorwise": (Pass("amax", SOURCE_BYTES, 0.0, kernels=2), Pass("cast_transpose", SOURCE_BYTES, 2 * 1.0)),
     "mxfp8": (Pass("quantize", SOURCE_BYTES, 2 * (1.0 + 1 / 32)),),
     "nvfp4": (Pass("amax", SOURCE_BYTES, 0.0), Pass("quantize", SOURCE_BYTES, 2 * (0.5 + 1 / 16))),
 }
 
 
-def operand_kernels(name: str, elements: int, recipe: str) -> tuple[Kernel, ...]:
-    """The kernels quantizing one operand of ``elements`` BF16 values under ``recipe`` (named ``name``_<pass>)."""
-    return _kernels(name, elements, recipe)
+def operand_kernels(name: str, elements: int, recipe: str, launches: int = 1) -> tuple[Kernel, ...]:
+    """The kernels quantizing one operand of ``elements`` BF16 values under ``recipe`` (named ``name``_<pass>), each
+    pass ``launches`` kernels in a row (one per expert of a grouped GEMM)."""
+    return _kernels(name, elements, recipe, launches)
+
+
+def launches(gemm: Matmul, operand: str, recipe: str) -> int:
+    """Kernels per pass quantizing ``gemm``'s ``operand`` ("input", "grad", "weight"): one per expert of a grouped
+    GEMM, unless the recipe fuses the experts' activations (delayed scaling; NVFP4 with a 128-multiple inner
+    dimension)."""
+    if gemm.weights <= 1:
+        return 1
+    if operand == "weight":
+        return gemm.weights
+    inner = gemm.k if operand == "input" else gemm.n
+    fused = recipe == "delayed" or (recipe == "nvfp4" and inner % 128 == 0)
+    return 1 if fused else gemm.weights
 
 
 @lru_cache(maxsize=4096)
-def _kernels(name: str, elements: int, recipe: str) -> tuple[Kernel, ...]:
+def _kernels(name: str, elements: int, recipe: str, launches: int) -> tuple[Kernel, ...]:
     if elements <= 0:
         return ()
-    shape = OpShape("quantize", "fp4" if recipe == "nvfp4" else "fp8")  # the precision it quantizes to
+    dtype = "fp4" if recipe == "nvfp4" else "fp8"  # the precision it casts to
     return tuple(Kernel(f"{name}_{p.label}", "elementwise", elements * QUANTIZE_FLOPS,
-                        round(elements * (p.read + p.written)), shape) for p in PASSES[recipe])
+                        round(elements * (p.read + p.written)),
+                        OpShape("quantize", dtype, kernels=launches * p.kernels)) for p in PASSES[recipe])
 
 
 def input_elements(gemm: Matmul) -> int:

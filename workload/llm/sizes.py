@@ -147,7 +147,7 @@ class StageSizes:
             return ()
         elements = {"input": quantize.input_elements, "grad": quantize.grad_elements,
                     "weight": quantize.weight_elements}[operand](gemm)
-        return quantize.operand_kernels(name, elements, self.recipe)
+        return quantize.operand_kernels(name, elements, self.recipe, quantize.launches(gemm, operand, self.recipe))
 
     def rows(self, matmul_: Matmul, parts: int) -> list[Matmul]:
         """``matmul_`` split into ``parts`` GEMMs over its rows (the chunks of an overlapped GEMM; the FLOPs add up)."""
