@@ -274,21 +274,23 @@ def test_fp8_gemms_and_what_travels_in_fp8(tmp_path: Path) -> None:
 
 @settings(max_examples=25, deadline=None)
 @given(tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2]), dp=st.sampled_from([2, 4, 8]),
-       ep=st.sampled_from([2, 4, 8]), etp_one=st.booleans(), domain=st.sampled_from([1, 2, 4, 8]))
+       ep=st.sampled_from([2, 4, 8]), etp_one=st.booleans(), domain=st.sampled_from([1, 2, 4, 8]),
+       overlap=st.booleans())
 def test_flex_exchange_over_nvlink_domains_pairs_on_every_plan(tmp_path_factory: pytest.TempPathFactory, tp: int,
                                                                pp: int, dp: int, ep: int, etp_one: bool,
-                                                               domain: int) -> None:
+                                                               domain: int, overlap: bool) -> None:
     """Where the ep groups split over NVLink domains, every ep group's ranks fall into equal epd groups (one per
     domain) and epx groups (one per place), each rank in one of each; the traces simulate to the end (the two
-    stages' collectives pair up on every rank)."""
+    stages' collectives pair up on every rank), with the EP A2A overlap too."""
     moe = replace(SMALL_MOE, num_experts=8, top_k=2)
     etp = 1 if etp_one else None
-    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, ep=ep, etp=etp, num_micro_batches=2, sequence_parallel=tp > 1)
+    plan = ParallelPlan(dp=dp, tp=tp, pp=pp, ep=ep, etp=etp, vp=pp, num_micro_batches=4, sequence_parallel=tp > 1)
+    options = TrainingOptions(moe_dispatcher="flex", nvlink_domain=domain, moe_a2a_overlap=overlap)
     try:
         plan.validate(moe)
+        options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
     except InputError:
         return
-    options = TrainingOptions(moe_dispatcher="flex", nvlink_domain=domain)
     rm = options.rank_map(plan, moe)
     split = rm.expert_domains()
     for rank in range(plan.world_size):
