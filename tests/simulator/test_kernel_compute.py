@@ -192,24 +192,30 @@ def test_ranks_read_as_variants_of_one_trace_run_under_the_kernel_model(tmp_path
     assert runs[0].ranks == runs[1].ranks and runs[0].ranks[0].finish_ns > 0
 
 
-def test_a_sliding_window_layer_is_timed_by_its_window(tmp_path: Path) -> None:
-    """Every attention node of a run is timed as the kernel model times its trace shape, the window included: a
-    sliding-window layer (GPT-OSS alternates them with full ones) costs its window's key blocks, not a full
-    layer's (the window attribute once got lost on its way from the trace to the model)."""
-    done = run_cli("trace", "generate", "llm", "--layers", "2", "--hidden", "1024", "--heads", "8", "--kv-heads", "2",
-                   "--ffn-hidden", "3584", "--vocab", "32000", "--seq-len", "4096", "--window-size", "128",
-                   "--window-attn-skip-freq", "2", "--tp", "1", "--dp", "2", "--pp", "1", "--npus", "2",
-                   "--global-batch", "2", "--micro-batch-size", "1", "--name", "swa", "--output", str(tmp_path))
+def _kernel_spans_us(tmp_path: Path, generate: list[str], device_name: str) -> dict[str, float]:
+    """Generate a 2-rank trace (``generate``: the generator's flags), run it under the kernel model on
+    ``device_name`` and return each span's duration by node name (us)."""
+    done = run_cli("trace", "generate", "llm", *generate, "--npus", "2", "--name", "t", "--output", str(tmp_path))
     assert done.returncode == 0, done.stderr
     net = tmp_path / "net.yml"
     net.write_text("topology: [Switch]\nnpus_count: [2]\nbandwidth: [450]\nlatency: [500]\n")
     timeline = tmp_path / "timeline.json"
-    done = run_cli("--workload", str(tmp_path / "swa"), "--network", str(net), "--device", "H100", "--compute-model",
-                   "kernels", "--timeline", str(timeline), "--quiet")
+    done = run_cli("--workload", str(tmp_path / "t"), "--network", str(net), "--device", device_name,
+                   "--compute-model", "kernels", "--timeline", str(timeline), "--quiet")
     assert done.returncode == 0, done.stderr
     events = json.loads(timeline.read_text())
-    spans_us = {e["name"]: e["dur"] for e in (events["traceEvents"] if isinstance(events, dict) else events)
-                if e.get("ph") == "X" and e["name"].endswith(".attention")}
+    return {e["name"]: e["dur"] for e in (events["traceEvents"] if isinstance(events, dict) else events)
+            if e.get("ph") == "X"}
+
+
+def test_a_sliding_window_layer_is_timed_by_its_window(tmp_path: Path) -> None:
+    """Every attention node of a run is timed as the kernel model times its trace shape, the window included: a
+    sliding-window layer (GPT-OSS alternates them with full ones) costs its window's key blocks, not a full
+    layer's (the window attribute once got lost on its way from the trace to the model)."""
+    spans_us = _kernel_spans_us(tmp_path, ["--layers", "2", "--hidden", "1024", "--heads", "8", "--kv-heads", "2",
+                                           "--ffn-hidden", "3584", "--vocab", "32000", "--seq-len", "4096",
+                                           "--window-size", "128", "--window-attn-skip-freq", "2", "--tp", "1", "--dp",
+                                           "2", "--pp", "1", "--global-batch", "2", "--micro-batch-size", "1"], "H100")
     model = KernelModel(device("H100"))
     for layer, window in ((0, 128), (1, 0)):  # layer 0 windowed, layer 1 full
         for phase, backward in (("fwd", False), ("bwd", True)):
@@ -223,20 +229,11 @@ def test_a_sliding_window_layer_is_timed_by_its_window(tmp_path: Path) -> None:
 def test_per_expert_quantization_is_timed_by_its_kernel_count(tmp_path: Path) -> None:
     """An MXFP8 MoE layer's expert-input quantization (one kernel per local expert, Transformer Engine's
     split_quantize) is timed from the trace with a launch per kernel: the kernel count reaches the model."""
-    done = run_cli("trace", "generate", "llm", "--layers", "1", "--hidden", "1024", "--heads", "8", "--ffn-hidden",
-                   "512", "--vocab", "32000", "--seq-len", "1024", "--experts", "16", "--top-k", "2", "--ep", "2",
-                   "--dp", "2", "--npus", "2", "--global-batch", "2", "--precision", "fp8", "--fp8-recipe", "mxfp8",
-                   "--name", "moe", "--output", str(tmp_path))
-    assert done.returncode == 0, done.stderr
-    net = tmp_path / "net.yml"
-    net.write_text("topology: [Switch]\nnpus_count: [2]\nbandwidth: [450]\nlatency: [500]\n")
-    timeline = tmp_path / "timeline.json"
-    done = run_cli("--workload", str(tmp_path / "moe"), "--network", str(net), "--device", "B200", "--compute-model",
-                   "kernels", "--timeline", str(timeline), "--quiet")
-    assert done.returncode == 0, done.stderr
-    events = json.loads(timeline.read_text())
-    span_us = next(e["dur"] for e in (events["traceEvents"] if isinstance(events, dict) else events)
-                   if e.get("ph") == "X" and e["name"] == "mb0.fwd.layer0.expert_in_input_quantize")
+    spans_us = _kernel_spans_us(tmp_path, ["--layers", "1", "--hidden", "1024", "--heads", "8", "--ffn-hidden", "512",
+                                           "--vocab", "32000", "--seq-len", "1024", "--experts", "16", "--top-k", "2",
+                                           "--ep", "2", "--dp", "2", "--global-batch", "2", "--precision", "fp8",
+                                           "--fp8-recipe", "mxfp8"], "B200")
+    span_us = spans_us["mb0.fwd.layer0.expert_in_input_quantize"]
     model = KernelModel(device("B200"))
     elements = 1024 * 2 * 1024  # tokens x top-k arriving on the rank, by the hidden size
     size = round(elements * (2 + 2 * (1 + 1 / 32)))
