@@ -138,18 +138,23 @@ class RankMap:
             shapes.add((len(counts), frozenset(counts.values())))
         return shapes
 
-    def expert_domains(self) -> tuple[int, int] | None:
-        """(NVLink domains an ep group spans, its ranks in each) where every ep group spans more than one domain
-        with equally many ranks in each (the flex dispatcher's two-stage exchange); None otherwise."""
-        shapes = self._ep_domain_shapes()
+    @staticmethod
+    def _even_split(shapes: set[tuple[int, frozenset[int]]]) -> tuple[int, int] | None:
+        """(domains, ranks in each) where every group has the one shape, over several domains, evenly."""
         if len(shapes) != 1:
             return None
         ((domains, per_domain),) = shapes
         return (domains, next(iter(per_domain))) if domains > 1 and len(per_domain) == 1 else None
 
+    def expert_domains(self) -> tuple[int, int] | None:
+        """(NVLink domains an ep group spans, its ranks in each) where every ep group spans more than one domain
+        with equally many ranks in each (the flex dispatcher's two-stage exchange); None otherwise."""
+        return self._even_split(self._ep_domain_shapes())
+
     def ep_splits_unevenly(self) -> bool:
         """Some ep group spans several NVLink domains, but not every group evenly (no two-stage exchange)."""
-        return self.expert_domains() is None and any(domains > 1 for domains, _ in self._ep_domain_shapes())
+        shapes = self._ep_domain_shapes()
+        return self._even_split(shapes) is None and any(domains > 1 for domains, _ in shapes)
 
     def _domain_split(self) -> dict[str, list[tuple[int, ...]]]:
         """The epd and epx groups (none unless ``expert_domains`` says the ep groups split evenly)."""
