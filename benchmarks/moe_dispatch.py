@@ -23,12 +23,9 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from moe_layer import rank0_spans, span_ns
+
 from simulator.collectives.hardware import load_profile
-from simulator.config import MemoryConfig, default_system
-from simulator.node_table import COMMUNICATOR_STREAMS
-from simulator.simulation import RunOptions, Simulation
-from simulator.tools.training_hardware import network_for
-from workload.generated import llm_workload
 from workload.llm.sizes import flex_copies
 
 TABLE = os.path.join(os.path.dirname(__file__), "data", "moe_dispatch", "table7.tsv")
@@ -45,25 +42,14 @@ def exchange_spans_us(system: str, ep: int, dispatcher: str, domains: bool = Tru
     last to end (the flex exchange across domains is two concurrent all-to-alls; ``domains`` False: one all-to-all
     over the group, every destination rank's copy crossing the network)."""
     profile_name, device = SYSTEMS[system]
-    profile = load_profile(profile_name).for_job(ep)
     spec = {**(layer or LAYER), "dp": ep, "ep": ep, "global_batch": ep, "moe_dispatcher": dispatcher}
     if domains:
-        spec["nvlink_domain"] = profile.gpus_per_node
-    network = network_for(profile, ep, "moe dispatch")
-    traces, _, _ = llm_workload(spec, ep, "moe dispatch")
-    options = RunOptions(collective_model="nccl", hw_profile=profile_name, device=device, compute_model="kernels",
-                         comm_streams=COMMUNICATOR_STREAMS, timeline=True)
-    sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options)
-    sim.run()
-    rank0 = next(w for w in sim.workloads if w.rank == 0)
-    spans: dict[str, list[tuple[int, int]]] = {"dispatch": [], "combine": []}
-    for i, start, end in rank0.timeline.spans:
-        name = rank0.graph.name(i) or ""
-        for kind in spans:
-            if ".fwd." in name and f".{kind}_alltoall" in name:
-                spans[kind].append((start, end))
-    out = [(max(e for _, e in s) - min(b for b, _ in s)) / 1e3 for s in (spans["dispatch"], spans["combine"])]
-    return out[0], out[1]
+        spec["nvlink_domain"] = load_profile(profile_name).for_job(ep).gpus_per_node
+    spans = rank0_spans(spec, profile_name, device, ep)
+    # the exchange's node, or its two stages' (..._across, ..._within)
+    dispatch, combine = (span_ns(spans, f"mb0.fwd.layer0.{kind}_alltoall", "", "") / 1e3
+                         for kind in ("dispatch", "combine"))
+    return dispatch, combine
 
 
 def read_tsv(path: str) -> list[dict[str, str]]:

@@ -44,25 +44,33 @@ CASES = (  # name, model fields, measured forward and backward ms (Megatron-LM's
 )
 
 
-def layer_spans_ms(spec: dict) -> tuple[float, float]:
-    """(forward, backward) of the MoE block on rank 0, in ms."""
-    network = network_for(load_profile("hgx-h100"), 8, "moe layer")
-    traces, _, programs = llm_workload(spec, 8, "moe layer")
-    options = RunOptions(collective_model="nccl", hw_profile="hgx-h100", device="H100", compute_model="kernels",
+def rank0_spans(spec: dict, profile_name: str, device: str, npus: int) -> dict[str, tuple[int, int]]:
+    """Simulate the ``generate: llm`` mapping ``spec`` on ``npus`` GPUs of the shipped profile ``profile_name`` (as
+    validate-training runs a step: kernel compute model, NCCL-like collectives, SM sharing) and return rank 0's
+    (start, end) ns per node name."""
+    profile = load_profile(profile_name)
+    network = network_for(profile, npus, "moe benchmark")
+    traces, _, _ = llm_workload(spec, npus, "moe benchmark")
+    options = RunOptions(collective_model="nccl", hw_profile=profile_name, device=device, compute_model="kernels",
                          comm_streams=COMMUNICATOR_STREAMS, sm_sharing=True, timeline=True)
     sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options)
     sim.run()
     rank0 = next(w for w in sim.workloads if w.rank == 0)
-    names = {i + 1: op.name for i, op in enumerate(programs[0].ops)}
-    spans = {names[i]: (start, end) for i, start, end in rank0.timeline.spans if i in names}
+    return {rank0.graph.name(i) or "": (start, end) for i, start, end in rank0.timeline.spans}
 
-    def span(prefix: str, first: str, last: str) -> float:
-        start = min(s for k, (s, _) in spans.items() if k.startswith(prefix) and k.endswith(first))
-        end = max(e for k, (_, e) in spans.items() if k.startswith(prefix) and k.endswith(last))
-        return (end - start) / 1e6
 
-    return (span("mb0.fwd.layer0.", ".router", ".unpermute"),
-            span("mb0.bwd.layer0.", ".unpermute", ".router_wgrad"))
+def span_ns(spans: dict[str, tuple[int, int]], prefix: str, first: str, last: str) -> int:
+    """From the first node named ``prefix``...``first`` to start to the last named ``prefix``...``last`` to end."""
+    start = min(s for k, (s, _) in spans.items() if k.startswith(prefix) and k.endswith(first))
+    end = max(e for k, (_, e) in spans.items() if k.startswith(prefix) and k.endswith(last))
+    return end - start
+
+
+def layer_spans_ms(spec: dict) -> tuple[float, float]:
+    """(forward, backward) of the MoE block on rank 0, in ms."""
+    spans = rank0_spans(spec, "hgx-h100", "H100", 8)
+    return (span_ns(spans, "mb0.fwd.layer0.", ".router", ".unpermute") / 1e6,
+            span_ns(spans, "mb0.bwd.layer0.", ".unpermute", ".router_wgrad") / 1e6)
 
 
 def main() -> int:
