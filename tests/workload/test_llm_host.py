@@ -24,16 +24,20 @@ from workload.llm.sizes import GROUPED_GEMM_STREAMS
 
 def test_issue_times_golden() -> None:
     """Counts of framework calls times per-call costs: 3 TE modules and 4 operators for attention (36 and 7 us),
-    twice that backward; Grace 2.75x; a captured block one graph launch."""
+    twice that backward, times Megatron's call scale; per-expert work times its own scale; Grace 1.5x; a captured
+    block one graph launch."""
+    c, e = host.CALL_SCALE, host.EXPERT_SCALE
     x86, grace = HostModel(), HostModel(cpu="grace")
-    assert x86.attention(False) == 3 * 36 + 4 * 7
-    assert x86.attention(True) == 2 * (3 * 36 + 4 * 7)
-    assert grace.attention(False) == round(2.75 * (3 * 36 + 4 * 7))
-    assert x86.experts(16, False) == 2 * 36 + 10 * 7 + 2 * 16 * 10
-    assert x86.experts(16, True) == 2 * (2 * 36 + 10 * 7) + 2 * 16 * 27
-    assert x86.routing(False, sync=True) == 36 + 12 * 7 + 6 * 7 + 30
+    assert x86.attention(False) == round(c * (3 * 36 + 4 * 7))
+    assert x86.attention(True) == round(c * 2 * (3 * 36 + 4 * 7))
+    assert grace.attention(False) == round(1.5 * c * (3 * 36 + 4 * 7))
+    assert x86.experts(16, False) == round(c * (2 * 36 + 8 * 7) + e * 2 * 16 * 10)
+    assert x86.experts(16, True) == round(c * 2 * (2 * 36 + 8 * 7) + e * 2 * 16 * 27)
+    assert x86.routing(False) == round(c * (36 + 12 * 7 + 6 * 7))
+    assert x86.sync_return() == round(c * (30 + 2 * 7))
     graphed = HostModel(graph_scopes=frozenset({"attn", "moe_router", "moe_preprocess"}))
-    assert graphed.attention(True) == 15 and graphed.routing(False, sync=True) == 15 + 15 + 30
+    assert graphed.attention(True) == 15 and graphed.routing(False) == 15 + 15
+    assert HostModel(call_scale=1, expert_scale=1).experts(16, False) == 2 * 36 + 8 * 7 + 2 * 16 * 10
 
 
 @given(st.integers(1, 512), st.booleans(), st.sampled_from(host.HOST_CPUS),
@@ -48,30 +52,38 @@ def test_issue_times_grow_with_work_and_shrink_with_graphs(experts: int, backwar
     for block in ("attention", "mlp", "head"):
         assert 0 < getattr(graphed, block)(backward) <= getattr(m, block)(backward)
     assert 0 < graphed.experts(experts, backward) <= m.experts(experts, backward)
-    assert 0 < graphed.routing(backward, False) <= m.routing(backward, False)
+    assert 0 < graphed.routing(backward) <= m.routing(backward)
 
 
 def test_host_nodes_form_one_chain_and_close_their_blocks(tmp_path: Path) -> None:
     """Per layer pass a host node per block, each after the host's previous one; the block's last kernel waits for
-    it; the dropless expert section's host node also waits for the token counts' all-gather."""
+    it; with the dropless sync a forward's host waits for the token counts' all-gather (dispatch_issue: the copy's
+    round trip and the dispatch's launch), and the dispatch waits for that host node."""
     plan = ParallelPlan(dp=2, ep=2, num_micro_batches=2)
     rank = traces(tmp_path, SMALL_MOE, plan, moe_host_sync=True)[0]
     hosts = [n for n in rank.nodes if n.attrs.get("is_cpu_op") and n.name.endswith(("_issue", "_issue_bwd"))]
     per_pass = {"attn_issue", "route_issue", "expert_issue"}
-    assert len(hosts) == 2 * (SMALL_MOE.num_layers * 2 * len(per_pass) + 2)  # 2 micro-batches, fwd + bwd, + head
+    syncs = [h for h in hosts if h.name.endswith(".dispatch_issue")]
+    assert len(syncs) == SMALL_MOE.num_layers * 2  # a forward's MoE layers, 2 micro-batches
+    assert len(hosts) - len(syncs) == 2 * (SMALL_MOE.num_layers * 2 * len(per_pass) + 2)  # fwd + bwd, + head
     for before, after in itertools.pairwise(hosts):
         assert before.id in after.deps
     counts = rank.collectives(AG, "dispatch_counts_allgather")
     assert len(counts) == SMALL_MOE.num_layers * 2
     assert all(c.attrs["comm_size"] == 8 * SMALL_MOE.num_experts and rank.members(c) == (0, 1) for c in counts)
-    host_ids = {h.id for h in hosts}
+    for h in syncs:
+        assert any(c.id in h.deps for c in counts) and h.duration_us == HostModel().sync_return()
+        dispatch = [n for n in rank.nodes if h.id in n.deps and not n.attrs.get("is_cpu_op")]
+        assert [n.name for n in dispatch] == [h.name.replace("dispatch_issue", "dispatch_alltoall")]
+    closers = [h for h in hosts if h not in syncs]
+    host_ids = {h.id for h in closers}
     waiting = {n.id: n for n in rank.compute() if not n.attrs.get("is_cpu_op") and host_ids & set(n.deps)}
-    assert len(waiting) == len(hosts)
-    for h in hosts:
+    assert len(waiting) == len(closers)
+    for h in closers:
         closer = next(n for n in waiting.values() if h.id in n.deps)
         assert closer.id > h.id
         if h.name.endswith(".expert_issue"):
-            assert any(c.id in h.deps for c in counts) and closer.name.endswith(".unpermute")
+            assert closer.name.endswith(".unpermute")
     plain = traces(tmp_path / "off", SMALL_MOE, plan)[0]
     assert not plain.collectives(AG, "dispatch_counts_allgather")
     assert not [n for n in plain.nodes if n.attrs.get("is_cpu_op")]
@@ -125,7 +137,8 @@ def test_a_gpu_bound_dense_step_hides_the_host(tmp_path: Path) -> None:
     ({"cuda_graph_scope": "attn"}, "needs the host model"),
     ({"host_cpu": "arm"}, "host CPU must be one of x86, grace"),
     ({"host_cpu": "x86", "cuda_graph_scope": "attn,layers"}, "unknown CUDA graph scope layers: valid are attn"),
-    ({"moe_host_sync": True, "cuda_graph_scope": "full"}, "cannot run in a whole-layer CUDA graph"),
+    ({"moe_host_sync": True, "cuda_graph_scope": "full"}, "whole-iteration CUDA graph .cuda_graph_scope full."),
+    ({"moe_host_sync": True, "cuda_graph_scope": "attn,full_iteration"}, "cuda_graph_scope full_iteration"),
 ])
 def test_bad_host_settings_are_one_line_errors(options: dict, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -154,3 +167,17 @@ def test_expert_gemms_run_per_expert_on_four_streams(tmp_path: Path) -> None:
                            for n in experts)
     single = traces(tmp_path / "one", replace(SMALL_MOE, num_experts=2), ParallelPlan(dp=2, ep=2))[0]
     assert all("gemm_streams" not in n.attrs for n in single.compute() if ".expert_" in n.name)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_dispatch_gradient_waits_for_the_experts_weight_gradient(tmp_path: Path, overlap: bool) -> None:
+    """Stream order: the autograd engine issues the dispatch's backward after the grouped GEMMs' backward returns,
+    weight gradient included; Megatron's delayed weight gradient (with the EP A2A overlap) lets it go first."""
+    rank = traces(tmp_path, SMALL_MOE, ParallelPlan(dp=2, ep=2, num_micro_batches=2), moe_a2a_overlap=overlap)[0]
+    names = {n.id: n.name for n in rank.nodes}
+    exchanges = [n for n in rank.nodes if n.name.endswith("dispatch_grad_alltoall")]
+    assert len(exchanges) == SMALL_MOE.num_layers * 2
+    for n in exchanges:
+        waits = {names[d].rsplit(".", 1)[1] for d in n.deps}
+        assert "expert_in_dgrad" in waits
+        assert ("expert_in_wgrad" in waits) is not overlap

@@ -94,7 +94,7 @@ class _StageBuilder:
         self.z = StageSizes(model, plan, options)
         self.grads = GradientSync(self.prog, model, plan, options, stage, self._chunk_units())
         self.tp = TensorParallel(self.prog, self.z, plan.tp, options.tp_comm_overlap)
-        self.layers = LayerPasses(self.prog, self.z, model, plan, self.tp, self.grads)
+        self.layers = LayerPasses(self.prog, self.z, model, plan, self.tp, self.grads, options.moe_a2a_overlap)
         self.tail = IterationTail(self.prog, model, plan, options)
         self.ep_overlap = options.moe_a2a_overlap
         self.replicated = sum(map(len, self.chunk_layers)) * self.grads.layer.replicated + (

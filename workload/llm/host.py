@@ -32,7 +32,12 @@ host CPU (``HOST_CPU_SCALE``). Sources (public measurements; docs/compute-model.
   backward (TE grouped_linear.py, Megatron-Core distributed_data_parallel.py; TE issue 2897 measures 19 / 33 us
   per expert forward / backward on Grace for the fused grouped MLP, which does less per expert);
 - a CUDA graph launch ~15 us.
-``HOST_SCALE`` multiplies them all (1: the measurements as they are; nothing here is fitted to training steps).
+Megatron-Core spends more host time per call than these isolated calls take (its hooks, autocast and
+parallel-state checks, NVTX ranges, tensor bookkeeping around every module): ``CALL_SCALE`` multiplies the
+per-call costs and ``EXPERT_SCALE`` the per-expert ones. Both are fitted to the one published A/B of a Megatron MoE
+step's host share found: Megatron-Bridge's CUDA-graph card (Qwen3-30B-A3B on 16 H100, TP2 PP2 EP4, GBS 8 MBS 1:
+623 ms eager, 484 ms with attention, router and dispatcher preprocessing graphed); ``benchmarks/host_calibration.py``
+repeats the fit and prints it against the card and the other published host-bound and GPU-bound runs.
 Per-call costs vary with the software release (TE has cut GroupedLinear's per-expert work several times) and the
 CPU's clock: they are an order of magnitude, good for telling a host-bound layer from a GPU-bound one.
 """
@@ -44,26 +49,30 @@ from dataclasses import dataclass
 from workload.errors import InputError
 
 HOST_CPUS = ("x86", "grace")
-# host time per framework call relative to the reference x86 (Xeon 8480C of a DGX H100): NVIDIA Grace 2.75x
-# (TE issue 2053: torch.nn.Linear forward 37.1 us on GB200's Grace vs 13.5 us on the DGX H100's Xeon)
-HOST_CPU_SCALE = {"x86": 1.0, "grace": 2.75}
+# host time per framework call relative to the reference x86 (Xeon 8480C of a DGX H100). NVIDIA Grace: TE issue
+# 2053 times one torch.nn.Linear forward at 2.75x (37.1 us on GB200's Grace vs 13.5 us on the DGX H100's Xeon), but
+# Megatron-Bridge's published GB200 and B200 (GB300 and B300) steps of one Qwen3-30B-A3B recipe agree within 3%
+# (releases 25.11-26.02.01), which with the calibrated costs below leaves Grace at most ~1.5x on the whole path
+HOST_CPU_SCALE = {"x86": 1.0, "grace": 1.5}
 GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess", "full", "full_iteration")
 
 MODULE_US = 36.0  # a Transformer Engine module's forward call
 OP_US = 7.0  # an eager PyTorch operator (or a torch.distributed call)
 BACKWARD_FACTOR = 2.0  # an autograd backward's host time per call relative to the forward's
-SYNC_US = 30.0  # the device-to-host copy of the token counts, waited for
+SYNC_US = 30.0  # the device-to-host copy of the token counts, waited for, until the host runs again
 EXPERT_FORWARD_US = 10.0  # one GroupedLinear forward, per local expert
 EXPERT_BACKWARD_US = 27.0  # one GroupedLinear backward (dgrad + wgrad, DDP hook), per local expert
 GRAPH_LAUNCH_US = 15.0
-HOST_SCALE = 1.0
+CALL_SCALE = 3.8  # Megatron-Core's host time per module or operator call over the isolated call's (fitted, see above)
+EXPERT_SCALE = 2.1  # the same for the per-expert work of TE's GroupedLinear (fitted, see above)
 
 # Framework calls per block, forward (modules, operators), Megatron-Core's TE spec:
 ATTENTION_CALLS = (3, 4)  # LayerNormLinear qkv, DotProductAttention, Linear proj; RoPE (2), bias-dropout-add, view
 MLP_CALLS = (2, 2)  # LayerNormLinear fc1, Linear fc2; activation, bias-dropout-add
 ROUTER_CALLS = (1, 12)  # the pre-MLP norm; router GEMM, softmax, top-k, routing map, aux-loss terms
 PREPROCESS_OPS = 6  # per-expert counts, their all-gather over the expert-parallel group, views, the copy to host
-EXPERT_SECTION_OPS = 10  # dispatch all-to-alls (tokens, probs), permutation, chunk sort, activation, unpermutation,
+SYNC_RETURN_OPS = 2  # after the wait: the counts turned into split sizes, the dispatch's call
+EXPERT_SECTION_OPS = 8  # the second dispatch all-to-all (probs), permutation, chunk sort, activation, unpermutation,
 # combine all-to-all, residual add; plus two GroupedLinear calls (a module each) and their per-expert work
 GROUPED_LINEARS = 2
 HEAD_CALLS = (3, 2)  # final norm, output layer, fused cross entropy; the loss scaling
@@ -75,7 +84,8 @@ class HostModel:
 
     cpu: str = "x86"
     graph_scopes: frozenset[str] = frozenset()
-    scale: float = HOST_SCALE
+    call_scale: float | None = None  # None: CALL_SCALE
+    expert_scale: float | None = None  # None: EXPERT_SCALE
 
     def __post_init__(self) -> None:
         if self.cpu not in HOST_CPUS:
@@ -90,11 +100,18 @@ class HostModel:
         return "full_iteration" not in self.graph_scopes
 
     def _scaled(self, us: float) -> int:
-        return max(1, round(us * self.scale * HOST_CPU_SCALE[self.cpu]))
+        return max(1, round(us * HOST_CPU_SCALE[self.cpu]))
 
-    def _us(self, modules: float, ops: float, backward: bool, extra_us: float = 0.0) -> int:
-        """Host time of ``modules`` TE module calls and ``ops`` eager operators (backward: their autograd nodes)."""
-        return self._scaled((modules * MODULE_US + ops * OP_US) * (BACKWARD_FACTOR if backward else 1.0) + extra_us)
+    def _us(self, modules: float, ops: float, backward: bool, expert_us: float = 0.0) -> int:
+        """Host time of ``modules`` TE module calls and ``ops`` eager operators (backward: their autograd nodes),
+        and ``expert_us`` of per-expert work (isolated-call costs, before the scales)."""
+        calls_us = (modules * MODULE_US + ops * OP_US) * (BACKWARD_FACTOR if backward else 1.0)
+        return self._scaled(calls_us * self._call_scale + expert_us * (
+            EXPERT_SCALE if self.expert_scale is None else self.expert_scale))
+
+    @property
+    def _call_scale(self) -> float:
+        return CALL_SCALE if self.call_scale is None else self.call_scale
 
     def _unless_graphed(self, scope: str, us: int) -> int:
         return self._scaled(GRAPH_LAUNCH_US) if scope in self.graph_scopes or "full" in self.graph_scopes else us
@@ -105,14 +122,17 @@ class HostModel:
     def mlp(self, backward: bool) -> int:
         return self._unless_graphed("mlp", self._us(*MLP_CALLS, backward))
 
-    def routing(self, backward: bool, sync: bool) -> int:
-        """The MoE layer up to the dispatch: norm, router and (forward) the dispatcher's preprocessing; with the
-        dropless dispatcher's ``sync`` the copy of the counts the host then waits for."""
+    def routing(self, backward: bool) -> int:
+        """The MoE layer up to the dispatch: norm, router and (forward) the dispatcher's preprocessing."""
         us = self._unless_graphed("moe_router", self._us(*ROUTER_CALLS, backward))
         if not backward:
             us += self._unless_graphed("moe_preprocess", self._us(0, PREPROCESS_OPS, False))
-            us += self._scaled(SYNC_US) if sync else 0
         return us
+
+    def sync_return(self) -> int:
+        """The dropless dispatcher's wait, from the token counts' arrival to the dispatch's launch: the copy's round
+        trip and the calls before the dispatch (the GPU has nothing queued meanwhile)."""
+        return self._scaled((SYNC_US + SYNC_RETURN_OPS * OP_US) * self._call_scale)
 
     def experts(self, local_experts: int, backward: bool) -> int:
         """The expert section: dispatch, the two grouped linears over ``local_experts``, combine (a whole-layer

@@ -55,8 +55,11 @@ class LayerPasses:
     """Adds layer forwards and backwards to a stage program."""
 
     def __init__(self, program: Program, sizes: StageSizes, model: ModelConfig, plan: ParallelPlan,
-                 tp: TensorParallel, grads: GradientSync) -> None:
+                 tp: TensorParallel, grads: GradientSync, delayed_wgrad: bool = False) -> None:
         self.prog, self.z, self.m, self.tp, self.grads = program, sizes, model, tp, grads
+        # Megatron-Core's delay_wgrad_compute (set with the EP A2A overlap): the experts' weight gradients run after
+        # the dispatch's gradient exchange is issued instead of before it
+        self.delayed_wgrad = delayed_wgrad
         self.recompute = plan.recompute_mode
         self.recomputed = plan.recomputed  # selective recompute's modules
         self.attention = Attention(program, sizes, model, plan)
@@ -90,7 +93,7 @@ class LayerPasses:
         x = self.tp.row_forward(pre, "attn", z.attn_out, x, phase)
         self.prog.issued(issued)
         if self.m.is_moe:
-            issued = self._issue(pre + "route_issue", phase, lambda h: h.routing(False, z.moe_host_sync))
+            issued = self._issue(pre + "route_issue", phase, lambda h: h.routing(False))
         else:
             issued = self._issue(pre + "mlp_issue", phase, lambda h: h.mlp(False))
         x = c(pre + "mlp_norm", z.norm[0], x, phase)
@@ -130,10 +133,11 @@ class LayerPasses:
         x = c(pre + "router", z.router.forward(), x, phase)
         x = c(pre + "permute", self.permute[0], x, phase)
         self.prog.issued(routing_issued)
-        if z.moe_host_sync:  # the token counts all-gathered and copied to the host, which waits for them
+        if z.moe_host_sync:  # the token counts all-gathered and copied to the host, which waits for them and only
+            # then launches the dispatch (the host model is always on with the sync)
             x = coll(pre + "dispatch_counts_allgather", "ep", AG, z.count_bytes, x, phase)
-        issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False),
-                             x if z.moe_host_sync else None)
+            x = [*x, self.prog.issue(pre + "dispatch_issue", z.host.sync_return(), phase, x)]
+        issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False))
         yield F_PRE
         x = self._exchange(pre + "dispatch_alltoall", x, phase)
         yield F_DISPATCH
@@ -221,16 +225,19 @@ class LayerPasses:
         dx = c(pre + "activation", z.act[1], dx, "bwd")
         dx = self.tp.quantized(pre, z.mlp_in, "grad", dx, "bwd")
         dx_in = c(pre + z.mlp_in.name + "_dgrad", z.mlp_in.dgrad(), dx, "bwd")
-        c(pre + z.mlp_in.name + "_wgrad", z.mlp_in.wgrad(), dx, "bwd")
-        ready(unit, "expert_in", [self.prog.last_compute], micro_batch)
+        wgrad = c(pre + z.mlp_in.name + "_wgrad", z.mlp_in.wgrad(), dx, "bwd")
+        ready(unit, "expert_in", wgrad, micro_batch)
         yield B_MLP
+        # The autograd engine issues the dispatch's backward once the grouped GEMMs' backward has returned, and
+        # that enqueues the weight gradient after the input gradient on the same stream: the exchange waits for both
+        after = dx_in if self.delayed_wgrad else dx_in + wgrad
         if z.expert_gather:
-            dx_in = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, dx_in, "bwd")
-        g = self._exchange(pre + "dispatch_grad_alltoall", dx_in, "bwd")
+            after = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, after, "bwd")
+        g = self._exchange(pre + "dispatch_grad_alltoall", after, "bwd")
         yield B_DISPATCH
         g = c(pre + "permute", self.permute[1], g, "bwd")
         self.prog.issued(issued)
-        issued = self._issue(pre + "route_issue_bwd", "bwd", lambda h: h.routing(True, False))
+        issued = self._issue(pre + "route_issue_bwd", "bwd", lambda h: h.routing(True))
         g = c(pre + "router_dgrad", z.router.dgrad(), g, "bwd")
         c(pre + "router_wgrad", z.router.wgrad(), g, "bwd")
         ready(unit, "router", [self.prog.last_compute], micro_batch)

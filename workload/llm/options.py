@@ -204,9 +204,11 @@ class TrainingOptions:
         if self.cuda_graph_scope and self.host_cpu is None and not self.moe_host_sync:
             raise InputError("cuda_graph_scope needs the host model (host_cpu or moe_host_sync): CUDA graphs save "
                              "host time only")
-        if self.moe_host_sync and "full" in graph_scopes(self.cuda_graph_scope):
-            raise InputError("the dropless dispatcher's host sync (moe_host_sync) cannot run in a whole-layer CUDA "
-                             "graph (cuda_graph_scope full): its token counts change every step")
+        whole = sorted(graph_scopes(self.cuda_graph_scope) & {"full", "full_iteration"})
+        if self.moe_host_sync and whole:
+            raise InputError(f"the dropless dispatcher's host sync (moe_host_sync) cannot run in a whole-layer or "
+                             f"whole-iteration CUDA graph (cuda_graph_scope {whole[0]}): its token counts change "
+                             f"every step")
         self.host()  # checks the CPU and the scopes
         if self.tp_comm_overlap and tp > 1 and not sequence_parallel:
             raise InputError("tp_comm_overlap needs sequence parallelism (Megatron-Core overlaps the all-gathers "
