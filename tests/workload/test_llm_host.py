@@ -40,6 +40,26 @@ def test_issue_times_golden() -> None:
     assert HostModel(call_scale=1, expert_scale=1).experts(16, False) == 2 * 36 + 8 * 7 + 2 * 16 * 10
 
 
+def test_low_precision_gemm_modules_cost_more_host_time() -> None:
+    """FP8/FP4 GEMM modules (qkv, proj, fc1, fc2, the grouped linears and their per-expert work) take
+    LOW_PRECISION_FACTOR times their 16-bit host time; the attention core, router and output layer do not quantize."""
+    c, e, f = host.CALL_SCALE, host.EXPERT_SCALE, host.LOW_PRECISION_FACTOR
+    bf16, fp8 = HostModel(), HostModel(low_precision=True)
+    assert fp8.attention(False) == round(c * ((3 + 2 * (f - 1)) * 36 + 4 * 7))
+    assert fp8.mlp(True) == round(c * 2 * ((2 + 2 * (f - 1)) * 36 + 2 * 7))
+    assert fp8.experts(16, False) == round(c * ((2 + 2 * (f - 1)) * 36 + 8 * 7) + f * e * 2 * 16 * 10)
+    assert fp8.routing(False) == bf16.routing(False) and fp8.head(True) == bf16.head(True)
+    assert fp8.sync_return() == bf16.sync_return()
+    graphed = HostModel(low_precision=True, graph_scopes=frozenset({"attn"}))
+    assert graphed.attention(False) == HostModel(graph_scopes=frozenset({"attn"})).attention(False) == 15
+
+
+def test_generator_passes_low_precision_to_the_host() -> None:
+    assert TrainingOptions(precision="fp8", host_cpu="x86").host().low_precision
+    assert TrainingOptions(precision="fp4", moe_host_sync=True).host().low_precision
+    assert not TrainingOptions(host_cpu="x86").host().low_precision
+
+
 @given(st.integers(1, 512), st.booleans(), st.sampled_from(host.HOST_CPUS),
        st.sets(st.sampled_from(host.GRAPH_SCOPES[:-1])))
 def test_issue_times_grow_with_work_and_shrink_with_graphs(experts: int, backward: bool, cpu: str,

@@ -31,7 +31,10 @@ host CPU (``HOST_CPU_SCALE``). Sources (public measurements; docs/compute-model.
   launch per expert in forward, dgrad and wgrad calls plus Megatron DDP's gradient hook per expert weight in
   backward (TE grouped_linear.py, Megatron-Core distributed_data_parallel.py; TE issue 2897 measures 19 / 33 us
   per expert forward / backward on Grace for the fused grouped MLP, which does less per expert);
-- a CUDA graph launch ~15 us.
+- a CUDA graph launch ~15 us;
+- a GEMM module in FP8 or FP4 (its quantizers: the cast of its input and weight, the scales' bookkeeping) 1.8x its
+  16-bit host time, per call and per expert: TE issue 761 measures a host-bound model of te.Linear layers at 140 ms
+  per forward in FP8 against 77 ms in BF16 (H100).
 Megatron-Core spends more host time per call than these isolated calls take (its hooks, autocast and
 parallel-state checks, NVTX ranges, tensor bookkeeping around every module): ``CALL_SCALE`` multiplies the
 per-call costs and ``EXPERT_SCALE`` the per-expert ones. Both are fitted to the one published A/B of a Megatron MoE
@@ -63,11 +66,13 @@ SYNC_US = 30.0  # the device-to-host copy of the token counts, waited for, until
 EXPERT_FORWARD_US = 10.0  # one GroupedLinear forward, per local expert
 EXPERT_BACKWARD_US = 27.0  # one GroupedLinear backward (dgrad + wgrad, DDP hook), per local expert
 GRAPH_LAUNCH_US = 15.0
+LOW_PRECISION_FACTOR = 1.8  # a GEMM module's host time in FP8 or FP4 over its 16-bit time (TE issue 761: 140 / 77 ms)
 CALL_SCALE = 3.8  # Megatron-Core's host time per module or operator call over the isolated call's (fitted, see above)
 EXPERT_SCALE = 2.1  # the same for the per-expert work of TE's GroupedLinear (fitted, see above)
 
 # Framework calls per block, forward (modules, operators), Megatron-Core's TE spec:
 ATTENTION_CALLS = (3, 4)  # LayerNormLinear qkv, DotProductAttention, Linear proj; RoPE (2), bias-dropout-add, view
+ATTENTION_GEMM_MODULES = 2  # qkv and proj (the ones that quantize)
 MLP_CALLS = (2, 2)  # LayerNormLinear fc1, Linear fc2; activation, bias-dropout-add
 ROUTER_CALLS = (1, 12)  # the pre-MLP norm; router GEMM, softmax, top-k, routing map, aux-loss terms
 PREPROCESS_OPS = 6  # per-expert counts, their all-gather over the expert-parallel group, views, the copy to host
@@ -86,6 +91,7 @@ class HostModel:
     graph_scopes: frozenset[str] = frozenset()
     call_scale: float | None = None  # None: CALL_SCALE
     expert_scale: float | None = None  # None: EXPERT_SCALE
+    low_precision: bool = False  # the layers' GEMMs run in FP8 or FP4 (the output layer and router never do)
 
     def __post_init__(self) -> None:
         if self.cpu not in HOST_CPUS:
@@ -102,11 +108,14 @@ class HostModel:
     def _scaled(self, us: float) -> int:
         return max(1, round(us * HOST_CPU_SCALE[self.cpu]))
 
-    def _us(self, modules: float, ops: float, backward: bool, expert_us: float = 0.0) -> int:
-        """Host time of ``modules`` TE module calls and ``ops`` eager operators (backward: their autograd nodes),
-        and ``expert_us`` of per-expert work (isolated-call costs, before the scales)."""
-        calls_us = (modules * MODULE_US + ops * OP_US) * (BACKWARD_FACTOR if backward else 1.0)
-        return self._scaled(calls_us * self._call_scale + expert_us * (
+    def _us(self, modules: float, ops: float, backward: bool, expert_us: float = 0.0, gemm_modules: int = 0) -> int:
+        """Host time of ``modules`` TE module calls (``gemm_modules`` of them quantizing in low precision) and
+        ``ops`` eager operators (backward: their autograd nodes), and ``expert_us`` of per-expert work (isolated-call
+        costs, before the scales)."""
+        low = LOW_PRECISION_FACTOR if self.low_precision else 1.0
+        module_us = (modules + (low - 1) * gemm_modules) * MODULE_US
+        calls_us = (module_us + ops * OP_US) * (BACKWARD_FACTOR if backward else 1.0)
+        return self._scaled(calls_us * self._call_scale + expert_us * low * (
             EXPERT_SCALE if self.expert_scale is None else self.expert_scale))
 
     @property
@@ -117,10 +126,11 @@ class HostModel:
         return self._scaled(GRAPH_LAUNCH_US) if scope in self.graph_scopes or "full" in self.graph_scopes else us
 
     def attention(self, backward: bool) -> int:
-        return self._unless_graphed("attn", self._us(*ATTENTION_CALLS, backward))
+        return self._unless_graphed("attn", self._us(*ATTENTION_CALLS, backward,
+                                                     gemm_modules=ATTENTION_GEMM_MODULES))
 
     def mlp(self, backward: bool) -> int:
-        return self._unless_graphed("mlp", self._us(*MLP_CALLS, backward))
+        return self._unless_graphed("mlp", self._us(*MLP_CALLS, backward, gemm_modules=MLP_CALLS[0]))
 
     def routing(self, backward: bool) -> int:
         """The MoE layer up to the dispatch: norm, router and (forward) the dispatcher's preprocessing."""
@@ -139,7 +149,7 @@ class HostModel:
         graph captures it only with static shapes: not with the dropless dispatcher, which options refuse)."""
         per_expert = EXPERT_BACKWARD_US if backward else EXPERT_FORWARD_US
         return self._unless_graphed("full", self._us(GROUPED_LINEARS, EXPERT_SECTION_OPS, backward,
-                                                     GROUPED_LINEARS * local_experts * per_expert))
+                                                     GROUPED_LINEARS * local_experts * per_expert, GROUPED_LINEARS))
 
     def head(self, backward: bool) -> int:
         return self._us(*HEAD_CALLS, backward)

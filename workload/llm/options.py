@@ -143,7 +143,8 @@ class TrainingOptions:
         """The host issuing the kernels (None: an ideal host, not in the trace)."""
         if self.host_cpu is None and not self.moe_host_sync:
             return None
-        model = HostModel(cpu=self.host_cpu or "x86", graph_scopes=graph_scopes(self.cuda_graph_scope))
+        model = HostModel(cpu=self.host_cpu or "x86", graph_scopes=graph_scopes(self.cuda_graph_scope),
+                          low_precision=bool(self.gemm_dtype()))
         return model if model.active else None
 
     def rank_map(self, plan: ParallelPlan, model: ModelConfig | None) -> RankMap:
