@@ -53,10 +53,11 @@ from workload.errors import InputError
 
 HOST_CPUS = ("x86", "grace")
 # host time per framework call relative to the reference x86 (Xeon 8480C of a DGX H100). NVIDIA Grace: TE issue
-# 2053 times one torch.nn.Linear forward at 2.75x (37.1 us on GB200's Grace vs 13.5 us on the DGX H100's Xeon), but
-# Megatron-Bridge's published GB200 and B200 (GB300 and B300) steps of one Qwen3-30B-A3B recipe agree within 3%
-# (releases 25.11-26.02.01), which with the calibrated costs below leaves Grace at most ~1.5x on the whole path
-HOST_CPU_SCALE = {"x86": 1.0, "grace": 1.5}
+# 2053 times one torch.nn.Linear forward at 2.75x (37.1 us on GB200's Grace vs 13.5 us on the DGX H100's Xeon), which
+# with the calibrated costs below makes the shared tables' GB200/GB300 micro-batch-4 Qwen3-30B-A3B rows 76-113% too
+# slow; parity leaves them 18-26% too fast. 1.25 is set on those four rows (-17% to -1%), where the published GB200
+# step also matches the B200 one of the same recipe (within 1%; the model: 7% apart)
+HOST_CPU_SCALE = {"x86": 1.0, "grace": 1.25}
 GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess", "full", "full_iteration")
 
 MODULE_US = 36.0  # a Transformer Engine module's forward call
