@@ -1,0 +1,24 @@
+"""The host model against the published A/B it is calibrated on (benchmarks/host_calibration.py): Megatron-Bridge's
+CUDA-graph card, Qwen3-30B-A3B on 16 H100, 623 ms eager and 484 ms with attention, router and dispatcher
+preprocessing graphed. A change to the host costs that loses the card fails here, not only in the benchmark."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from tests.conftest import REPO
+
+_spec = importlib.util.spec_from_file_location("host_calibration", REPO / "benchmarks" / "host_calibration.py")
+assert _spec is not None and _spec.loader is not None
+calibration = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(calibration)
+
+
+def test_shipped_host_costs_reproduce_the_cuda_graph_card() -> None:
+    eager, eager_host = calibration.step_s(calibration.CARD)
+    graphed, graphed_host = calibration.step_s({**calibration.CARD, "cuda_graph_scope": calibration.GRAPHED})
+    assert abs(eager / calibration.EAGER_S - 1) < 0.03
+    assert abs(graphed / calibration.GRAPHED_S - 1) < 0.03
+    saving = calibration.EAGER_S - calibration.GRAPHED_S
+    assert abs((eager - graphed) / saving - 1) < 0.1  # the graphs save the graphed blocks' host time
+    assert 0 < graphed_host < eager_host  # host-bound both ways, less so with the graphs
