@@ -22,7 +22,7 @@ from workload.llm.plan import ParallelPlan
 from workload.llm.sizes import GROUPED_GEMM_STREAMS
 
 
-def test_issue_times_golden() -> None:
+def test_issue_times_golden(monkeypatch: pytest.MonkeyPatch) -> None:
     """Counts of framework calls times per-call costs: 3 TE modules and 4 operators for attention (36 and 7 us),
     twice that backward, times Megatron's call scale; per-expert work times its own scale; Grace 1.25x; a captured
     block one graph launch."""
@@ -37,7 +37,9 @@ def test_issue_times_golden() -> None:
     assert x86.sync_return() == round(c * (30 + 2 * 7))
     graphed = HostModel(graph_scopes=frozenset({"attn", "moe_router", "moe_preprocess"}))
     assert graphed.attention(True) == 15 and graphed.routing(False) == 15 + 15
-    assert HostModel(call_scale=1, expert_scale=1).experts(16, False) == 2 * 36 + 8 * 7 + 2 * 16 * 10
+    monkeypatch.setattr(host, "CALL_SCALE", 1.0)
+    monkeypatch.setattr(host, "EXPERT_SCALE", 1.0)
+    assert HostModel().experts(16, False) == 2 * 36 + 8 * 7 + 2 * 16 * 10  # the isolated calls' costs
 
 
 def test_low_precision_gemm_modules_cost_more_host_time() -> None:

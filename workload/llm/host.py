@@ -90,8 +90,6 @@ class HostModel:
 
     cpu: str = "x86"
     graph_scopes: frozenset[str] = frozenset()
-    call_scale: float | None = None  # None: CALL_SCALE
-    expert_scale: float | None = None  # None: EXPERT_SCALE
     low_precision: bool = False  # the layers' GEMMs run in FP8 or FP4 (the output layer and router never do)
 
     def __post_init__(self) -> None:
@@ -116,12 +114,8 @@ class HostModel:
         low = LOW_PRECISION_FACTOR if self.low_precision else 1.0
         module_us = (modules + (low - 1) * gemm_modules) * MODULE_US
         calls_us = (module_us + ops * OP_US) * (BACKWARD_FACTOR if backward else 1.0)
-        return self._scaled(calls_us * self._call_scale + expert_us * low * (
-            EXPERT_SCALE if self.expert_scale is None else self.expert_scale))
-
-    @property
-    def _call_scale(self) -> float:
-        return CALL_SCALE if self.call_scale is None else self.call_scale
+        # the scales are read here, not bound at import: benchmarks/host_calibration.py refits them in place
+        return self._scaled(calls_us * CALL_SCALE + expert_us * low * EXPERT_SCALE)
 
     def _unless_graphed(self, scope: str, us: int) -> int:
         return self._scaled(GRAPH_LAUNCH_US) if scope in self.graph_scopes or "full" in self.graph_scopes else us
@@ -143,7 +137,7 @@ class HostModel:
     def sync_return(self) -> int:
         """The dropless dispatcher's wait, from the token counts' arrival to the dispatch's launch: the copy's round
         trip and the calls before the dispatch (the GPU has nothing queued meanwhile)."""
-        return self._scaled((SYNC_US + SYNC_RETURN_OPS * OP_US) * self._call_scale)
+        return self._scaled((SYNC_US + SYNC_RETURN_OPS * OP_US) * CALL_SCALE)
 
     def experts(self, local_experts: int, backward: bool) -> int:
         """The expert section: dispatch, the two grouped linears over ``local_experts``, combine (a whole-layer
