@@ -136,7 +136,8 @@ class LayerPasses:
         if z.moe_host_sync:  # the token counts all-gathered and copied to the host, which waits for them and only
             # then launches the dispatch (the host model is always on with the sync)
             x = coll(pre + "dispatch_counts_allgather", "ep", AG, z.count_bytes, x, phase)
-            x = [*x, self.prog.issue(pre + "dispatch_issue", z.host.sync_return(), phase, x)]
+            returned = self._issue(pre + "dispatch_issue", phase, lambda h: h.sync_return(), x)
+            x = [*x, returned] if returned else x
         issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False))
         yield F_PRE
         x = self._exchange(pre + "dispatch_alltoall", x, phase)
