@@ -10,8 +10,8 @@ with HybridEP and with DeepEP, whose own kernels the model does not have). This 
 with the LLM generator (one layer, data parallel 8, expert parallel 8), simulates it with the kernel compute model
 and the NCCL-like collectives on the hgx-h100 profile, and prints the span from the router to the unpermutation
 (forward) and from the unpermutation's gradient to the router's weight gradient (backward). The DeepSeek-like case
-routes as the benchmark's proxy does (8 groups, the best 4; with EP 8 a token reaches at most 4 ranks) and leaves out
-its shared expert, which the generator does not have.
+routes as the benchmark's proxy does (8 groups, the best 4; with EP 8 a token reaches at most 4 ranks) and has its
+shared expert (FFN 2048, no shared-expert overlap, the proxy's settings).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ BASE = {"generate": "llm", "num_layers": 1, "num_heads": 32, "num_kv_heads": 8, 
         "vocab_size": 32000, "gated_ffn": True, "dp": 8, "ep": 8, "global_batch": 8, "micro_batch_size": 1}
 MIXTRAL = {"hidden_size": 4096, "ffn_hidden_size": 14336, "num_experts": 8, "top_k": 2}
 DEEPSEEK = {"hidden_size": 7168, "ffn_hidden_size": 2048, "num_experts": 32, "top_k": 8, "router_groups": 8,
-            "router_group_topk": 4}
+            "router_group_topk": 4, "shared_expert_ffn": 2048}
 FLEX = {"moe_dispatcher": "flex"}
 CASES = (  # name, model fields, measured forward and backward ms (Megatron-LM's baseline, BF16)
     ("Mixtral-like (h 4096, ffn 14336, 8 experts, top-2), a2a", MIXTRAL, 4.33, 7.68),

@@ -269,6 +269,50 @@ def test_expert_parallel_all_to_alls_and_expert_gradients(tmp_path: Path) -> Non
         "dispatch_alltoall")
 
 
+@pytest.mark.parametrize("tp", [1, 2])
+def test_shared_expert_is_a_dense_ffn_between_the_dispatch_and_the_routed_experts(tmp_path: Path, tp: int) -> None:
+    """Megatron-Core's shared expert: every token through a dense FFN of its own width, tensor-parallel like a dense
+    layer, synchronised with the dense gradients; run after the dispatch and, backward, after the routed experts and
+    before the dispatch's gradient exchange (stream order)."""
+    width = 384
+    model = replace(SMALL_MOE, name="shared", shared_expert_ffn=width)
+    plan = {"tp": tp, "dp": 2, "ep": 2, "num_micro_batches": 2, "sequence_parallel": tp > 1}
+    prefix, p = generate(tmp_path, model, **plan)
+    base, _ = generate(tmp_path, replace(SMALL_MOE, name="base"), **plan)
+    per_rank = model.ffn_matrices * model.hidden_size * width // tp
+    assert model.layer_params(tp, 2).dense - SMALL_MOE.layer_params(tp, 2).dense == per_rank
+    assert model.matmul_params() - SMALL_MOE.matmul_params() == model.num_layers * model.ffn_matrices * 256 * width
+    t, b = load(prefix, 0, 2 * tp), load(base, 0, 2 * tp)
+    tokens = model.seq_len  # one sequence per micro-batch
+    gemm_flops = sum(n.attrs["num_ops"] for n in t.compute() if ".shared_" in n.name and "activation" not in n.name)
+    assert gemm_flops == 3 * 2 * tokens * per_rank * model.num_layers * p.num_micro_batches  # forward, dgrad, wgrad
+    assert sum(n.attrs["num_ops"] for n in t.compute() if in_layer(n) and ".shared_" not in n.name) == \
+        sum(n.attrs["num_ops"] for n in b.compute() if in_layer(n))
+    # its gradients travel with the dense ones (all data-parallel ranks), not the experts'
+    dense = sum(n.attrs["comm_size"] for n in t.collectives(name="_dp_grad"))
+    assert dense - sum(n.attrs["comm_size"] for n in b.collectives(name="_dp_grad")) == \
+        model.num_layers * per_rank * 2
+    assert sum(n.attrs["comm_size"] for n in t.collectives(name="_edp_grad")) == \
+        sum(n.attrs["comm_size"] for n in b.collectives(name="_edp_grad"))
+    fwd = [n.name.rsplit(".", 1)[1] for n in t.nodes if n.name.startswith("mb1.fwd.layer2.")]
+    assert fwd.index("dispatch_alltoall") < fwd.index("shared_in") < fwd.index("shared_out") < fwd.index("expert_in")
+    bwd = [n.name.rsplit(".", 1)[1] for n in t.nodes if n.name.startswith("mb1.bwd.layer2.")]
+    assert bwd.index("expert_in_wgrad") < bwd.index("shared_out_dgrad") < bwd.index("shared_in_wgrad") \
+        < bwd.index("dispatch_grad_alltoall")
+    names = {n.id: n.name for n in t.nodes}
+    exchange = next(n for n in t.nodes if n.name == "mb1.bwd.layer2.dispatch_grad_alltoall")
+    assert any(names[d].endswith("shared_in_wgrad") or names[d].endswith("shared_in_dgrad") for d in exchange.deps)
+
+
+def test_shared_expert_never_shortens_the_step(tmp_path: Path) -> None:
+    steps = []
+    for width in (0, 256, 1024):
+        model = replace(SMALL_MOE, name=f"s{width}", shared_expert_ffn=width)
+        prefix, _ = generate(tmp_path, model, tp=2, dp=2, ep=2, num_micro_batches=2, sequence_parallel=True)
+        steps.append(h100_run(prefix, 4).finish_ns)
+    assert steps[0] < steps[1] < steps[2]
+
+
 def test_flex_dispatcher_sends_a_token_once_per_destination_rank(tmp_path: Path) -> None:
     """DeepEP/HybridEP: one copy per rank holding any of the token's experts (expected over balanced routing),
     combined on the expert side; the experts' work is the same as the alltoall dispatcher's."""
@@ -650,6 +694,9 @@ def _main(argv: list[str]) -> list[str]:
     (["--preset", "gpt-5"], "valid: gpt3-1.3b, gpt3-2.7b"),
     (["--preset", "mixtral-8x7b", "--dp", "4", "--ep", "3"], "ep=3 does not divide dp=4"),
     (["--preset", "llama3-8b", "--ep", "2", "--dp", "2"], "needs a mixture-of-experts model"),
+    (["--preset", "llama3-8b", "--moe-shared-expert-intermediate-size", "1024"], "a shared expert .* needs a mixture"),
+    (["--preset", "mixtral-8x7b", "--layers", "2", "--moe-shared-expert-intermediate-size", "1001", "--tp", "2"],
+     "shared expert FFN size 1001 is not divisible by tp=2"),
     (["--layers", "4", "--hidden", "256"], "the model needs num_heads, ffn_hidden_size, vocab_size, seq_len"),
     (["--preset", "llama3-8b", "--layout", "tp,dp"], "rank layout"),
     ([], "give a model"),

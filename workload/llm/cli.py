@@ -33,7 +33,8 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--vocab": "vocab_size", "--seq-len": "seq_len", "--experts": "num_experts", "--top-k": "top_k",
                    "--dtype-bytes": "dtype_bytes", "--window-size": "window_size",
                    "--window-attn-skip-freq": "window_attn_skip_freq", "--moe-router-num-groups": "router_groups",
-                   "--moe-router-group-topk": "router_group_topk"}
+                   "--moe-router-group-topk": "router_group_topk",
+                   "--moe-shared-expert-intermediate-size": "shared_expert_ffn"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
                     "--rope-fused": "rope_fused"}
 MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}

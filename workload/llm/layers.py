@@ -4,7 +4,9 @@ MLP, dense or mixture-of-experts.
 A mixture-of-experts layer follows Megatron-Core's alltoall token dispatcher: the router scores the rank's own
 tokens, they are permuted and sent to their experts' ranks with an all-to-all over the expert-parallel group,
 gathered over the expert-tensor-parallel group when the experts are split (etp > 1), run through the grouped
-expert GEMMs, reduce-scattered back over that group, returned with a second all-to-all and unpermuted. Without
+expert GEMMs, reduce-scattered back over that group, returned with a second all-to-all and unpermuted; a shared
+expert (a dense tensor-parallel FFN every token passes through) runs after the dispatch, its backward after the
+routed experts' (Megatron-Core's order without moe_shared_expert_overlap, which is not modelled). Without
 sequence parallelism every tensor-parallel rank holds all tokens and the layer's output is all-reduced over tp.
 With a host model (workload/llm/host.py) each block of a pass (attention, MLP, MoE routing, MoE expert section)
 ends no earlier than the host has issued it; with ``moe_host_sync`` (Megatron-Core's dropless dispatcher) the
@@ -130,6 +132,7 @@ class LayerPasses:
 
     def _moe_forward(self, pre: str, x: list[int], phase: str, routing_issued: int | None) -> Steps:
         c, z, coll = self.prog.compute, self.z, self.prog.coll
+        hidden = x  # the normed input, which the shared expert reads
         x = c(pre + "router", z.router.forward(), x, phase)
         x = c(pre + "permute", self.permute[0], x, phase)
         self.prog.issued(routing_issued)
@@ -142,6 +145,10 @@ class LayerPasses:
         yield F_PRE
         x = self._exchange(pre + "dispatch_alltoall", x, phase)
         yield F_DISPATCH
+        shared: list[int] = []
+        if z.shared_in is not None:  # Megatron-Core runs it after the dispatch, before the routed experts
+            shared = self._shared_forward(pre, hidden + x, phase)
+            x = [*x, self.prog.last_compute]  # stream order
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
         x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
@@ -154,7 +161,32 @@ class LayerPasses:
         yield F_COMBINE
         x = c(pre + "unpermute", self.unpermute[0], x, phase)
         self.prog.issued(issued)
-        return x if z.sp else self.tp.reduce(pre + "mlp", x, phase)
+        return (x if z.sp else self.tp.reduce(pre + "mlp", x, phase)) + shared
+
+    def _shared_forward(self, pre: str, x: list[int], phase: str) -> list[int]:
+        """The shared expert: a tensor-parallel FFN on every token (its own gather and reduce with the plan's
+        tensor parallelism); returns its output's node."""
+        z = self.z
+        assert z.shared_in is not None and z.shared_out is not None and z.shared_act is not None
+        issued = self._issue(pre + "shared_issue", phase, lambda h: h.mlp(False))
+        x = self.tp.column_forward(pre, "shared", z.shared_in, x, phase)
+        x = self.prog.compute(pre + "shared_activation", z.shared_act[0], x, phase)
+        x = self.tp.row_forward(pre, "shared", z.shared_out, x, phase)
+        self.prog.issued(issued)
+        return x
+
+    def _shared_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
+        """The shared expert's backward; returns its input gradient, reduced over the tensor-parallel ranks."""
+        z, ready = self.z, self.grads.tensor_ready
+        assert z.shared_in is not None and z.shared_out is not None and z.shared_act is not None
+        issued = self._issue(pre + "shared_issue_bwd", "bwd", lambda h: h.mlp(True))
+        dx = self.tp.row_backward(pre, "shared_grad", z.shared_out, g)
+        ready(unit, "shared_out", [self.prog.last_compute], micro_batch)
+        dx = self.prog.compute(pre + "shared_activation", z.shared_act[1], dx, "bwd")
+        dx_in = self.tp.column_backward(pre, "shared_input", z.shared_in, dx)
+        ready(unit, "shared_in", [self.prog.last_compute], micro_batch)
+        self.prog.issued(issued)
+        return self.tp.reduce(pre + "shared_grad", dx_in, "bwd", bulk=True)
 
     def backward(self, pre: str, g: list[int], unit: str, micro_batch: int, layer: int = 0) -> list[int]:
         """The layer's backward (after its recompute); returns its input gradient's node."""
@@ -212,6 +244,7 @@ class LayerPasses:
         c, z, coll, ready = self.prog.compute, self.z, self.prog.coll, self.grads.tensor_ready
         etp = self.grads.p.expert_tp
         issued = self._issue(pre + "expert_issue_bwd", "bwd", lambda h: h.experts(z.local_experts, True))
+        output_grad = g
         g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
         g = self._exchange(pre + "combine_grad_alltoall", g, "bwd")
         yield B_COMBINE
@@ -234,6 +267,10 @@ class LayerPasses:
         after = dx_in if self.delayed_wgrad else dx_in + wgrad
         if z.expert_gather:
             after = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, after, "bwd")
+        shared: list[int] = []
+        if z.shared_in is not None:  # the autograd engine reaches it after the routed experts, before the dispatch
+            shared = self._shared_backward(pre, [*output_grad, self.prog.last_compute], unit, micro_batch)
+            after = [*after, self.prog.last_compute]  # stream order
         g = self._exchange(pre + "dispatch_grad_alltoall", after, "bwd")
         yield B_DISPATCH
         g = c(pre + "permute", self.permute[1], g, "bwd")
@@ -242,4 +279,4 @@ class LayerPasses:
         g = c(pre + "router_dgrad", z.router.dgrad(), g, "bwd")
         c(pre + "router_wgrad", z.router.wgrad(), g, "bwd")
         ready(unit, "router", [self.prog.last_compute], micro_batch)
-        return (g if z.sp else self.tp.reduce(pre + "mlp_grad", g, "bwd")), issued
+        return (g if z.sp else self.tp.reduce(pre + "mlp_grad", g, "bwd")) + shared, issued

@@ -45,6 +45,9 @@ class ModelConfig:
     # a token's top_k experts come from its best router_group_topk of router_groups groups (1, 1: no limit)
     router_groups: int = 1
     router_group_topk: int = 1
+    # a shared expert beside the routed ones: a dense FFN of this width every token passes through, tensor-parallel
+    # like a dense layer's (Megatron-Core's moe_shared_expert_intermediate_size; 0 = none)
+    shared_expert_ffn: int = 0
     dtype_bytes: int = 2
     window_size: int | None = None  # sliding-window attention: keys a query sees (itself included); None = all
     window_attn_skip_freq: int = 0  # with a window, every N-th layer attends to all keys (Megatron-Core's name)
@@ -101,10 +104,15 @@ class ModelConfig:
                                replicated=attn_replicated + ffn_replicated)
         local_experts, etp = self.num_experts // ep, tp if etp is None else etp
         router = h * self.num_experts
-        return LayerParams(dense=attn_split // tp + attn_replicated + router,
+        sf = self.shared_expert_ffn
+        shared_matmul = self.ffn_matrices * h * sf
+        shared_split = shared_matmul + ((self.ffn_matrices - 1) * sf if self.bias else 0)
+        shared_replicated = h if self.bias and sf else 0
+        return LayerParams(dense=(attn_split + shared_split) // tp + attn_replicated + shared_replicated + router,
                            expert=local_experts * (ffn_split // etp + ffn_replicated),
-                           dense_matmul=(h * qkv_width + self.attention_width * h) // tp + router,
-                           replicated=attn_replicated + router + local_experts * ffn_replicated)
+                           dense_matmul=(h * qkv_width + self.attention_width * h + shared_matmul) // tp + router,
+                           replicated=attn_replicated + shared_replicated + router
+                           + local_experts * ffn_replicated)
 
     def embedding_params(self) -> int:
         """Token embeddings plus learned position embeddings (the lookup tables; no matmul)."""
@@ -143,7 +151,7 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"model {self.name}: {name} must be a whole number >= 1 (got {value!r})")
-        for name, low in (("window_size", 1), ("window_attn_skip_freq", 0)):
+        for name, low in (("window_size", 1), ("window_attn_skip_freq", 0), ("shared_expert_ffn", 0)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise InputError(f"model {self.name}: {name} must be a whole number >= {low} (got {value!r})")
@@ -153,6 +161,9 @@ class ModelConfig:
         if self.num_heads % self.kv_heads:
             raise InputError(f"model {self.name}: {self.num_heads} query heads are not a multiple of "
                              f"{self.kv_heads} key/value heads")
+        if self.shared_expert_ffn and not self.is_moe:
+            raise InputError(f"model {self.name}: a shared expert (shared_expert_ffn {self.shared_expert_ffn}) needs "
+                             "a mixture-of-experts model (num_experts > 1)")
         if self.top_k > self.num_experts:
             raise InputError(f"model {self.name}: top_k {self.top_k} exceeds {self.num_experts} experts")
         groups, chosen = self.router_groups, self.router_group_topk

@@ -192,6 +192,9 @@ class ParallelPlan:
         if (self.tp * self.cp * self.dp) % (etp * self.ep):
             raise InputError(f"{where}: etp={etp} x ep={self.ep} does not divide tp={self.tp} x cp={self.cp} x "
                              f"dp={self.dp} (the expert layout shares the ranks of a stage)")
+        if model.shared_expert_ffn % self.tp:
+            raise InputError(f"{where}: shared expert FFN size {model.shared_expert_ffn} is not divisible by "
+                             f"tp={self.tp}")
         if model.is_moe and model.ffn_hidden_size % etp:
             raise InputError(f"{where}: FFN hidden size {model.ffn_hidden_size} is not divisible by etp={etp}")
         if model.is_moe and etp != self.tp and self.tp > 1 and not self.sequence_parallel:

@@ -95,6 +95,9 @@ class StageSizes:
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
         self.attn_out = matmul("attn_out", t, heads * hd, h, d, dtype=low)
+        self.shared_in: Matmul | None = None  # a mixture-of-experts layer's shared expert (set below)
+        self.shared_out: Matmul | None = None
+        self.shared_act: tuple[costs.Kernel, costs.Kernel] | None = None
         self.rope = costs.rope(t, heads, kv, hd, d, fused=m.rope_fused) if m.position_embedding == "rope" else None
         in_width = (2 if m.gated_ffn else 1) * f
         if m.is_moe:
@@ -128,6 +131,12 @@ class StageSizes:
             self.count_bytes = COUNT_BYTES * m.num_experts
             self.local_experts = experts
             routed, act_width = moe_tokens, ef
+            sf = m.shared_expert_ffn // tp
+            if sf:  # the shared expert: a dense, tensor-parallel FFN on every token
+                self.shared_in = matmul("shared_in", t, h, (2 if m.gated_ffn else 1) * sf, d, dtype=low)
+                self.shared_out = matmul("shared_out", t, sf, h, d, dtype=low)
+                self.shared_act = costs.elementwise("shared_activation", t * sf, costs.ACTIVATION_FLOPS[m.gated_ffn],
+                                                    2 if m.gated_ffn else 1, 1, d, op_class="activation")
         else:
             routed, act_width = t, f
             self.mlp_in = matmul("mlp_in", t, h, in_width, d, dtype=low)
@@ -173,6 +182,10 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan) -> dict[str, tuple[str
         ffn_in = (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // etp
         out["expert_out"] = ("expert", local * (h * f // etp + (h if bias else 0)))
         out["expert_in"] = ("expert", local * ffn_in)
+        if m.shared_expert_ffn:
+            sf = m.shared_expert_ffn
+            out["shared_out"] = ("dense", h * sf // tp + (h if bias else 0))
+            out["shared_in"] = ("dense", (m.ffn_matrices - 1) * (h * sf + (sf if bias else 0)) // tp)
         out["router"] = ("dense", h * m.num_experts)
     else:
         out["mlp_out"] = ("dense", h * f // tp + (h if bias else 0))
