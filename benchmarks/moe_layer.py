@@ -9,7 +9,8 @@ baseline.json, BSD-3-Clause, added 2025-12-16; the flex rows from its later base
 with HybridEP and with DeepEP, whose own kernels the model does not have). This script builds the same layer shapes
 with the LLM generator (one layer, data parallel 8, expert parallel 8), simulates it with the kernel compute model
 and the NCCL-like collectives on the hgx-h100 profile, and prints the span from the router to the unpermutation
-(forward) and from the unpermutation's gradient to the router's weight gradient (backward). The DeepSeek-like case
+(forward; from the shared expert when there is one) and from the unpermutation's gradient to the router's weight
+gradient (backward; to the shared expert's). The DeepSeek-like case
 routes as the benchmark's proxy does (8 groups, the best 4; with EP 8 a token reaches at most 4 ranks) and has its
 shared expert (FFN 2048, no shared-expert overlap, the proxy's settings).
 """
@@ -59,18 +60,20 @@ def rank0_spans(spec: dict, profile_name: str, device: str, npus: int) -> dict[s
     return {rank0.graph.name(i) or "": (start, end) for i, start, end in rank0.timeline.spans}
 
 
-def span_ns(spans: dict[str, tuple[int, int]], prefix: str, first: str, last: str) -> int:
-    """From the first node named ``prefix``...``first`` to start to the last named ``prefix``...``last`` to end."""
+def span_ns(spans: dict[str, tuple[int, int]], prefix: str, first: tuple[str, ...], last: tuple[str, ...]) -> int:
+    """From the first node named ``prefix``...(one of ``first``) to start to the last named ``prefix``...(one of
+    ``last``) to end."""
     start = min(s for k, (s, _) in spans.items() if k.startswith(prefix) and k.endswith(first))
     end = max(e for k, (_, e) in spans.items() if k.startswith(prefix) and k.endswith(last))
     return end - start
 
 
 def layer_spans_ms(spec: dict) -> tuple[float, float]:
-    """(forward, backward) of the MoE block on rank 0, in ms."""
+    """(forward, backward) of the MoE block on rank 0, in ms (the shared expert runs before the router and its
+    backward last)."""
     spans = rank0_spans(spec, "hgx-h100", "H100", 8)
-    return (span_ns(spans, "mb0.fwd.layer0.", ".router", ".unpermute") / 1e6,
-            span_ns(spans, "mb0.bwd.layer0.", ".unpermute", ".router_wgrad") / 1e6)
+    return (span_ns(spans, "mb0.fwd.layer0.", (".router", ".shared_in"), (".unpermute",)) / 1e6,
+            span_ns(spans, "mb0.bwd.layer0.", (".unpermute",), (".router_wgrad", ".shared_in_wgrad")) / 1e6)
 
 
 def main() -> int:

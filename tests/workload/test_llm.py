@@ -272,8 +272,8 @@ def test_expert_parallel_all_to_alls_and_expert_gradients(tmp_path: Path) -> Non
 @pytest.mark.parametrize("tp", [1, 2])
 def test_shared_expert_is_a_dense_ffn_between_the_dispatch_and_the_routed_experts(tmp_path: Path, tp: int) -> None:
     """Megatron-Core's shared expert: every token through a dense FFN of its own width, tensor-parallel like a dense
-    layer, synchronised with the dense gradients; run after the dispatch and, backward, after the routed experts and
-    before the dispatch's gradient exchange (stream order)."""
+    layer, synchronised with the dense gradients; run before the router and, backward, last (after the router's
+    gradient: it was created first)."""
     width = 384
     model = replace(SMALL_MOE, name="shared", shared_expert_ffn=width)
     plan = {"tp": tp, "dp": 2, "ep": 2, "num_micro_batches": 2, "sequence_parallel": tp > 1}
@@ -295,13 +295,13 @@ def test_shared_expert_is_a_dense_ffn_between_the_dispatch_and_the_routed_expert
     assert sum(n.attrs["comm_size"] for n in t.collectives(name="_edp_grad")) == \
         sum(n.attrs["comm_size"] for n in b.collectives(name="_edp_grad"))
     fwd = [n.name.rsplit(".", 1)[1] for n in t.nodes if n.name.startswith("mb1.fwd.layer2.")]
-    assert fwd.index("dispatch_alltoall") < fwd.index("shared_in") < fwd.index("shared_out") < fwd.index("expert_in")
+    assert fwd.index("mlp_norm") < fwd.index("shared_in") < fwd.index("shared_out") < fwd.index("router")
     bwd = [n.name.rsplit(".", 1)[1] for n in t.nodes if n.name.startswith("mb1.bwd.layer2.")]
-    assert bwd.index("expert_in_wgrad") < bwd.index("shared_out_dgrad") < bwd.index("shared_in_wgrad") \
-        < bwd.index("dispatch_grad_alltoall")
+    assert bwd.index("dispatch_grad_alltoall") < bwd.index("router_wgrad") < bwd.index("shared_out_dgrad") \
+        < bwd.index("shared_in_wgrad") < bwd.index("mlp_norm")
     names = {n.id: n.name for n in t.nodes}
-    exchange = next(n for n in t.nodes if n.name == "mb1.bwd.layer2.dispatch_grad_alltoall")
-    assert any(names[d].endswith("shared_in_wgrad") or names[d].endswith("shared_in_dgrad") for d in exchange.deps)
+    router = next(n for n in t.nodes if n.name == "mb1.fwd.layer2.router")
+    assert any(names[d].endswith("shared_out") for d in router.deps)  # stream order
 
 
 def test_shared_expert_never_shortens_the_step(tmp_path: Path) -> None:

@@ -127,6 +127,11 @@ class HostModel:
     def mlp(self, backward: bool) -> int:
         return self._unless_graphed("mlp", self._us(*MLP_CALLS, backward, gemm_modules=MLP_CALLS[0]))
 
+    def shared_expert(self, backward: bool) -> int:
+        """A MoE layer's shared expert (an MLP's calls), captured with the router's graph (Megatron-Core's
+        moe_router scope holds the shared expert when it is not overlapped)."""
+        return self._unless_graphed("moe_router", self._us(*MLP_CALLS, backward, gemm_modules=MLP_CALLS[0]))
+
     def routing(self, backward: bool) -> int:
         """The MoE layer up to the dispatch: norm, router and (forward) the dispatcher's preprocessing."""
         us = self._unless_graphed("moe_router", self._us(*ROUTER_CALLS, backward))

@@ -5,8 +5,8 @@ A mixture-of-experts layer follows Megatron-Core's alltoall token dispatcher: th
 tokens, they are permuted and sent to their experts' ranks with an all-to-all over the expert-parallel group,
 gathered over the expert-tensor-parallel group when the experts are split (etp > 1), run through the grouped
 expert GEMMs, reduce-scattered back over that group, returned with a second all-to-all and unpermuted; a shared
-expert (a dense tensor-parallel FFN every token passes through) runs after the dispatch, its backward after the
-routed experts' (Megatron-Core's order without moe_shared_expert_overlap, which is not modelled). Without
+expert (a dense tensor-parallel FFN every token passes through) runs before the router and its backward last
+(Megatron-Core's order without moe_shared_expert_overlap, which is not modelled). Without
 sequence parallelism every tensor-parallel rank holds all tokens and the layer's output is all-reduced over tp.
 With a host model (workload/llm/host.py) each block of a pass (attention, MLP, MoE routing, MoE expert section)
 ends no earlier than the host has issued it; with ``moe_host_sync`` (Megatron-Core's dropless dispatcher) the
@@ -132,7 +132,10 @@ class LayerPasses:
 
     def _moe_forward(self, pre: str, x: list[int], phase: str, routing_issued: int | None) -> Steps:
         c, z, coll = self.prog.compute, self.z, self.prog.coll
-        hidden = x  # the normed input, which the shared expert reads
+        shared: list[int] = []
+        if z.shared_in is not None:  # Megatron-Core runs it first, before the router
+            shared = self._shared_forward(pre, x, phase)
+            x = [*x, self.prog.last_compute]  # stream order
         x = c(pre + "router", z.router.forward(), x, phase)
         x = c(pre + "permute", self.permute[0], x, phase)
         self.prog.issued(routing_issued)
@@ -145,10 +148,6 @@ class LayerPasses:
         yield F_PRE
         x = self._exchange(pre + "dispatch_alltoall", x, phase)
         yield F_DISPATCH
-        shared: list[int] = []
-        if z.shared_in is not None:  # Megatron-Core runs it after the dispatch, before the routed experts
-            shared = self._shared_forward(pre, hidden + x, phase)
-            x = [*x, self.prog.last_compute]  # stream order
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
         x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
@@ -168,7 +167,7 @@ class LayerPasses:
         tensor parallelism); returns its output's node."""
         z = self.z
         assert z.shared_in is not None and z.shared_out is not None and z.shared_act is not None
-        issued = self._issue(pre + "shared_issue", phase, lambda h: h.mlp(False))
+        issued = self._issue(pre + "shared_issue", phase, lambda h: h.shared_expert(False))
         x = self.tp.column_forward(pre, "shared", z.shared_in, x, phase)
         x = self.prog.compute(pre + "shared_activation", z.shared_act[0], x, phase)
         x = self.tp.row_forward(pre, "shared", z.shared_out, x, phase)
@@ -179,7 +178,7 @@ class LayerPasses:
         """The shared expert's backward; returns its input gradient, reduced over the tensor-parallel ranks."""
         z, ready = self.z, self.grads.tensor_ready
         assert z.shared_in is not None and z.shared_out is not None and z.shared_act is not None
-        issued = self._issue(pre + "shared_issue_bwd", "bwd", lambda h: h.mlp(True))
+        issued = self._issue(pre + "shared_issue_bwd", "bwd", lambda h: h.shared_expert(True))
         dx = self.tp.row_backward(pre, "shared_grad", z.shared_out, g)
         ready(unit, "shared_out", [self.prog.last_compute], micro_batch)
         dx = self.prog.compute(pre + "shared_activation", z.shared_act[1], dx, "bwd")
@@ -267,10 +266,6 @@ class LayerPasses:
         after = dx_in if self.delayed_wgrad else dx_in + wgrad
         if z.expert_gather:
             after = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, after, "bwd")
-        shared: list[int] = []
-        if z.shared_in is not None:  # the autograd engine reaches it after the routed experts, before the dispatch
-            shared = self._shared_backward(pre, [*output_grad, self.prog.last_compute], unit, micro_batch)
-            after = [*after, self.prog.last_compute]  # stream order
         g = self._exchange(pre + "dispatch_grad_alltoall", after, "bwd")
         yield B_DISPATCH
         g = c(pre + "permute", self.permute[1], g, "bwd")
@@ -279,4 +274,7 @@ class LayerPasses:
         g = c(pre + "router_dgrad", z.router.dgrad(), g, "bwd")
         c(pre + "router_wgrad", z.router.wgrad(), g, "bwd")
         ready(unit, "router", [self.prog.last_compute], micro_batch)
+        shared: list[int] = []
+        if z.shared_in is not None:  # created first in the forward, so the autograd engine reaches it last
+            shared = self._shared_backward(pre, [*output_grad, self.prog.last_compute], unit, micro_batch)
         return (g if z.sp else self.tp.reduce(pre + "mlp_grad", g, "bwd")) + shared, issued

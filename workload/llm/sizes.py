@@ -182,11 +182,11 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan) -> dict[str, tuple[str
         ffn_in = (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // etp
         out["expert_out"] = ("expert", local * (h * f // etp + (h if bias else 0)))
         out["expert_in"] = ("expert", local * ffn_in)
+        out["router"] = ("dense", h * m.num_experts)
         if m.shared_expert_ffn:
             sf = m.shared_expert_ffn
             out["shared_out"] = ("dense", h * sf // tp + (h if bias else 0))
             out["shared_in"] = ("dense", (m.ffn_matrices - 1) * (h * sf + (sf if bias else 0)) // tp)
-        out["router"] = ("dense", h * m.num_experts)
     else:
         out["mlp_out"] = ("dense", h * f // tp + (h if bias else 0))
         out["mlp_in"] = ("dense", (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // tp)
