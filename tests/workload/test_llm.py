@@ -304,6 +304,51 @@ def test_shared_expert_is_a_dense_ffn_between_the_dispatch_and_the_routed_expert
     assert any(names[d].endswith("shared_out") for d in router.deps)  # stream order
 
 
+DEEPSEEK_MLA = ModelConfig(name="mla", num_layers=2, hidden_size=7168, num_heads=128, head_dim=128, q_lora_rank=1536,
+                           kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, ffn_hidden_size=2048,
+                           vocab_size=1000, seq_len=64, num_experts=8, top_k=2, gated_ffn=True, shared_expert_ffn=2048)
+
+
+def test_latent_attention_parameters_are_deepseek_v3s() -> None:
+    """DeepSeek-V3's attention (its checkpoint's shapes): q_a 7168x1536, q_b 1536x(128x192), kv_a 7168x576,
+    kv_b 512x(128x256), o (128x128)x7168, and the two latent norms (1536 + 512)."""
+    split, split_matmul, whole, whole_matmul = DEEPSEEK_MLA.attention_params()
+    assert split + whole == 187_105_280 + 2048
+    assert whole_matmul == 7168 * (1536 + 576) and split == split_matmul
+    tp8 = DEEPSEEK_MLA.layer_params(tp=8, ep=8)
+    assert tp8.replicated - DEEPSEEK_MLA.layer_params(tp=1, ep=8).replicated == 0  # held whole at any tp
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_latent_attention_projects_down_per_rank_and_gathers_the_latents(tmp_path: Path, sp: bool) -> None:
+    """Megatron-Core's MLA: each tensor-parallel rank projects its own tokens down (weights held whole), norms the
+    latents and (sequence parallel) all-gathers them, projects up to its heads; backward, the latents' gradients are
+    summed over tp (reduce-scatter or all-reduce) before the down-projections, whose weight gradients the step
+    all-reduces over tp with the norms' (sequence parallel)."""
+    model = replace(DEEPSEEK_MLA, num_experts=1, top_k=1, shared_expert_ffn=0, name=f"mla{sp}")
+    prefix, _ = generate(tmp_path, model, tp=2, dp=1, num_micro_batches=1, sequence_parallel=sp)
+    t = load(prefix, 0, 2)
+    tokens, local = 64, 32 if sp else 64
+    ops = {n.name.rsplit(".", 1)[1]: n for n in t.nodes if n.name.startswith("mb0.fwd.layer1.")}
+    assert ops["q_down"].attrs["num_ops"] == 2 * local * 7168 * 1536
+    assert ops["kv_down"].attrs["num_ops"] == 2 * local * 7168 * 576
+    assert ops["q_up"].attrs["num_ops"] == 2 * tokens * 1536 * 64 * 192  # 64 of 128 heads per rank
+    assert ops["kv_up"].attrs["num_ops"] == 2 * tokens * 512 * 64 * 256
+    assert ops["attn_out"].attrs["num_ops"] == 2 * tokens * 64 * 128 * 7168
+    # the core: QK^T over 192 dims and AV over 128 per (query, key) pair and head
+    assert ops["attention"].attrs["num_ops"] == 2 * (192 + 128) * 64 * (tokens * (tokens + 1) // 2)
+    assert ("latent_allgather" in ops) is sp and "qkv" not in ops
+    bwd = {n.name.rsplit(".", 1)[1]: n for n in t.nodes if n.name.startswith("mb0.bwd.layer1.")}
+    summed = bwd["latent_grad_reducescatter" if sp else "latent_grad_allreduce"]
+    assert summed.attrs["comm_size"] == tokens * (1536 + 512 + 64) * 2
+    assert "attn_grad_reducescatter" not in bwd and "attn_grad_allreduce" not in bwd
+    replicated = t.collectives(AR, "replicated_grad_allreduce")
+    if sp:
+        whole = model.layer_params(tp=2).replicated * model.num_layers + model.norm_params()
+        assert [n.attrs["comm_size"] for n in replicated] == [whole * 2]
+    assert h100_run(prefix, 2).finish_ns > 0
+
+
 def test_shared_expert_never_shortens_the_step(tmp_path: Path) -> None:
     steps = []
     for width in (0, 256, 1024):
@@ -695,6 +740,8 @@ def _main(argv: list[str]) -> list[str]:
     (["--preset", "mixtral-8x7b", "--dp", "4", "--ep", "3"], "ep=3 does not divide dp=4"),
     (["--preset", "llama3-8b", "--ep", "2", "--dp", "2"], "needs a mixture-of-experts model"),
     (["--preset", "llama3-8b", "--moe-shared-expert-intermediate-size", "1024"], "a shared expert .* needs a mixture"),
+    (["--preset", "llama3-8b", "--kv-lora-rank", "512", "--q-lora-rank", "1536"], "as many key/value heads as query"),
+    (["--preset", "llama3-8b", "--q-lora-rank", "1536"], "needs kv_lora_rank > 0"),
     (["--preset", "mixtral-8x7b", "--layers", "2", "--moe-shared-expert-intermediate-size", "1001", "--tp", "2"],
      "shared expert FFN size 1001 is not divisible by tp=2"),
     (["--layers", "4", "--hidden", "256"], "the model needs num_heads, ffn_hidden_size, vocab_size, seq_len"),

@@ -34,7 +34,9 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--dtype-bytes": "dtype_bytes", "--window-size": "window_size",
                    "--window-attn-skip-freq": "window_attn_skip_freq", "--moe-router-num-groups": "router_groups",
                    "--moe-router-group-topk": "router_group_topk",
-                   "--moe-shared-expert-intermediate-size": "shared_expert_ffn"}
+                   "--moe-shared-expert-intermediate-size": "shared_expert_ffn", "--q-lora-rank": "q_lora_rank",
+                   "--kv-lora-rank": "kv_lora_rank", "--qk-pos-emb-head-dim": "qk_rope_head_dim",
+                   "--v-head-dim": "v_head_dim"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
                     "--rope-fused": "rope_fused"}
 MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}

@@ -29,8 +29,8 @@ from workload.llm.sizes import FP8_BYTES, tensor_params
 from workload.schema import CollectiveType
 
 AR, AG, RS = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
-GEMM_TENSORS = ("qkv", "attn_out", "mlp_in", "mlp_out", "expert_in", "expert_out", "shared_in", "shared_out",
-                "lm_head")
+GEMM_TENSORS = ("qkv", "q_down", "kv_down", "q_up", "kv_up", "attn_out", "mlp_in", "mlp_out", "expert_in",
+                "expert_out", "shared_in", "shared_out", "lm_head")
 
 
 @dataclass(slots=True)

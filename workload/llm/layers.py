@@ -34,7 +34,8 @@ from workload.llm.sizes import StageSizes
 from workload.llm.tensor_parallel import TensorParallel
 from workload.schema import CollectiveType
 
-A2A, AG, RS = CollectiveType.ALL_TO_ALL, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
+A2A, AG, AR, RS = (CollectiveType.ALL_TO_ALL, CollectiveType.ALL_GATHER, CollectiveType.ALL_REDUCE,
+                   CollectiveType.REDUCE_SCATTER)
 # Where a layer pass pauses for Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm), which runs
 # one micro-batch's layer forward and another's layer backward together (workload/llm/build.py): a forward yields
 # before its dispatch, after it and after its combine (the experts before it); a backward after its combine's gradient
@@ -88,7 +89,10 @@ class LayerPasses:
             x = x + self.grads.gather(pre[:-1], "layer", phase)
         issued = self._issue(pre + "attn_issue", phase, lambda h: h.attention(False))
         x = c(pre + "attn_norm", z.norm[0], x, phase)
-        x = self.tp.column_forward(pre, "attn", z.qkv, x, phase)
+        if z.mla is not None:
+            x = self._latent_forward(pre, x, phase)
+        else:
+            x = self.tp.column_forward(pre, "attn", z.qkv, x, phase)
         if z.rope is not None:
             x = c(pre + "rope", z.rope[0], x, phase)
         x = self.attention.forward(pre, x, phase, self.m.windowed(layer))
@@ -112,6 +116,44 @@ class LayerPasses:
         if phase == "fwd":
             self.grads.unit_end()
         return x
+
+    def _latent_forward(self, pre: str, x: list[int], phase: str) -> list[int]:
+        """Multi-head latent attention up to the core's inputs: the latents projected down from the rank's tokens,
+        normed, gathered over tp (sequence parallel), projected up to the rank's heads."""
+        c, mla, tp = self.prog.compute, self.z.mla, self.tp
+        assert mla is not None
+        q = c(pre + "q_down", mla.q_down.forward(), tp.gemm_inputs(pre, mla.q_down, x, phase), phase)
+        kv = c(pre + "kv_down", mla.kv_down.forward(), tp.gemm_inputs(pre, mla.kv_down, x, phase), phase)
+        x = c(pre + "latent_norm", mla.norm[0], q + kv, phase)
+        if self.z.sp:
+            x = self.prog.coll(pre + "latent_allgather", "tp", AG, mla.gather_bytes, x, phase)
+        q = c(pre + "q_up", mla.q_up.forward(), tp.gemm_inputs(pre, mla.q_up, x, phase), phase)
+        kv = c(pre + "kv_up", mla.kv_up.forward(), tp.gemm_inputs(pre, mla.kv_up, x, phase), phase)
+        return q + kv
+
+    def _latent_backward(self, pre: str, dx: list[int], unit: str, micro_batch: int) -> list[int]:
+        """The latent projections' backward; returns the input gradient of the rank's tokens, complete (the latents'
+        gradients are summed over tp before the down-projections, which every rank holds whole)."""
+        c, mla, tp, ready = self.prog.compute, self.z.mla, self.tp, self.grads.tensor_ready
+        assert mla is not None
+        latents = []
+        for gemm in (mla.q_up, mla.kv_up):
+            g = tp.quantized(pre, gemm, "grad", dx, "bwd")
+            latents += c(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
+            c(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
+            ready(unit, gemm.name, [self.prog.last_compute], micro_batch)
+        if self.z.sp:
+            latents = self.prog.coll(pre + "latent_grad_reducescatter", "tp", RS, mla.reduce_bytes, latents, "bwd")
+        elif self.grads.p.tp > 1:
+            latents = self.prog.coll(pre + "latent_grad_allreduce", "tp", AR, mla.reduce_bytes, latents, "bwd")
+        latents = c(pre + "latent_norm", mla.norm[1], latents, "bwd")
+        out = []
+        for gemm in (mla.q_down, mla.kv_down):
+            g = tp.quantized(pre, gemm, "grad", latents, "bwd")
+            out += c(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
+            c(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
+            ready(unit, gemm.name, [self.prog.last_compute], micro_batch)
+        return out
 
     def _issue(self, name: str, phase: str, cost: Callable[[HostModel], int], waits_for: list[int] | None = None
                ) -> int | None:
@@ -227,9 +269,12 @@ class LayerPasses:
         dx = self.attention.backward(pre, dx, self.m.windowed(layer))
         if z.rope is not None:
             dx = c(pre + "rope", z.rope[1], dx, "bwd")
-        dx_in = self.tp.column_backward(pre, "attn_input", z.qkv, dx)
-        ready(unit, "qkv", [self.prog.last_compute], micro_batch)
-        g = self.tp.reduce(pre + "attn_grad", dx_in, "bwd", bulk=True)
+        if z.mla is not None:
+            g = self._latent_backward(pre, dx, unit, micro_batch)
+        else:
+            dx_in = self.tp.column_backward(pre, "attn_input", z.qkv, dx)
+            ready(unit, "qkv", [self.prog.last_compute], micro_batch)
+            g = self.tp.reduce(pre + "attn_grad", dx_in, "bwd", bulk=True)
         g = c(pre + "attn_norm", z.norm[1], g, "bwd")
         self.prog.issued(issued)
         ready(unit, "attn_norm", g, micro_batch)

@@ -45,6 +45,14 @@ class ModelConfig:
     # a token's top_k experts come from its best router_group_topk of router_groups groups (1, 1: no limit)
     router_groups: int = 1
     router_group_topk: int = 1
+    # multi-head latent attention (DeepSeek-V2/V3, Kimi K2; Megatron-Core's MLA) when kv_lora_rank > 0: the
+    # queries through a q_lora_rank latent, keys and values through a kv_lora_rank latent (both projected down on
+    # every tensor-parallel rank, normed, then up per head); head_dim is the query/key head dim without RoPE,
+    # qk_rope_head_dim its RoPE part (the keys share one RoPE head), v_head_dim the value head dim
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int | None = None
     # a shared expert beside the routed ones: a dense FFN of this width every token passes through, tensor-parallel
     # like a dense layer's (Megatron-Core's moe_shared_expert_intermediate_size; 0 = none)
     shared_expert_ffn: int = 0
@@ -72,9 +80,30 @@ class ModelConfig:
         return self.hidden_size // self.num_heads if self.head_dim is None else self.head_dim
 
     @property
+    def value_head_size(self) -> int:
+        return self.head_size if self.v_head_dim is None else self.v_head_dim
+
+    @property
     def attention_width(self) -> int:
-        """Width of the attention's query/output projection (heads x head size)."""
-        return self.num_heads * self.head_size
+        """Width of the attention's output projection's input (heads x value head size)."""
+        return self.num_heads * self.value_head_size
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    def attention_params(self) -> tuple[int, int, int, int]:
+        """The attention block's parameters (norm weights aside): (split over the tensor-parallel ranks, of which
+        in matmuls, held whole by each of them, of which in matmuls)."""
+        h, hd = self.hidden_size, self.head_size
+        if self.is_mla:
+            heads, rope, ql, kl = self.num_heads, self.qk_rope_head_dim, self.q_lora_rank, self.kv_lora_rank
+            split = ql * heads * (hd + rope) + kl * heads * (hd + self.value_head_size) + self.attention_width * h
+            whole_matmul = h * ql + h * (kl + rope)
+            return split, split, whole_matmul + ql + kl, whole_matmul  # whole: with the latents' norm weights
+        qkv_width = (self.num_heads + 2 * self.kv_heads) * hd
+        matmul = h * qkv_width + self.attention_width * h
+        return matmul + (qkv_width if self.bias else 0), matmul, h if self.bias else 0, 0
 
     @property
     def is_moe(self) -> bool:
@@ -91,16 +120,14 @@ class ModelConfig:
     def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None) -> LayerParams:
         """One layer's parameters as held by one rank of a tp-way tensor- and ep-way expert-parallel plan whose
         experts are split etp ways (default tp)."""
-        h, hd, f = self.hidden_size, self.head_size, self.ffn_hidden_size
-        qkv_width = (self.num_heads + 2 * self.kv_heads) * hd
-        attn_split = h * qkv_width + self.attention_width * h + (qkv_width if self.bias else 0)
-        attn_replicated = (h if self.bias else 0) + 2 * self.norm_params()
+        h, f = self.hidden_size, self.ffn_hidden_size
+        attn_split, attn_split_matmul, attn_whole, attn_whole_matmul = self.attention_params()
+        attn_replicated = attn_whole + 2 * self.norm_params()
         ffn_split = self.ffn_matrices * h * f + ((self.ffn_matrices - 1) * f if self.bias else 0)
         ffn_replicated = h if self.bias else 0
         if not self.is_moe:
             return LayerParams(dense=(attn_split + ffn_split) // tp + attn_replicated + ffn_replicated, expert=0,
-                               dense_matmul=(h * qkv_width + self.attention_width * h
-                                             + self.ffn_matrices * h * f) // tp,
+                               dense_matmul=(attn_split_matmul + self.ffn_matrices * h * f) // tp + attn_whole_matmul,
                                replicated=attn_replicated + ffn_replicated)
         local_experts, etp = self.num_experts // ep, tp if etp is None else etp
         router = h * self.num_experts
@@ -110,7 +137,7 @@ class ModelConfig:
         shared_replicated = h if self.bias and sf else 0
         return LayerParams(dense=(attn_split + shared_split) // tp + attn_replicated + shared_replicated + router,
                            expert=local_experts * (ffn_split // etp + ffn_replicated),
-                           dense_matmul=(h * qkv_width + self.attention_width * h + shared_matmul) // tp + router,
+                           dense_matmul=(attn_split_matmul + shared_matmul) // tp + attn_whole_matmul + router,
                            replicated=attn_replicated + shared_replicated + router
                            + local_experts * ffn_replicated)
 
@@ -161,6 +188,19 @@ class ModelConfig:
         if self.num_heads % self.kv_heads:
             raise InputError(f"model {self.name}: {self.num_heads} query heads are not a multiple of "
                              f"{self.kv_heads} key/value heads")
+        for name in ("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"model {self.name}: {name} must be a whole number >= 0 (got {value!r})")
+        if self.v_head_dim is not None and (isinstance(self.v_head_dim, bool) or not isinstance(self.v_head_dim, int)
+                                            or self.v_head_dim < 1):
+            raise InputError(f"model {self.name}: v_head_dim must be a whole number >= 1 (got {self.v_head_dim!r})")
+        if not self.is_mla and (self.q_lora_rank or self.qk_rope_head_dim):
+            raise InputError(f"model {self.name}: q_lora_rank and qk_rope_head_dim describe multi-head latent "
+                             "attention, which needs kv_lora_rank > 0")
+        if self.is_mla and (self.kv_heads != self.num_heads or not self.q_lora_rank or self.bias):
+            raise InputError(f"model {self.name}: multi-head latent attention is modelled with a query latent "
+                             "(q_lora_rank > 0), as many key/value heads as query heads and no biases")
         if self.shared_expert_ffn and not self.is_moe:
             raise InputError(f"model {self.name}: a shared expert (shared_expert_ffn {self.shared_expert_ffn}) needs "
                              "a mixture-of-experts model (num_experts > 1)")

@@ -66,6 +66,24 @@ def _flex_copies(experts: int, top_k: int, parts: int, groups: int, group_topk: 
     return copies
 
 
+class LatentAttention:
+    """Multi-head latent attention's projections on one rank: the query and key/value latents projected down from
+    the rank's own tokens (every tensor-parallel rank holds those weights whole), normed, gathered over the
+    tensor-parallel ranks with sequence parallelism, then projected up to this rank's heads."""
+
+    def __init__(self, m: ModelConfig, tokens: int, local_tokens: int, heads: int, d: int, low: str) -> None:
+        ql, kl, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
+        self.q_down = matmul("q_down", local_tokens, m.hidden_size, ql, d, dtype=low)
+        self.kv_down = matmul("kv_down", local_tokens, m.hidden_size, kl + rope, d, dtype=low)
+        self.q_up = matmul("q_up", tokens, ql, heads * (m.head_size + rope), d, dtype=low)
+        self.kv_up = matmul("kv_up", tokens, kl, heads * (m.head_size + m.value_head_size), d, dtype=low)
+        self.norm = costs.elementwise("latent_norm", local_tokens * (ql + kl), costs.NORM_FLOPS[m.norm], 2, 2, d,
+                                      op_class="norm")
+        self.latent_bytes = (ql + kl + rope) * d  # per token: the latents and the keys' RoPE part
+        self.gather_bytes = local_tokens * self.latent_bytes
+        self.reduce_bytes = tokens * self.latent_bytes
+
+
 class StageSizes:
     """Per-micro-batch sizes and kernels of one rank (every rank of a stage has the same)."""
 
@@ -81,6 +99,12 @@ class StageSizes:
         t = b * s // p.cp  # tokens per rank in the tensor-parallel GEMMs
         t_local = t // tp if self.sp else t  # tokens per rank outside them
         heads, kv, hd, f = m.num_heads // tp, m.kv_heads // tp, m.head_size, m.ffn_hidden_size // tp
+        self.mla: LatentAttention | None = None
+        if m.is_mla:
+            self.mla = LatentAttention(m, t, t_local, heads, d, low)
+            # the core attends with query/key heads of head_dim + qk_rope_head_dim and value heads of v_head_dim:
+            # timed as heads of their mean, which keeps its FLOPs and bytes
+            hd = (m.head_size + m.qk_rope_head_dim + m.value_head_size) // 2
         self.batch, self.heads, self.kv_heads, self.head_dim = b, heads, kv, hd
         self.tokens, self.local_tokens = t, t_local
         self.act_bytes = t * h * d
@@ -94,11 +118,14 @@ class StageSizes:
         self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d, flash=flash)
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
-        self.attn_out = matmul("attn_out", t, heads * hd, h, d, dtype=low)
+        self.attn_out = matmul("attn_out", t, heads * m.value_head_size, h, d, dtype=low)
         self.shared_in: Matmul | None = None  # a mixture-of-experts layer's shared expert (set below)
         self.shared_out: Matmul | None = None
         self.shared_act: tuple[costs.Kernel, costs.Kernel] | None = None
         self.rope = costs.rope(t, heads, kv, hd, d, fused=m.rope_fused) if m.position_embedding == "rope" else None
+        if self.mla is not None and self.rope is not None:  # the queries' RoPE parts and the keys' shared one
+            self.rope = costs.rope(t, heads, 1, m.qk_rope_head_dim, d, fused=m.rope_fused) \
+                if m.qk_rope_head_dim else None
         in_width = (2 if m.gated_ffn else 1) * f
         if m.is_moe:
             etp = p.expert_tp
@@ -192,6 +219,13 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan) -> dict[str, tuple[str
         out["mlp_in"] = ("dense", (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // tp)
     out["mlp_norm"] = ("dense", m.norm_params())
     out["attn_out"] = ("dense", m.attention_width * h // tp + (h if bias else 0))
-    out["qkv"] = ("dense", (h * qkv_width + (qkv_width if bias else 0)) // tp)
+    if m.is_mla:
+        heads, rope, ql, kl = m.num_heads, m.qk_rope_head_dim, m.q_lora_rank, m.kv_lora_rank
+        out["q_up"] = ("dense", ql * heads * (hd + rope) // tp)
+        out["kv_up"] = ("dense", kl * heads * (hd + m.value_head_size) // tp)
+        out["q_down"] = ("dense", h * ql + ql)  # with its latent's norm weights
+        out["kv_down"] = ("dense", h * (kl + rope) + kl)
+    else:
+        out["qkv"] = ("dense", (h * qkv_width + (qkv_width if bias else 0)) // tp)
     out["attn_norm"] = ("dense", m.norm_params())
     return out
