@@ -25,6 +25,7 @@ from typing import Any
 
 from workload.llm import costs
 from workload.llm.attention import Attention
+from workload.llm.costs import Matmul
 from workload.llm.gradients import GradientSync
 from workload.llm.host import HostModel
 from workload.llm.model import ModelConfig
@@ -136,24 +137,21 @@ class LayerPasses:
         gradients are summed over tp before the down-projections, which every rank holds whole)."""
         c, mla, tp, ready = self.prog.compute, self.z.mla, self.tp, self.grads.tensor_ready
         assert mla is not None
-        latents = []
-        for gemm in (mla.q_up, mla.kv_up):
-            g = tp.quantized(pre, gemm, "grad", dx, "bwd")
-            latents += c(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
+
+        def gemm_backward(gemm: Matmul, g: list[int]) -> list[int]:
+            g = tp.quantized(pre, gemm, "grad", g, "bwd")
+            dx_in = c(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
             c(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
             ready(unit, gemm.name, [self.prog.last_compute], micro_batch)
+            return dx_in
+
+        latents = gemm_backward(mla.q_up, dx) + gemm_backward(mla.kv_up, dx)
         if self.z.sp:
             latents = self.prog.coll(pre + "latent_grad_reducescatter", "tp", RS, mla.reduce_bytes, latents, "bwd")
         elif self.grads.p.tp > 1:
             latents = self.prog.coll(pre + "latent_grad_allreduce", "tp", AR, mla.reduce_bytes, latents, "bwd")
         latents = c(pre + "latent_norm", mla.norm[1], latents, "bwd")
-        out = []
-        for gemm in (mla.q_down, mla.kv_down):
-            g = tp.quantized(pre, gemm, "grad", latents, "bwd")
-            out += c(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
-            c(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
-            ready(unit, gemm.name, [self.prog.last_compute], micro_batch)
-        return out
+        return gemm_backward(mla.q_down, latents) + gemm_backward(mla.kv_down, latents)
 
     def _issue(self, name: str, phase: str, cost: Callable[[HostModel], int], waits_for: list[int] | None = None
                ) -> int | None:
