@@ -140,8 +140,9 @@ def test_flops_per_iteration_against_6pt(name: str) -> None:
     # exact: every weight a token multiplies, forward + backward (3 x 2 x weights), the vocabulary padded to tp
     padded = (plan.padded_vocab(model) - model.vocab_size) * model.hidden_size
     assert flops["matmul"] == 6 * (model.matmul_params() + padded) * tokens
-    # exact: causal attention scores, s(s+1)/2 pairs per head and sequence, forward + backward
-    attention_width = model.num_heads * model.head_size
+    # exact: causal attention scores, s(s+1)/2 pairs per head and sequence, forward + backward (latent attention:
+    # query/key heads of head_size + RoPE dims, value heads of value_head_size)
+    attention_width = model.num_heads * (model.head_size + model.qk_rope_head_dim + model.value_head_size) // 2
     assert flops["attention"] == 6 * model.num_layers * attention_width * (model.seq_len + 1) * tokens
     assert flops["elementwise"] + flops["optimizer"] < 0.005 * flops["total"]
     # 6PT counts the untied input embedding (a lookup, no FLOPs) as a matmul: 6.5% of Llama-3 8B's parameters
@@ -346,6 +347,32 @@ def test_latent_attention_projects_down_per_rank_and_gathers_the_latents(tmp_pat
     if sp:
         whole = model.layer_params(tp=2).replicated * model.num_layers + model.norm_params()
         assert [n.attrs["comm_size"] for n in replicated] == [whole * 2]
+    assert h100_run(prefix, 2).finish_ns > 0
+
+
+def test_deepseek_v3_parameters_are_its_checkpoints() -> None:
+    """DeepSeek-V3's 671,026,419,200 parameters without its MTP module, less the routers' 58 x 256 score-correction
+    biases the model leaves out; its first 3 layers dense (FFN 18432), the other 58 with experts."""
+    model = PRESETS["deepseek-v3"]
+    assert model.total_params() == 671_026_419_200 - 58 * 256
+    assert [model.moe_at(i) for i in range(5)] == [False, False, False, True, True]
+
+
+def test_dense_first_layers_run_a_dense_ffn_and_sync_with_the_dense_gradients(tmp_path: Path) -> None:
+    model = replace(SMALL_MOE, name="first-dense", dense_layers=1, dense_ffn_hidden_size=768)
+    prefix, _ = generate(tmp_path, model, dp=2, ep=2, num_micro_batches=1)
+    t = load(prefix, 0, 2)
+    names = {n.name for n in t.compute()}
+    assert "mb0.fwd.layer0.mlp_in" in names and "mb0.fwd.layer0.expert_in" not in names
+    assert "mb0.fwd.layer1.expert_in" in names and "mb0.fwd.layer1.mlp_in" not in names
+    mlp_in = next(n for n in t.compute() if n.name == "mb0.fwd.layer0.mlp_in")
+    assert mlp_in.attrs["num_ops"] == 2 * 64 * 256 * 2 * 768  # gated: two 768-wide halves
+    assert not any(".layer0." in n.name for n in t.collectives(A2A))
+    dense = model.layer_params(ep=2, moe=False)
+    assert dense.expert == 0 and dense.dense == SMALL.layer_params().dense + 3 * 256 * (768 - 512)
+    total = model.total_params()
+    assert total == replace(SMALL_MOE).total_params() - SMALL_MOE.layer_params().dense - \
+        SMALL_MOE.layer_params().expert + model.layer_params(moe=False).dense
     assert h100_run(prefix, 2).finish_ns > 0
 
 
@@ -742,6 +769,8 @@ def _main(argv: list[str]) -> list[str]:
     (["--preset", "llama3-8b", "--moe-shared-expert-intermediate-size", "1024"], "a shared expert .* needs a mixture"),
     (["--preset", "llama3-8b", "--kv-lora-rank", "512", "--q-lora-rank", "1536"], "as many key/value heads as query"),
     (["--preset", "llama3-8b", "--q-lora-rank", "1536"], "needs kv_lora_rank > 0"),
+    (["--preset", "llama3-8b", "--dense-layers", "1"], "describe the dense layers of a mixture-of-experts model"),
+    (["--preset", "mixtral-8x7b", "--layers", "2", "--dense-layers", "2"], "leaves none of the 2 layers"),
     (["--preset", "mixtral-8x7b", "--layers", "2", "--moe-shared-expert-intermediate-size", "1001", "--tp", "2"],
      "shared expert FFN size 1001 is not divisible by tp=2"),
     (["--layers", "4", "--hidden", "256"], "the model needs num_heads, ffn_hidden_size, vocab_size, seq_len"),

@@ -97,8 +97,8 @@ class _StageBuilder:
         self.layers = LayerPasses(self.prog, self.z, model, plan, self.tp, self.grads, options.moe_a2a_overlap)
         self.tail = IterationTail(self.prog, model, plan, options)
         self.ep_overlap = options.moe_a2a_overlap
-        self.replicated = sum(map(len, self.chunk_layers)) * self.grads.layer.replicated + (
-            model.norm_params() if self.last else 0)
+        self.replicated = sum(self.grads.layer(f"layer{layer}").replicated for layers in self.chunk_layers
+                              for layer in layers) + (model.norm_params() if self.last else 0)
 
     def _chunk_units(self) -> list[list[str]]:
         root = self.first or self.last

@@ -36,7 +36,8 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--moe-router-group-topk": "router_group_topk",
                    "--moe-shared-expert-intermediate-size": "shared_expert_ffn", "--q-lora-rank": "q_lora_rank",
                    "--kv-lora-rank": "kv_lora_rank", "--qk-pos-emb-head-dim": "qk_rope_head_dim",
-                   "--v-head-dim": "v_head_dim"}
+                   "--v-head-dim": "v_head_dim", "--dense-layers": "dense_layers",
+                   "--dense-ffn-hidden": "dense_ffn_hidden_size"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
                     "--rope-fused": "rope_fused"}
 MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workload.llm.model import ModelConfig
+from workload.llm.model import LayerParams, ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 from workload.llm.program import Program
@@ -58,8 +58,9 @@ class GradientSync:
             "bucket" if options.bucket_params(plan.dp, plan.cp) is not None else "layer")
         overlap = options.overlap_grad_reduce
         self.overlap = plan.zero_stage in (0, 2) if overlap is None else overlap
-        self.layer = model.layer_params(plan.tp, plan.ep, plan.expert_tp)
-        self.tensors = tensor_params(model, plan)
+        # per layer kind (False: a dense layer of a mixture-of-experts model)
+        self.layers = {moe: model.layer_params(plan.tp, plan.ep, plan.expert_tp, moe=moe) for moe in (False, True)}
+        self.tensor_sets = {moe: tensor_params(model, plan, moe=moe) for moe in (False, True)}
         vocab_rows = plan.padded_vocab(model) // plan.tp * model.hidden_size
         self.embedding_params = vocab_rows if model.tied_embeddings and plan.pp > 1 and (self.first or self.last) \
             else 0
@@ -94,12 +95,24 @@ class GradientSync:
     def unit_params(self, unit: str) -> list[tuple[str, int]]:
         if unit == "root":
             return [(self.dense, self.root_params)]
-        return [(self.dense, self.layer.dense), ("edp", self.layer.expert)]
+        layer = self.layer(unit)
+        return [(self.dense, layer.dense), ("edp", layer.expert)]
+
+    def _moe(self, unit: str) -> bool:
+        return self.m.moe_at(int(unit.removeprefix("layer")))
+
+    def layer(self, unit: str) -> LayerParams:
+        """The parameters of layer unit ``unit`` ("layerN") on this rank."""
+        return self.layers[self._moe(unit)]
+
+    def tensors(self, unit: str) -> dict[str, tuple[str, int]]:
+        """The weight tensors of layer unit ``unit`` (see sizes.tensor_params)."""
+        return self.tensor_sets[self._moe(unit)]
 
     def _unit_fp8(self, unit: str, kind: str) -> int:
         if unit == "root":
             return 0
-        return sum(n for name, (buf, n) in self.tensors.items()
+        return sum(n for name, (buf, n) in self.tensors(unit).items()
                    if name in GEMM_TENSORS and (buf == "expert") == (kind == "edp"))
 
     def param_bytes(self, params: int, fp8_params: int, kind: str) -> int:
@@ -167,7 +180,7 @@ class GradientSync:
         for unit in reversed(units):
             if unit == "root":
                 continue
-            for name, (buf, n) in self.tensors.items():
+            for name, (buf, n) in self.tensors(unit).items():
                 pieces.append((unit, name, self.dense if buf == "dense" else "edp", n))
         if "root" in units:
             pieces = [("root", "lm_head", self.dense, self.head_params), *pieces,

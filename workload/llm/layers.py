@@ -87,7 +87,7 @@ class LayerPasses:
         c, z = self.prog.compute, self.z
         self.tp.cast_weights = first_micro_batch
         if phase == "fwd":
-            x = x + self.grads.gather(pre[:-1], "layer", phase)
+            x = x + self.grads.gather(pre[:-1], f"layer{layer}", phase)
         issued = self._issue(pre + "attn_issue", phase, lambda h: h.attention(False))
         x = c(pre + "attn_norm", z.norm[0], x, phase)
         if z.mla is not None:
@@ -99,19 +99,21 @@ class LayerPasses:
         x = self.attention.forward(pre, x, phase, self.m.windowed(layer))
         x = self.tp.row_forward(pre, "attn", z.attn_out, x, phase)
         self.prog.issued(issued)
-        if self.m.is_moe:
+        moe = self.m.moe_at(layer)
+        if moe:
             issued = self._issue(pre + "route_issue", phase, lambda h: h.routing(False))
         else:
             issued = self._issue(pre + "mlp_issue", phase, lambda h: h.mlp(False))
         x = c(pre + "mlp_norm", z.norm[0], x, phase)
-        if self.m.is_moe:
+        if moe:
             x = yield from self._moe_forward(pre, x, phase, issued)
         else:
+            assert z.dense_in is not None and z.dense_out is not None and z.dense_act is not None
             yield F_PRE
             yield F_DISPATCH
-            x = self.tp.column_forward(pre, "mlp", z.mlp_in, x, phase)
-            x = c(pre + "activation", z.act[0], x, phase)
-            x = self.tp.row_forward(pre, "mlp", z.mlp_out, x, phase)
+            x = self.tp.column_forward(pre, "mlp", z.dense_in, x, phase)
+            x = c(pre + "activation", z.dense_act[0], x, phase)
+            x = self.tp.row_forward(pre, "mlp", z.dense_out, x, phase)
             self.prog.issued(issued)
             yield F_COMBINE
         if phase == "fwd":
@@ -235,21 +237,22 @@ class LayerPasses:
         """``backward`` in the pieces the EP A2A overlap interleaves: yields B_COMBINE (the combine's gradient
         exchange issued), B_MLP (the experts' gradients done), B_DISPATCH, returns the input gradient's node."""
         c, z, ready = self.prog.compute, self.z, self.grads.tensor_ready
-        g = g + self.grads.gather(pre[:-1], "layer", "bwd")
+        g = g + self.grads.gather(pre[:-1], f"layer{layer}", "bwd")
         again = pre.replace(".bwd.", ".recompute.")
         if self.recompute == "full":
             self.forward(again, g, "recompute", layer)
         if "layernorm" in self.recomputed:  # the norm's output, dropped after the forward, when its block's
             c(again + "mlp_norm", z.norm[0], g, "recompute")  # backward starts (Megatron-Core's output hook)
-        if self.m.is_moe:
+        if self.m.moe_at(layer):
             g, issued = yield from self._moe_backward(pre, g, unit, micro_batch)
         else:
+            assert z.dense_in is not None and z.dense_out is not None and z.dense_act is not None
             yield B_COMBINE
             issued = self._issue(pre + "mlp_issue_bwd", "bwd", lambda h: h.mlp(True))
-            dx = self.tp.row_backward(pre, "mlp_grad", z.mlp_out, g)
+            dx = self.tp.row_backward(pre, "mlp_grad", z.dense_out, g)
             ready(unit, "mlp_out", [self.prog.last_compute], micro_batch)
-            dx = c(pre + "activation", z.act[1], dx, "bwd")
-            dx_in = self.tp.column_backward(pre, "mlp_input", z.mlp_in, dx)
+            dx = c(pre + "activation", z.dense_act[1], dx, "bwd")
+            dx_in = self.tp.column_backward(pre, "mlp_input", z.dense_in, dx)
             ready(unit, "mlp_in", [self.prog.last_compute], micro_batch)
             yield B_MLP
             yield B_DISPATCH

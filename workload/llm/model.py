@@ -53,6 +53,10 @@ class ModelConfig:
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int | None = None
+    # the first dense_layers layers of a mixture-of-experts model are dense, their FFN dense_ffn_hidden_size wide
+    # (None: ffn_hidden_size; Megatron-Core's moe_layer_freq [0] * k + [1] * ...; DeepSeek-V3: 3, 18432)
+    dense_layers: int = 0
+    dense_ffn_hidden_size: int | None = None
     # a shared expert beside the routed ones: a dense FFN of this width every token passes through, tensor-parallel
     # like a dense layer's (Megatron-Core's moe_shared_expert_intermediate_size; 0 = none)
     shared_expert_ffn: int = 0
@@ -109,6 +113,19 @@ class ModelConfig:
     def is_moe(self) -> bool:
         return self.num_experts > 1
 
+    def moe_at(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has experts."""
+        return self.is_moe and layer >= self.dense_layers
+
+    @property
+    def moe_layers(self) -> int:
+        return self.num_layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def dense_ffn(self) -> int:
+        """A dense layer's FFN width."""
+        return self.dense_ffn_hidden_size if self.is_moe and self.dense_ffn_hidden_size else self.ffn_hidden_size
+
     @property
     def ffn_matrices(self) -> int:
         return 3 if self.gated_ffn else 2
@@ -117,15 +134,16 @@ class ModelConfig:
         return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
 
     # --- parameter counts -------------------------------------------------------------------------
-    def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None) -> LayerParams:
+    def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None, moe: bool = True) -> LayerParams:
         """One layer's parameters as held by one rank of a tp-way tensor- and ep-way expert-parallel plan whose
-        experts are split etp ways (default tp)."""
-        h, f = self.hidden_size, self.ffn_hidden_size
+        experts are split etp ways (default tp); ``moe`` False: a dense layer of a mixture-of-experts model."""
+        h = self.hidden_size
+        f = self.ffn_hidden_size if self.is_moe and moe else self.dense_ffn
         attn_split, attn_split_matmul, attn_whole, attn_whole_matmul = self.attention_params()
         attn_replicated = attn_whole + 2 * self.norm_params()
         ffn_split = self.ffn_matrices * h * f + ((self.ffn_matrices - 1) * f if self.bias else 0)
         ffn_replicated = h if self.bias else 0
-        if not self.is_moe:
+        if not (self.is_moe and moe):
             return LayerParams(dense=(attn_split + ffn_split) // tp + attn_replicated + ffn_replicated, expert=0,
                                dense_matmul=(attn_split_matmul + self.ffn_matrices * h * f) // tp + attn_whole_matmul,
                                replicated=attn_replicated + ffn_replicated)
@@ -150,25 +168,28 @@ class ModelConfig:
         """The output projection's own parameters (0 when tied to the token embeddings)."""
         return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
 
+    def _layers(self) -> tuple[tuple[int, LayerParams], tuple[int, LayerParams]]:
+        """(count, parameters) of the dense layers and of the layers with experts."""
+        return ((self.num_layers - self.moe_layers, self.layer_params(moe=False)),
+                (self.moe_layers, self.layer_params()))
+
     def total_params(self) -> int:
-        layer = self.layer_params()
-        return (self.num_layers * (layer.dense + layer.expert) + self.embedding_params() + self.norm_params()
-                + self.head_params())
+        layers = sum(n * (layer.dense + layer.expert) for n, layer in self._layers())
+        return layers + self.embedding_params() + self.norm_params() + self.head_params()
 
     def active_params(self) -> int:
         """Parameters one token uses: all but the experts it is not routed to."""
         if not self.is_moe:
             return self.total_params()
         per_expert = self.layer_params().expert // self.num_experts
-        return self.total_params() - self.num_layers * (self.num_experts - self.top_k) * per_expert
+        return self.total_params() - self.moe_layers * (self.num_experts - self.top_k) * per_expert
 
     def matmul_params(self) -> int:
         """Weights one token multiplies (active experts, router and output head; not the embedding lookup,
         norms or biases): the N of the exact forward matmul count 2 x N x tokens."""
-        layer = self.layer_params()
-        expert_matmul = self.top_k * self.ffn_matrices * self.hidden_size * self.ffn_hidden_size if self.is_moe \
-            else 0
-        return self.num_layers * (layer.dense_matmul + expert_matmul) + self.vocab_size * self.hidden_size
+        expert_matmul = self.top_k * self.ffn_matrices * self.hidden_size * self.ffn_hidden_size
+        return (sum(n * layer.dense_matmul for n, layer in self._layers()) + self.moe_layers * expert_matmul
+                + self.vocab_size * self.hidden_size)
 
     def validate(self) -> None:
         """Raise InputError (one line) if the shape is inconsistent."""
@@ -201,6 +222,20 @@ class ModelConfig:
         if self.is_mla and (self.kv_heads != self.num_heads or not self.q_lora_rank or self.bias):
             raise InputError(f"model {self.name}: multi-head latent attention is modelled with a query latent "
                              "(q_lora_rank > 0), as many key/value heads as query heads and no biases")
+        for name in ("dense_layers",):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"model {self.name}: {name} must be a whole number >= 0 (got {value!r})")
+        dense_ffn = self.dense_ffn_hidden_size
+        if dense_ffn is not None and (isinstance(dense_ffn, bool) or not isinstance(dense_ffn, int) or dense_ffn < 1):
+            raise InputError(f"model {self.name}: dense_ffn_hidden_size must be a whole number >= 1 (got "
+                             f"{dense_ffn!r})")
+        if (self.dense_layers or dense_ffn) and not self.is_moe:
+            raise InputError(f"model {self.name}: dense_layers and dense_ffn_hidden_size describe the dense layers of "
+                             "a mixture-of-experts model (num_experts > 1)")
+        if self.dense_layers >= self.num_layers:
+            raise InputError(f"model {self.name}: dense_layers {self.dense_layers} leaves none of the "
+                             f"{self.num_layers} layers with experts")
         if self.shared_expert_ffn and not self.is_moe:
             raise InputError(f"model {self.name}: a shared expert (shared_expert_ffn {self.shared_expert_ffn}) needs "
                              "a mixture-of-experts model (num_experts > 1)")

@@ -46,6 +46,12 @@ PRESETS: dict[str, ModelConfig] = {m.name: m for m in (
     ModelConfig(name="mixtral-8x7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
                 ffn_hidden_size=14336, vocab_size=32000, seq_len=32768, gated_ffn=True, tied_embeddings=False,
                 position_embedding="rope", norm="rmsnorm", bias=False, num_experts=8, top_k=2),
+    # DeepSeek-V3 (its config.json): multi-head latent attention, 3 dense layers then 58 with 256 routed experts
+    # (8 per token, from the best 4 of 8 groups) and one shared expert; the multi-token-prediction module left out
+    ModelConfig(name="deepseek-v3", num_layers=61, hidden_size=7168, num_heads=128, head_dim=128, q_lora_rank=1536,
+                kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, ffn_hidden_size=2048, vocab_size=129280,
+                seq_len=4096, gated_ffn=True, num_experts=256, top_k=8, router_groups=8, router_group_topk=4,
+                shared_expert_ffn=2048, dense_layers=3, dense_ffn_hidden_size=18432),
 )}
 
 # The parameter counts the papers and model cards publish (total, and active per token for MoE).
@@ -53,7 +59,7 @@ PUBLISHED_PARAMS: dict[str, tuple[float, float]] = {
     "gpt3-1.3b": (1.3e9, 1.3e9), "gpt3-2.7b": (2.7e9, 2.7e9), "gpt3-6.7b": (6.7e9, 6.7e9),
     "gpt3-13b": (13e9, 13e9), "gpt3-175b": (175e9, 175e9),
     "llama3-8b": (8.03e9, 8.03e9), "llama3-70b": (70.6e9, 70.6e9), "llama3-405b": (405.9e9, 405.9e9),
-    "mixtral-8x7b": (46.7e9, 12.9e9),
+    "mixtral-8x7b": (46.7e9, 12.9e9), "deepseek-v3": (671e9, 37e9),
 }
 
 

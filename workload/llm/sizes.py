@@ -119,6 +119,9 @@ class StageSizes:
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
         self.attn_out = matmul("attn_out", t, heads * m.value_head_size, h, d, dtype=low)
+        self.dense_in: Matmul | None = None  # a dense layer's FFN (a mixture-of-experts model's first layers)
+        self.dense_out: Matmul | None = None
+        self.dense_act: tuple[costs.Kernel, costs.Kernel] | None = None
         self.shared_in: Matmul | None = None  # a mixture-of-experts layer's shared expert (set below)
         self.shared_out: Matmul | None = None
         self.shared_act: tuple[costs.Kernel, costs.Kernel] | None = None
@@ -158,6 +161,12 @@ class StageSizes:
             self.count_bytes = COUNT_BYTES * m.num_experts
             self.local_experts = experts
             routed, act_width = moe_tokens, ef
+            if m.dense_layers:  # the model's first layers are dense: their FFN
+                dense_f = m.dense_ffn // tp
+                self.dense_in = matmul("mlp_in", t, h, (2 if m.gated_ffn else 1) * dense_f, d, dtype=low)
+                self.dense_out = matmul("mlp_out", t, dense_f, h, d, dtype=low)
+                self.dense_act = costs.elementwise("activation", t * dense_f, costs.ACTIVATION_FLOPS[m.gated_ffn],
+                                                   2 if m.gated_ffn else 1, 1, d)
             sf = m.shared_expert_ffn // tp
             if sf:  # the shared expert: a dense, tensor-parallel FFN on every token
                 self.shared_in = matmul("shared_in", t, h, (2 if m.gated_ffn else 1) * sf, d, dtype=low)
@@ -170,6 +179,8 @@ class StageSizes:
             self.mlp_out = matmul("mlp_out", t, f, h, d, dtype=low)
         self.act = costs.elementwise("activation", routed * act_width, costs.ACTIVATION_FLOPS[m.gated_ffn],
                                      2 if m.gated_ffn else 1, 1, d)
+        if not m.is_moe:
+            self.dense_in, self.dense_out, self.dense_act = self.mlp_in, self.mlp_out, self.act
         vocab = p.padded_vocab(m) // tp
         self.head = Matmul("lm_head", t, h, vocab, d)
         self.loss = costs.cross_entropy(t, vocab, d) if options.cross_entropy == "unfused" else \
@@ -196,15 +207,17 @@ def _split_rows(matmul_: Matmul, parts: int) -> tuple[Matmul, ...]:
     return tuple(replace(matmul_, tokens=base + (i < extra)) for i in range(parts))
 
 
-def tensor_params(model: ModelConfig, plan: ParallelPlan) -> dict[str, tuple[str, int]]:
+def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True) -> dict[str, tuple[str, int]]:
     """One layer's weight tensors on one rank, in backward (gradient-ready) order: name -> (buffer, parameters),
-    buffer "dense" or "expert". Norm weights count with the norm; a row-parallel bias with its GEMM."""
+    buffer "dense" or "expert" (``moe`` False: a dense layer of a mixture-of-experts model). Norm weights count with
+    the norm; a row-parallel bias with its GEMM."""
     m, tp = model, plan.tp
-    h, hd, f = m.hidden_size, m.head_size, m.ffn_hidden_size
+    h, hd = m.hidden_size, m.head_size
+    f = m.ffn_hidden_size if m.is_moe and moe else m.dense_ffn
     qkv_width = (m.num_heads + 2 * m.kv_heads) * hd
     bias = m.bias
     out: dict[str, tuple[str, int]] = {}
-    if m.is_moe:
+    if m.is_moe and moe:
         etp, local = plan.expert_tp, m.num_experts // plan.ep
         ffn_in = (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // etp
         out["expert_out"] = ("expert", local * (h * f // etp + (h if bias else 0)))
