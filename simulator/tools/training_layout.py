@@ -20,6 +20,7 @@ from simulator.tools.training_models import ROW_DIMS, model_for
 from simulator.tools.training_recipes import Recipe, recipe_for
 from simulator.tools.training_table import TrainingRow, alternative_note, flag, leading_number, number, whole
 from workload.errors import InputError
+from workload.llm.plan import parse_pipeline_layout
 
 READY, NEEDS, UNSUPPORTED = "ready", "needs", "unsupported"
 ACCOUNTING_SOURCES = ("megatron_bridge_perf", "nemo_2407")  # frameworks with Megatron-Bridge's recipes
@@ -248,12 +249,16 @@ def _pipeline_split(row: TrainingRow, plan: RowPlan, dims: dict[str, int], layer
     return [("account_for_embedding", True), ("account_for_loss", True)]
 
 
-def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int) -> tuple[int, int] | None:
+def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int, recipe: Recipe | None = None
+           ) -> tuple[int, int] | None:
     gbs = whole(row, "global_batch")
     if gbs is None:
         plan.refuse(UNSUPPORTED, "no global batch size")
         return None
     mbs = whole(row, "micro_batch")
+    if mbs is None and recipe is not None and recipe.micro_batch:
+        mbs = recipe.micro_batch
+        plan.defaults_used.append(f"micro-batch size {mbs} ({recipe.where}; the table leaves it blank)")
     if mbs is None:
         mbs = fw.micro_batch[0]
         plan.defaults_used.append(f"micro-batch size {mbs} ({fw.micro_batch[1]})")
@@ -314,13 +319,22 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     if chosen.problem:
         return plan.refuse(UNSUPPORTED, chosen.problem)
     reqs = _requirements(row, fw, plan, dims, recipe)
-    reqs += _pipeline_split(row, plan, dims, chosen.fields.get("num_layers"))
-    batch = _batch(row, fw, plan, dims["dp"])
+    layout = recipe.pipeline_layout if recipe is not None and dims["pp"] > 1 else ""
+    if layout:  # the recipe places every virtual stage's layers (and any multi-token-prediction depth) itself
+        mtp = parse_pipeline_layout(layout)[1]
+        chosen.fields["mtp_layers"] = mtp
+        plan.defaults_used.append(f"pipeline layout {layout} ({recipe.where})"  # type: ignore[union-attr]
+                                  + (f", {mtp} multi-token-prediction depth(s)" if mtp else ""))
+    else:
+        reqs += _pipeline_split(row, plan, dims, chosen.fields.get("num_layers"))
+    batch = _batch(row, fw, plan, dims["dp"], recipe)
     if batch is None:
         return plan
     missing = list(chosen.needs)
     structural = False  # a missing feature that changes the rank count: no approximation
     spec: dict[str, Any] = {"generate": "llm", "model_name": row.row_id[:64], **chosen.fields}
+    if layout:
+        spec["pipeline_layout"] = layout
     for name, value in reqs:
         got = resolve(name, value)
         if got is not None:

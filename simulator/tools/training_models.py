@@ -21,6 +21,11 @@ Sources (configuration values only; facts, no code taken):
   factor 32, whose concentration factor 0.1 ln 32 + 1 = 1.35 makes Megatron-Core run its unfused RoPE:
   NVIDIA/Megatron-LM megatron/core/models/common/embeddings/rope_utils.py since "Fixes for gpt-oss", Nov. 2025).
 - Nemotron 3 Nano: a hybrid Mamba-2 / attention / MoE model (NVIDIA model card).
+- DeepSeek-V3: its config.json (MIT): 61 layers (the first 3 dense, FFN 18432), hidden 7168, 128 heads with multi-head
+  latent attention (query latent 1536, key/value latent 512, head dim 128 + 64 RoPE, value head dim 128), 256
+  routed experts top-8 from the best 4 of 8 groups, expert FFN 2048, one shared expert, vocabulary 129,280; the
+  workload/llm/presets.py preset. Kimi K2: its config.json (modified MIT): the same layer shapes with 64 heads, 384
+  routed experts top-8 (one group), the first layer dense, vocabulary 163,840.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ GPT_OSS = Family("GPT-OSS", {"gated_ffn": True, "tied_embeddings": False, "posit
                              "norm": "rmsnorm", "bias": True, "window_size": 128, "window_attn_skip_freq": 2,
                              "rope_fused": False},
                  vocab=201088)
+DEEPSEEK = Family("DeepSeek-V3", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
+                                  "norm": "rmsnorm", "bias": False})
 HYBRID_MAMBA = Family("Nemotron-H", {}, needs=("Mamba-2 layers (a hybrid Mamba/attention/MoE model)",),
                       approximable=False)
 
@@ -75,6 +82,14 @@ def _preset(name: str) -> dict[str, int]:
     m = PRESETS[name]
     return {"num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_heads": m.num_heads,
             "num_kv_heads": m.kv_heads, "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size}
+
+
+def _latent_moe(name: str) -> dict[str, int]:
+    """A preset's latent-attention, expert and dense-layer fields (beside _preset's)."""
+    m = PRESETS[name]
+    keys = ("head_dim", "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "v_head_dim", "num_experts", "top_k",
+            "router_groups", "router_group_topk", "shared_expert_ffn", "dense_layers", "dense_ffn_hidden_size")
+    return {k: getattr(m, k) for k in keys}
 
 
 # keyed by the model name lower-cased without punctuation or a parenthesised remark
@@ -96,8 +111,13 @@ CARDS: dict[str, Card] = {
                                  "head_dim": 64, "num_experts": 128, "top_k": 4, "ffn_hidden_size": 2880},
                        "Megatron-Bridge GPTOSSProvider120B"),
     "nemotron3nano": Card(HYBRID_MAMBA, {}, "Nemotron 3 Nano model card"),
+    "deepseekv3": Card(DEEPSEEK, {**_preset("deepseek-v3"), **_latent_moe("deepseek-v3")}, "DeepSeek-V3 config.json"),
+    "kimik2": Card(DEEPSEEK, {**_preset("deepseek-v3"), **_latent_moe("deepseek-v3"), "num_heads": 64,
+                              "num_kv_heads": 64, "num_experts": 384, "router_groups": 1, "router_group_topk": 1,
+                              "dense_layers": 1, "vocab_size": 163840}, "Kimi K2 config.json"),
 }
-_FAMILY_PREFIXES = (("gptoss", GPT_OSS), ("gpt", GPT), ("llama", LLAMA), ("nemotron", NEMOTRON), ("qwen3", QWEN3_MOE))
+_FAMILY_PREFIXES = (("gptoss", GPT_OSS), ("gpt", GPT), ("llama", LLAMA), ("nemotron", NEMOTRON), ("qwen3", QWEN3_MOE),
+                    ("deepseekv3", DEEPSEEK))
 ROW_DIMS = {"layers": "num_layers", "hidden": "hidden_size", "ffn_hidden": "ffn_hidden_size", "heads": "num_heads",
             "kv_heads": "num_kv_heads", "vocab": "vocab_size", "seq_len": "seq_len"}
 
@@ -127,7 +147,8 @@ def model_for(name: str, row_dims: dict[str, int], tp: int) -> ModelChoice:
     choice = ModelChoice({}, [], list(family.needs) if family else [],
                          approximable=bool(family and family.approximable))
     if family is None:
-        choice.problem = f"model {name!r}: no model card and no known family (GPT, Llama, Nemotron, Qwen3, GPT-OSS)"
+        choice.problem = (f"model {name!r}: no model card and no known family (GPT, Llama, Nemotron, Qwen3, GPT-OSS, "
+                          "DeepSeek-V3)")
         return choice
     fields: dict[str, Any] = dict(family.fixed)
     for k, v in (card.dims if card else {}).items():

@@ -20,7 +20,7 @@ from workload.llm.options import MOE_DISPATCHERS
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table source -> its framework's recipes
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
-        "moe_a2a_overlap", "recompute_modules"}
+        "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,8 @@ class Recipe:
     moe_a2a_overlap: bool  # Megatron-Core's EP A2A overlap
     recompute_modules: str  # selective recompute's modules ("layernorm,moe_act"); "" where the recipe sets none
     where: str  # "Megatron-Bridge 26.02.01 recipe (v0.3.1 @9c9dd848)"
+    pipeline_layout: str = ""  # Megatron-Core's pipeline_model_parallel_layout ("Et*4|(t*4|)*14tmL"), "" if none
+    micro_batch: int | None = None  # the recipe's micro-batch size where the table leaves it blank
 
 
 @cache
@@ -49,7 +51,8 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))
         dispatcher = str(r.get("moe_dispatcher", "")).split("-")[0]  # flex-hybridep, flex-deepep: the flex one
         out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher,
-                          bool(r.get("moe_a2a_overlap", False)), str(r.get("recompute_modules", "")), where)
+                          bool(r.get("moe_a2a_overlap", False)), str(r.get("recompute_modules", "")), where,
+                          str(r.get("pipeline_layout", "")), r.get("micro_batch"))
     return out
 
 

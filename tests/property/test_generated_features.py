@@ -1,6 +1,6 @@
 """Generated LLM workloads with the step's features (context parallelism, virtual stages, TP overlap, buckets,
 FSDP, FP8, recompute, the iteration tail, expert tensor parallelism, shared experts, latent attention, dense
-first layers, the embedding and loss in the pipeline split):
+first layers, multi-token prediction, the embedding and loss in the pipeline split):
 the folded run (TraceSet.structure, one rank per class) equals the message engine rank by rank, to the nanosecond,
 and every rank finishes."""
 
@@ -53,6 +53,8 @@ def featured_layouts(draw: st.DrawFn) -> dict:
     if moe and (tp * cp * dp) % (2 * etp) == 0:
         spec.update(num_experts=4, top_k=2, ep=2, etp=etp, shared_expert_ffn=draw(st.sampled_from([0, 256])),
                     dense_layers=draw(st.sampled_from([0, 1])))
+    if pp > 1 and "account_for_embedding" not in spec and draw(st.booleans()):  # a multi-token-prediction depth
+        spec["mtp_layers"] = 1
     world = tp * cp * pp * dp
     counts = draw(st.sampled_from([c for c in ([world], [2, world // 2]) if math.prod(c) == world and min(c) >= 2]))
     return {"spec": {k: v for k, v in spec.items() if v is not None},

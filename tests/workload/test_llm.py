@@ -30,7 +30,7 @@ from workload.llm.build import build_programs, one_f_one_b
 from workload.llm.emit import generate_traces
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
-from workload.llm.plan import ParallelPlan, RankMap
+from workload.llm.plan import ParallelPlan, RankMap, parse_pipeline_layout
 from workload.llm.presets import PRESETS, PUBLISHED_PARAMS
 from workload.llm.sizes import flex_copies
 from workload.llm.summary import stage_flops, summarize
@@ -350,6 +350,16 @@ def test_latent_attention_projects_down_per_rank_and_gathers_the_latents(tmp_pat
     assert h100_run(prefix, 2).finish_ns > 0
 
 
+def test_mla_up_projection_recompute_runs_them_again_before_the_attention_backward(tmp_path: Path) -> None:
+    model = replace(DEEPSEEK_MLA, num_experts=1, top_k=1, shared_expert_ffn=0, name="mla-rc")
+    p = ParallelPlan(dp=1, num_micro_batches=1, recompute="selective", recompute_modules=("mla_up_proj",))
+    p.validate(model)
+    names = [op.name for op in build_programs(model, p)[0].ops]
+    again = names.index("mb0.recompute.layer1.q_up")
+    assert names.index("mb0.bwd.layer1.attn_out_dgrad") < again < names.index("mb0.bwd.layer1.attention")
+    assert "mb0.recompute.layer1.kv_up" in names and "mb0.recompute.layer1.q_down" not in names
+
+
 def test_deepseek_v3_parameters_are_its_checkpoints() -> None:
     """DeepSeek-V3's 671,026,419,200 parameters without its MTP module, less the routers' 58 x 256 score-correction
     biases the model leaves out; its first 3 layers dense (FFN 18432), the other 58 with experts."""
@@ -374,6 +384,47 @@ def test_dense_first_layers_run_a_dense_ffn_and_sync_with_the_dense_gradients(tm
     assert total == replace(SMALL_MOE).total_params() - SMALL_MOE.layer_params().dense - \
         SMALL_MOE.layer_params().expert + model.layer_params(moe=False).dense
     assert h100_run(prefix, 2).finish_ns > 0
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_multi_token_prediction_adds_a_layer_projection_and_head_on_the_last_stage(moe: bool) -> None:
+    """Each depth: its transformer layer, the 2h -> h projection and the shared output layer once more, all on the
+    last stage (FLOPs exact against matmul_params); its parameters travel with the last stage's gradients."""
+    base = replace(SMALL_MOE if moe else SMALL, name="mtp-base", dense_layers=1 if moe else 0)
+    model = replace(base, name="mtp", mtp_layers=1)
+    plan = ParallelPlan(dp=2, tp=2, pp=2, ep=2 if moe else 1, num_micro_batches=2, sequence_parallel=True)
+    tokens = plan.global_batch * model.seq_len
+    padded = (plan.padded_vocab(model) - model.vocab_size) * model.hidden_size
+    flops = {m: summarize(m, plan, build_programs(m, plan), RankMap(plan, m))["flops"] for m in (base, model)}
+    assert flops[model]["matmul"] == 6 * (model.matmul_params() + 2 * padded) * tokens
+    assert model.matmul_params() - base.matmul_params() == (
+        base.layer_params(moe=moe).dense_matmul + moe * base.top_k * 3 * 256 * 512 + 2 * 256 * 256 + 1000 * 256)
+    layer = base.layer_params(moe=moe)
+    assert model.total_params() - base.total_params() == layer.dense + layer.expert + 2 * 256 * 256 + 3 * 256
+    programs = build_programs(model, plan)
+    assert not any(".mtp0." in op.name for op in programs[0].ops)  # the first stage has none
+    last = [op.name for op in programs[-1].ops if op.name.startswith("mb1.")]
+    assert last.index("mb1.fwd.layer3.attn_norm") < last.index("mb1.fwd.mtp0.mtp_proj") < \
+        last.index("mb1.fwd.mtp0.lm_head")
+    assert last.index("mb1.bwd.mtp0.lm_head_wgrad") < last.index("mb1.bwd.mtp0.mtp_proj_wgrad") < \
+        last.index("mb1.bwd.layer3.attn_norm")
+
+
+def test_pipeline_layout_strings_as_megatron_writes_them() -> None:
+    assert parse_pipeline_layout("Et*4|(t*4|)*14tmL") == ((4,) * 15 + (1,), 1)
+    assert parse_pipeline_layout("Et|(tt|)*30mL") == ((1,) + (2,) * 30 + (0,), 1)
+    assert parse_pipeline_layout("E|t*2|t*2|tL") == ((0, 2, 2, 1), 0)
+    plan = ParallelPlan(pp=2, vp=2, dp=1, num_micro_batches=2, pipeline_layout=(1, 2, 2, 0))
+    plan.validate(replace(SMALL, num_layers=5))
+    # model order: stage 0 chunk 0, stage 1 chunk 0, stage 0 chunk 1, stage 1 chunk 1
+    assert [list(plan.chunk_layers(5, s, c)) for s in (0, 1) for c in (0, 1)] == [[0], [3, 4], [1, 2], []]
+    for bad in ("tE|tL", "Et|tX", "Et|mt|L", ""):
+        with pytest.raises(InputError, match="pipeline layout"):
+            parse_pipeline_layout(bad)
+    with pytest.raises(InputError, match="places 4 layers"):
+        replace(plan, pipeline_layout=(1, 1, 2, 0)).validate(replace(SMALL, num_layers=5))
+    with pytest.raises(InputError, match="multi-token-prediction"):
+        replace(plan, pipeline_layout_mtp=1).validate(replace(SMALL, num_layers=5))
 
 
 def test_shared_expert_never_shortens_the_step(tmp_path: Path) -> None:

@@ -89,6 +89,8 @@ class _StageBuilder:
         self.first, self.last = stage == 0, stage == plan.pp - 1
         self.vp = plan.vp
         self.chunk_layers = [plan.chunk_layers(model.num_layers, stage, c) for c in range(plan.vp)]
+        # multi-token-prediction depths: after the last layer, on the last stage's last chunk
+        self.mtp = [model.num_layers + i for i in range(model.mtp_layers)] if self.last else []
         self.prog = Program(stage_group_kinds(model, plan, options, stage),
                             ring_tag_base=2 * plan.vp * plan.num_micro_batches)
         self.z = StageSizes(model, plan, options)
@@ -97,7 +99,7 @@ class _StageBuilder:
         self.layers = LayerPasses(self.prog, self.z, model, plan, self.tp, self.grads, options.moe_a2a_overlap)
         self.tail = IterationTail(self.prog, model, plan, options)
         self.ep_overlap = options.moe_a2a_overlap
-        self.replicated = sum(self.grads.layer(f"layer{layer}").replicated for layers in self.chunk_layers
+        self.replicated = sum(self.grads.layer(f"layer{layer}").replicated for layers in [*self.chunk_layers, self.mtp]
                               for layer in layers) + (model.norm_params() if self.last else 0)
 
     def _chunk_units(self) -> list[list[str]]:
@@ -105,7 +107,8 @@ class _StageBuilder:
         units = []
         for c, layers in enumerate(self.chunk_layers):
             has_root = root and ((self.first and c == 0) or (self.last and c == self.vp - 1))
-            units.append((["root"] if has_root else []) + [f"layer{layer}" for layer in layers])
+            mtp = self.mtp if self.last and c == self.vp - 1 else []
+            units.append((["root"] if has_root else []) + [f"layer{layer}" for layer in [*layers, *mtp]])
         if self.first and self.last:  # one stage (no virtual stages then): the root once
             units = [units[0]]
         return units
@@ -214,13 +217,18 @@ class _StageBuilder:
         if heads:
             if embeds and mb == 0 and self.grads.mode == "bucket":
                 x = x + self.grads.first_use("root", "lm_head")
-            issued = self._issue_head(pre + "head_issue", "fwd")
-            x = prog.compute(pre + "final_norm", z.final_norm[0], x, "fwd")
-            x = self.tp.gather(pre + "head", x, "fwd", gemm_input=False)
-            x = prog.compute(pre + "lm_head", z.head.forward(), x, "fwd")
-            x = prog.coll(pre + "loss_allreduce", "tp", AR, z.tokens * LOSS_REDUCE_BYTES_PER_TOKEN, x, "fwd")
-            prog.compute(pre + "loss", z.loss[0], x, "fwd")
-            prog.issued(issued)
+            outputs = [("", x)]
+            for depth, layer in enumerate(self.mtp):
+                outputs.append((f"mtp{depth}.", self._mtp_forward(f"{pre}mtp{depth}.", outputs[-1][1], layer, mb)))
+            for name, x in outputs:
+                issued = self._issue_head(pre + name + "head_issue", "fwd")
+                x = prog.compute(pre + name + "final_norm", z.final_norm[0], x, "fwd")
+                x = self.tp.gather(pre + name + "head", x, "fwd", gemm_input=False)
+                x = prog.compute(pre + name + "lm_head", z.head.forward(), x, "fwd")
+                x = prog.coll(pre + name + "loss_allreduce", "tp", AR, z.tokens * LOSS_REDUCE_BYTES_PER_TOKEN, x,
+                              "fwd")
+                prog.compute(pre + name + "loss", z.loss[0], x, "fwd")
+                prog.issued(issued)
         else:
             to_chunk = chunk if not self.last else chunk + 1
             prog.p2p(names + "send_activation", True, +1, self._tag(False, to_chunk, mb), z.act_local_bytes, x,
@@ -232,15 +240,22 @@ class _StageBuilder:
         names = self._names(mb, chunk, "bwd")
         embeds, heads = self._holds(chunk)
         if heads:  # the head's backward needs its weights (the embedding lookup's does not)
-            issued = self._issue_head(pre + "head_issue_bwd", "bwd")
             gathered = grads.gather(pre + "root", "root", "bwd")
-            g = prog.compute(pre + "loss", z.loss[1], [], "bwd")
-            dx = prog.compute(pre + "lm_head_dgrad", z.head.dgrad(), g + gathered, "bwd")
-            saved = self.tp.gather(pre + "head_input", dx, "bwd", gemm_input=False)
-            prog.compute(pre + "lm_head_wgrad", z.head.wgrad(), sorted(set(g + saved + gathered)), "bwd")
-            g = self.tp.reduce(pre + "head_grad", dx, "bwd")
-            g = prog.compute(pre + "final_norm", z.final_norm[1], g, "bwd")
-            prog.issued(issued)
+            head_grads = []
+            for name in ["", *(f"mtp{depth}." for depth in range(len(self.mtp)))]:
+                issued = self._issue_head(pre + name + "head_issue_bwd", "bwd")
+                g = prog.compute(pre + name + "loss", z.loss[1], [], "bwd")
+                dx = prog.compute(pre + name + "lm_head_dgrad", z.head.dgrad(), g + gathered, "bwd")
+                saved = self.tp.gather(pre + name + "head_input", dx, "bwd", gemm_input=False)
+                prog.compute(pre + name + "lm_head_wgrad", z.head.wgrad(), sorted(set(g + saved + gathered)), "bwd")
+                g = self.tp.reduce(pre + name + "head_grad", dx, "bwd")
+                head_grads.append(prog.compute(pre + name + "final_norm", z.final_norm[1], g, "bwd"))
+                prog.issued(issued)
+            g = head_grads[0]
+            for depth in reversed(range(len(self.mtp))):  # each depth's gradient reaches the states before it
+                into = self._mtp_backward(f"{pre}mtp{depth}.", head_grads[depth + 1], self.mtp[depth], mb)
+                head_grads[depth] = head_grads[depth] + into
+                g = head_grads[0]
             grads.tensor_ready("root", "lm_head", g, mb)
             if not self.first:
                 grads.after_backward("root", g, mb)
@@ -260,6 +275,29 @@ class _StageBuilder:
         else:
             to_chunk = chunk if not self.first else chunk - 1
             prog.p2p(names + "send_gradient", True, -1, self._tag(True, to_chunk, mb), z.act_local_bytes, g, "bwd")
+
+    def _mtp_forward(self, pre: str, hidden: list[int], layer: int, mb: int) -> list[int]:
+        """One multi-token-prediction depth: the shifted tokens' embedding and ``hidden`` normed, their pair
+        projected (column-parallel, output gathered), and a transformer layer; returns its output's node."""
+        prog, z = self.prog, self.z
+        x = hidden + (self.grads.first_use(f"layer{layer}") if mb == 0 else [])
+        x = prog.compute(pre + "embedding", z.embed[0], x, "fwd")
+        x = prog.compute(pre + "mtp_norms", z.mtp_norms[0], x, "fwd")
+        x = self.tp.column_forward(pre, "mtp_proj", z.mtp_proj, x, "fwd")
+        if self.p.tp > 1:
+            x = self.tp.gather(pre + "mtp_proj_output", x, "fwd", gemm_input=False)
+        return self.layers.forward(pre, x, "fwd", layer, first_micro_batch=mb == 0)
+
+    def _mtp_backward(self, pre: str, g: list[int], layer: int, mb: int) -> list[int]:
+        """A multi-token-prediction depth's backward; returns the gradient of the hidden states it read."""
+        prog, z, grads, unit = self.prog, self.z, self.grads, f"layer{layer}"
+        g = self.layers.backward(pre, g, unit, mb, layer)
+        dx = self.tp.column_backward(pre, "mtp_proj_input", z.mtp_proj, g)
+        grads.tensor_ready(unit, "mtp_proj", [prog.last_compute], mb)
+        dx = self.tp.reduce(pre + "mtp_proj_grad", dx, "bwd", bulk=True)
+        dx = prog.compute(pre + "mtp_norms", z.mtp_norms[1], dx, "bwd")
+        grads.after_backward(unit, dx, mb)
+        return dx
 
     def _issue_head(self, name: str, phase: str) -> int | None:
         """The host issuing the output layer and loss (forward or backward); None without the host model."""

@@ -23,7 +23,7 @@ from workload.llm.options import (
     PRECISIONS,
     TrainingOptions,
 )
-from workload.llm.plan import DIMENSIONS, RECOMPUTE, ParallelPlan, batch_split
+from workload.llm.plan import DIMENSIONS, RECOMPUTE, ParallelPlan, batch_split, parse_pipeline_layout
 from workload.llm.presets import PRESETS, preset
 from workload.traceset import check_rank_count, print_progress
 
@@ -37,7 +37,7 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--moe-shared-expert-intermediate-size": "shared_expert_ffn", "--q-lora-rank": "q_lora_rank",
                    "--kv-lora-rank": "kv_lora_rank", "--qk-pos-emb-head-dim": "qk_rope_head_dim",
                    "--v-head-dim": "v_head_dim", "--dense-layers": "dense_layers",
-                   "--dense-ffn-hidden": "dense_ffn_hidden_size"}
+                   "--dense-ffn-hidden": "dense_ffn_hidden_size", "--mtp-num-layers": "mtp_layers"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
                     "--rope-fused": "rope_fused"}
 MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}
@@ -78,6 +78,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="layers on the first pipeline stage (the others split the rest evenly)")
     p.add_argument("--decoder-last-pipeline-num-layers", type=int, metavar="N",
                    help="layers on the last pipeline stage")
+    p.add_argument("--pipeline-model-parallel-layout", "--pipeline-layout", dest="pipeline_layout", metavar="LAYOUT",
+                   help="layers of every virtual stage in model order, Megatron-Core's syntax: E (embedding), t "
+                        "(layer), m (multi-token prediction), L (loss), '|' between stages, x*N and (...)*N repeat "
+                        "(DeepSeek-V3 on pp 2 x vp 8: 'Et*4|(t*4|)*14tmL')")
     p.add_argument("--account-for-embedding-in-pipeline-split", dest="account_for_embedding", action="store_true",
                    help="the embedding counts as a layer in the pipeline split (Megatron-Core; with "
                         "--account-for-loss-in-pipeline-split, how Megatron-Bridge splits 126 layers on 8 x 8 stages)")
@@ -250,7 +254,16 @@ def plan_from_args(args: argparse.Namespace) -> ParallelPlan:
                         else args.cp_comm_type, first_stage_layers=args.decoder_first_pipeline_num_layers,
                         last_stage_layers=args.decoder_last_pipeline_num_layers,
                         account_for_embedding=args.account_for_embedding, account_for_loss=args.account_for_loss,
-                        microbatch_group_size=args.microbatch_group_size, layout=layout)
+                        microbatch_group_size=args.microbatch_group_size, layout=layout,
+                        **_layout_fields(args.pipeline_layout))
+
+
+def _layout_fields(text: str | None) -> dict[str, Any]:
+    """The plan's pipeline_layout and pipeline_layout_mtp from a --pipeline-model-parallel-layout string."""
+    if not text:
+        return {}
+    layers, mtp = parse_pipeline_layout(text)
+    return {"pipeline_layout": layers, "pipeline_layout_mtp": mtp}
 
 
 def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingOptions:

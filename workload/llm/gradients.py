@@ -19,7 +19,7 @@ after the first, where Megatron turns bucketing off).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from workload.llm.model import LayerParams, ModelConfig
 from workload.llm.options import TrainingOptions
@@ -30,7 +30,7 @@ from workload.schema import CollectiveType
 
 AR, AG, RS = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
 GEMM_TENSORS = ("qkv", "q_down", "kv_down", "q_up", "kv_up", "attn_out", "mlp_in", "mlp_out", "expert_in",
-                "expert_out", "shared_in", "shared_out", "lm_head")
+                "expert_out", "shared_in", "shared_out", "mtp_proj", "lm_head")
 
 
 @dataclass(slots=True)
@@ -98,16 +98,30 @@ class GradientSync:
         layer = self.layer(unit)
         return [(self.dense, layer.dense), ("edp", layer.expert)]
 
-    def _moe(self, unit: str) -> bool:
-        return self.m.moe_at(int(unit.removeprefix("layer")))
+    def _kind(self, unit: str) -> tuple[bool, bool]:
+        """(whether layer unit ``unit`` has experts, whether it is a multi-token-prediction depth's)."""
+        index = int(unit.removeprefix("layer"))
+        if index >= self.m.num_layers:
+            return self.m.is_moe, True
+        return self.m.moe_at(index), False
 
     def layer(self, unit: str) -> LayerParams:
-        """The parameters of layer unit ``unit`` ("layerN") on this rank."""
-        return self.layers[self._moe(unit)]
+        """The parameters of layer unit ``unit`` ("layerN"; N >= the model's layers: a multi-token-prediction
+        depth's layer with its projection and norms) on this rank."""
+        moe, mtp = self._kind(unit)
+        layer = self.layers[moe]
+        if not mtp:
+            return layer
+        proj, norms = self.m.mtp_params(self.p.tp)
+        return replace(layer, dense=layer.dense + proj + norms, dense_matmul=layer.dense_matmul + proj,
+                       replicated=layer.replicated + norms)
 
     def tensors(self, unit: str) -> dict[str, tuple[str, int]]:
-        """The weight tensors of layer unit ``unit`` (see sizes.tensor_params)."""
-        return self.tensor_sets[self._moe(unit)]
+        """The weight tensors of layer unit ``unit`` (see sizes.tensor_params), in backward order."""
+        moe, mtp = self._kind(unit)
+        if not mtp:
+            return self.tensor_sets[moe]
+        return {**self.tensor_sets[moe], "mtp_proj": ("dense", sum(self.m.mtp_params(self.p.tp)))}
 
     def _unit_fp8(self, unit: str, kind: str) -> int:
         if unit == "root":

@@ -15,7 +15,8 @@ host waits for the token counts' all-gather before issuing the expert section.
 Recompute (Megatron's --recompute-granularity): "full" runs the layer's forward again before its backward (with
 its communication), "selective" the modules Megatron-Core's --recompute-modules names: the attention core
 (core_attn, the default; Korthikanti et al.) right before its backward, the norms (layernorm) when their block's
-backward starts, the experts' activation (moe_act) before the second expert GEMM's backward.
+backward starts, the experts' activation (moe_act) before the second expert GEMM's backward, the latent
+attention's up-projections and RoPE (mla_up_proj, from the saved latents) before the attention core's backward.
 """
 
 from __future__ import annotations
@@ -265,6 +266,11 @@ class LayerPasses:
             c(again + "attn_norm", z.norm[0], g, "recompute")
         dx = self.tp.row_backward(pre, "attn_grad", z.attn_out, g)
         ready(unit, "attn_out", [self.prog.last_compute], micro_batch)
+        if "mla_up_proj" in self.recomputed and z.mla is not None:  # the core's inputs, from the saved latents
+            up = c(again + "q_up", z.mla.q_up.forward(), dx, "recompute")
+            up = c(again + "kv_up", z.mla.kv_up.forward(), up, "recompute")
+            if z.rope is not None:
+                c(again + "rope", z.rope[0], up, "recompute")
         if "core_attn" in self.recomputed:
             self.attention.forward(again, dx, "recompute", self.m.windowed(layer))
         dx = self.attention.backward(pre, dx, self.m.windowed(layer))

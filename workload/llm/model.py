@@ -57,6 +57,10 @@ class ModelConfig:
     # (None: ffn_hidden_size; Megatron-Core's moe_layer_freq [0] * k + [1] * ...; DeepSeek-V3: 3, 18432)
     dense_layers: int = 0
     dense_ffn_hidden_size: int | None = None
+    # multi-token prediction (Megatron-Core's mtp_num_layers; DeepSeek-V3: 1): after the decoder, each depth embeds
+    # the tokens shifted once more, norms them and the hidden states, projects the pair (2h -> h), runs one more
+    # transformer layer and predicts through the shared output layer and a loss of its own, on the last stage
+    mtp_layers: int = 0
     # a shared expert beside the routed ones: a dense FFN of this width every token passes through, tensor-parallel
     # like a dense layer's (Megatron-Core's moe_shared_expert_intermediate_size; 0 = none)
     shared_expert_ffn: int = 0
@@ -168,28 +172,37 @@ class ModelConfig:
         """The output projection's own parameters (0 when tied to the token embeddings)."""
         return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
 
+    def mtp_params(self, tp: int = 1) -> tuple[int, int]:
+        """A multi-token-prediction depth's own parameters beside its transformer layer: (its projection, split over
+        tp; its three norms, held whole)."""
+        return 2 * self.hidden_size * self.hidden_size // tp, 3 * self.norm_params()
+
     def _layers(self) -> tuple[tuple[int, LayerParams], tuple[int, LayerParams]]:
-        """(count, parameters) of the dense layers and of the layers with experts."""
-        return ((self.num_layers - self.moe_layers, self.layer_params(moe=False)),
-                (self.moe_layers, self.layer_params()))
+        """(count, parameters) of the dense layers and of the layers with experts (a multi-token-prediction depth's
+        layer has experts when the model has, counted with them; its projection and norms are not)."""
+        return ((self.num_layers - self.moe_layers + (0 if self.is_moe else self.mtp_layers),
+                 self.layer_params(moe=False)),
+                (self.moe_layers + (self.mtp_layers if self.is_moe else 0), self.layer_params()))
 
     def total_params(self) -> int:
         layers = sum(n * (layer.dense + layer.expert) for n, layer in self._layers())
-        return layers + self.embedding_params() + self.norm_params() + self.head_params()
+        return (layers + self.mtp_layers * sum(self.mtp_params()) + self.embedding_params() + self.norm_params()
+                + self.head_params())
 
     def active_params(self) -> int:
         """Parameters one token uses: all but the experts it is not routed to."""
         if not self.is_moe:
             return self.total_params()
         per_expert = self.layer_params().expert // self.num_experts
-        return self.total_params() - self.moe_layers * (self.num_experts - self.top_k) * per_expert
+        return self.total_params() - (self.moe_layers + self.mtp_layers) * (self.num_experts - self.top_k) * per_expert
 
     def matmul_params(self) -> int:
         """Weights one token multiplies (active experts, router and output head; not the embedding lookup,
         norms or biases): the N of the exact forward matmul count 2 x N x tokens."""
         expert_matmul = self.top_k * self.ffn_matrices * self.hidden_size * self.ffn_hidden_size
-        return (sum(n * layer.dense_matmul for n, layer in self._layers()) + self.moe_layers * expert_matmul
-                + self.vocab_size * self.hidden_size)
+        return (sum(n * layer.dense_matmul for n, layer in self._layers())
+                + (self.moe_layers + self.mtp_layers) * expert_matmul * self.is_moe
+                + self.mtp_layers * self.mtp_params()[0] + (1 + self.mtp_layers) * self.vocab_size * self.hidden_size)
 
     def validate(self) -> None:
         """Raise InputError (one line) if the shape is inconsistent."""
@@ -222,7 +235,7 @@ class ModelConfig:
         if self.is_mla and (self.kv_heads != self.num_heads or not self.q_lora_rank or self.bias):
             raise InputError(f"model {self.name}: multi-head latent attention is modelled with a query latent "
                              "(q_lora_rank > 0), as many key/value heads as query heads and no biases")
-        for name in ("dense_layers",):
+        for name in ("dense_layers", "mtp_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"model {self.name}: {name} must be a whole number >= 0 (got {value!r})")

@@ -11,6 +11,7 @@ interleaved 1F1B schedule), ``first_stage_layers`` / ``last_stage_layers`` its
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from workload.errors import InputError
@@ -18,12 +19,12 @@ from workload.llm.model import ModelConfig
 from workload.llm.ranks import GROUP_DESCRIPTIONS, GROUP_KINDS, Group, RankMap
 
 __all__ = ["DIMENSIONS", "GROUP_DESCRIPTIONS", "GROUP_KINDS", "Group", "ParallelPlan", "RankMap", "batch_split",
-           "stage_layers"]
+           "parse_pipeline_layout", "stage_layers"]
 
 DIMENSIONS = ("tp", "dp", "pp")
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's recompute_modules the generator models (selective granularity; its default is core_attn)
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj")
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 
@@ -51,6 +52,10 @@ class ParallelPlan:
     account_for_embedding: bool = False  # the embedding takes a layer's place in the pipeline split
     account_for_loss: bool = False  # the output layer and loss take a layer's place in the pipeline split
     microbatch_group_size: int | None = None  # Megatron's microbatch_group_size_per_vp_stage; None = pp
+    # transformer layers of every virtual stage in model order (stage 0 chunk 0, stage 1 chunk 0, ..., stage 0
+    # chunk 1, ...): Megatron-Core's pipeline_model_parallel_layout (see parse_pipeline_layout)
+    pipeline_layout: tuple[int, ...] | None = None
+    pipeline_layout_mtp: int = 0  # the multi-token-prediction layers (m) the layout places
     layout: tuple[str, ...] = DIMENSIONS
 
     @property
@@ -104,7 +109,7 @@ class ParallelPlan:
         """Transformer layers per pipeline stage: the given first and last stage counts and the rest split evenly
         (Megatron-LM); with the embedding and loss accounted, every virtual stage holds the same number of places
         and those two take one each; else stage_layers' split."""
-        if self.accounted_layers:
+        if self.accounted_layers or self.pipeline_layout is not None:
             return [sum(chunks) for chunks in self._virtual_layer_counts(num_layers)]
         first, last = self.first_stage_layers, self.last_stage_layers
         if first is None and last is None:
@@ -120,6 +125,8 @@ class ParallelPlan:
 
     def _virtual_layer_counts(self, num_layers: int) -> list[list[int]]:
         """Transformer layers of every (stage, chunk)."""
+        if self.pipeline_layout is not None:
+            return [[self.pipeline_layout[c * self.pp + s] for c in range(self.vp)] for s in range(self.pp)]
         if self.accounted_layers:
             per = (num_layers + self.accounted_layers) // (self.pp * self.vp)
             counts = [[per] * self.vp for _ in range(self.pp)]
@@ -220,6 +227,21 @@ class ParallelPlan:
     def _validate_pipeline(self, model: ModelConfig) -> None:
         where = f"plan for {model.name}"
         first, last = self.first_stage_layers, self.last_stage_layers
+        if self.pipeline_layout is not None:
+            layout = self.pipeline_layout
+            if first is not None or last is not None or self.accounted_layers:
+                raise InputError(f"{where}: a pipeline layout contradicts first/last stage layer counts and "
+                                 "accounting the embedding or loss in the split (it places them itself)")
+            if self.pipeline_layout_mtp != model.mtp_layers:
+                raise InputError(f"{where}: the pipeline layout places {self.pipeline_layout_mtp} multi-token-"
+                                 f"prediction layer(s) (m); the model has {model.mtp_layers} (mtp_layers)")
+            if len(layout) != self.pp * self.vp or sum(layout) != model.num_layers:
+                raise InputError(f"{where}: the pipeline layout places {sum(layout)} layers in {len(layout)} virtual "
+                                 f"stages; the plan has pp={self.pp} x vp={self.vp} and the model {model.num_layers} "
+                                 "layers")
+            if self.vp > 1:
+                self._validate_interleaving(where)
+            return
         if self.accounted_layers:
             places = model.num_layers + self.accounted_layers
             if first is not None or last is not None:
@@ -291,6 +313,29 @@ def batch_split(dp: int, global_batch: int | None, micro_batch_size: int | None,
         raise InputError(f"global batch {global_batch} = dp={dp} x micro-batch size {size} x {count} micro-batches, "
                          f"not {micro_batches}")
     return size, count
+
+
+def parse_pipeline_layout(text: str) -> tuple[tuple[int, ...], int]:
+    """Megatron-Core's pipeline_model_parallel_layout string, e.g. DeepSeek-V3's "Et*4|(t*4|)*14tmL": virtual
+    stages in model order split by "|", each a run of E (the embedding; first stage only), t (a transformer layer),
+    m (a multi-token-prediction layer; last stage only) and L (the loss; last stage only), with "x*N" and "(...)*N"
+    repetitions. Returns the transformer layers per virtual stage and the multi-token-prediction layers."""
+    expanded = text.replace(" ", "")
+    while True:
+        grown = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), expanded)
+        grown = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), grown)
+        if grown == expanded:
+            break
+        expanded = grown
+    stages = expanded.split("|")
+    if not expanded or set(expanded) - set("EtmL|"):
+        raise InputError(f"pipeline layout {text!r}: write virtual stages of E, t, m and L split by '|' (with x*N and "
+                         "(...)*N repetitions)")
+    if expanded.count("E") != 1 or not stages[0].startswith("E") or expanded.count("L") != 1 \
+            or not stages[-1].endswith("L") or "m" in "".join(stages[:-1]) or "t" in stages[-1].partition("m")[2]:
+        raise InputError(f"pipeline layout {text!r}: the embedding (E) must open the first virtual stage and the "
+                         "loss (L), after any multi-token-prediction layers (m), close the last")
+    return tuple(stage.count("t") for stage in stages), stages[-1].count("m")
 
 
 def stage_layers(num_layers: int, pp: int, stage: int) -> range:

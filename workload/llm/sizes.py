@@ -181,6 +181,9 @@ class StageSizes:
                                      2 if m.gated_ffn else 1, 1, d)
         if not m.is_moe:
             self.dense_in, self.dense_out, self.dense_act = self.mlp_in, self.mlp_out, self.act
+        # multi-token prediction: the two norms (embedding, hidden states) and the projection of their pair
+        self.mtp_norms = costs.elementwise("norm", t_local * 2 * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
+        self.mtp_proj = matmul("mtp_proj", t, 2 * h, h // tp, d, dtype=low)
         vocab = p.padded_vocab(m) // tp
         self.head = Matmul("lm_head", t, h, vocab, d)
         self.loss = costs.cross_entropy(t, vocab, d) if options.cross_entropy == "unfused" else \
