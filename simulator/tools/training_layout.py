@@ -20,6 +20,7 @@ from simulator.tools.training_models import ROW_DIMS, model_for
 from simulator.tools.training_recipes import Recipe, recipe_for
 from simulator.tools.training_table import TrainingRow, alternative_note, flag, leading_number, number, whole
 from workload.errors import InputError
+from workload.generated import llm_plan
 from workload.llm.plan import parse_pipeline_layout
 
 READY, NEEDS, UNSUPPORTED = "ready", "needs", "unsupported"
@@ -376,4 +377,9 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     if missing:
         plan.approximable = not structural
         plan.refuse(NEEDS, "; ".join(missing))
+        return plan
+    try:  # a layout the table prints but no code ran (and no recipe places) is refused here, not mid-run
+        llm_plan(spec, row.row_id)
+    except InputError as e:
+        return plan.refuse(UNSUPPORTED, f"the layout as printed does not run: {e}")
     return plan

@@ -130,3 +130,22 @@ def test_gpt_oss_recipes_recompute_their_norms_and_expert_activation() -> None:
     assert "recompute_modules" not in older.spec
     stated = plan_row(row({**oss, "row_id": "stated", "gpu": "GB200", "recompute": "full"}))
     assert stated.spec["recompute"] == "full" and "recompute_modules" not in stated.spec
+
+
+def test_deepseek_v3_rows_take_the_recipes_pipeline_layout_and_mtp() -> None:
+    """DeepSeek-V3 rows: the model card (latent attention, 3 dense layers, shared expert), the release's pipeline
+    layout with its multi-token-prediction depth on the last virtual stage, the recipe's recompute; a row whose
+    printed layout no code ran is refused before any run."""
+    rows = {r.row_id: r for r in read_tables([str(p) for p in sorted(HOLD_OUT.glob("megatron_bridge*.tsv"))])}
+    gb300 = plan_row(rows["mbridge_26.02_Pre-Training_DGX-GB300_DeepSeekV3_256_MXFP8_214"])
+    assert gb300.status == READY, gb300.reason
+    spec = gb300.spec
+    assert spec["pipeline_layout"] == "Et*4|(t*4|)*14tmL" and spec["mtp_layers"] == 1
+    assert spec["kv_lora_rank"] == 512 and spec["dense_layers"] == 3 and spec["shared_expert_ffn"] == 2048
+    assert spec["recompute_modules"] == "mla_up_proj" and spec["moe_dispatcher"] == "flex"
+    assert any(d.startswith("pipeline layout Et*4|(t*4|)*14tmL (Megatron-Bridge 26.02 recipe") for d in
+               gb300.defaults_used)
+    kimi = plan_row(rows["mbridge_26.04_Pre-Training_DGX-GB300_Kimi_K2_256_MXFP8_163"])
+    assert kimi.status == READY and kimi.spec["mtp_layers"] == 0 and kimi.spec["num_experts"] == 384
+    printed = plan_row(rows["mbridge_25.11_Pre-Training_DGX-GB300_DeepSeekV3_(w/o_MTP)_256_BF16_236"])
+    assert printed.status == "unsupported" and printed.reason.startswith("the layout as printed does not run")

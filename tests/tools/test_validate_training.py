@@ -155,8 +155,9 @@ def test_bad_tables_are_one_line_errors(tmp_path: Path) -> None:
 
 
 def test_a_feature_the_generator_lacks_is_needed_not_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
-    stated = {"source_id": "korthikanti22_t5", "row_id": "vp", "model": "GPT tiny", **TINY, "TP": "1", "PP": "2",
-              "VP": "2", "global_batch": "8", "micro_batch": "1", "n_gpus": "8", **A100, "step_time_s": "1"}
+    stated = {"source_id": "korthikanti22_t5", "row_id": "vp", "model": "GPT tiny", **TINY, "layers": "4", "TP": "1",
+              "PP": "2", "VP": "2", "global_batch": "8", "micro_batch": "1", "n_gpus": "8", **A100,
+              "step_time_s": "1"}
     options = dict(training_features.generator_options())
     options.pop("vp", None)
     options.pop("virtual_pipeline", None)

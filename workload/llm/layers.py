@@ -16,7 +16,8 @@ Recompute (Megatron's --recompute-granularity): "full" runs the layer's forward 
 its communication), "selective" the modules Megatron-Core's --recompute-modules names: the attention core
 (core_attn, the default; Korthikanti et al.) right before its backward, the norms (layernorm) when their block's
 backward starts, the experts' activation (moe_act) before the second expert GEMM's backward, the latent
-attention's up-projections and RoPE (mla_up_proj, from the saved latents) before the attention core's backward.
+attention's up-projections and RoPE (mla_up_proj, from the saved latents) before the attention core's backward, a
+dense layer's MLP (mlp) before its backward.
 """
 
 from __future__ import annotations
@@ -250,6 +251,10 @@ class LayerPasses:
             assert z.dense_in is not None and z.dense_out is not None and z.dense_act is not None
             yield B_COMBINE
             issued = self._issue(pre + "mlp_issue_bwd", "bwd", lambda h: h.mlp(True))
+            if "mlp" in self.recomputed and self.recompute != "full":  # a dense layer's MLP, from its saved input
+                x = self.tp.column_forward(again, "mlp", z.dense_in, g, "recompute")
+                x = c(again + "activation", z.dense_act[0], x, "recompute")
+                self.tp.row_forward(again, "mlp", z.dense_out, x, "recompute")
             dx = self.tp.row_backward(pre, "mlp_grad", z.dense_out, g)
             ready(unit, "mlp_out", [self.prog.last_compute], micro_batch)
             dx = c(pre + "activation", z.dense_act[1], dx, "bwd")
