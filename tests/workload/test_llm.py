@@ -408,6 +408,11 @@ def test_multi_token_prediction_adds_a_layer_projection_and_head_on_the_last_sta
         last.index("mb1.fwd.mtp0.lm_head")
     assert last.index("mb1.bwd.mtp0.lm_head_wgrad") < last.index("mb1.bwd.mtp0.mtp_proj_wgrad") < \
         last.index("mb1.bwd.layer3.attn_norm")
+    # the last stage reads the token embeddings again: both ends hold them and sum their gradients (as tied ones)
+    for program in (programs[0], programs[-1]):
+        sums = [op for op in program.ops if op.name == "embedding_grad_allreduce"]
+        assert len(sums) == 1
+    assert not any(op.name == "embedding_grad_allreduce" for op in build_programs(base, plan)[0].ops)
 
 
 def test_pipeline_layout_strings_as_megatron_writes_them() -> None:

@@ -77,7 +77,7 @@ def stage_group_kinds(model: ModelConfig, plan: ParallelPlan, options: TrainingO
     return {k for k, on in (("tp", plan.tp > 1), ("dp", plan.dp > 1), ("ep", plan.ep > 1),
                             ("epd", per_domain > 1), ("epx", domains > 1),
                             ("edp", model.is_moe and expert_ranks > 1),
-                            ("emb", model.tied_embeddings and plan.pp > 1 and (first or last)),
+                            ("emb", model.shares_embedding(plan.pp) and (first or last)),
                             ("cp", plan.cp > 1), ("dpcp", plan.cp > 1), ("etp", model.is_moe and plan.expert_tp > 1),
                             ("mp", tail and plan.tp * plan.pp > 1), ("world", tail and plan.world_size > 1))
             if on}
@@ -296,6 +296,7 @@ class _StageBuilder:
         grads.tensor_ready(unit, "mtp_proj", [prog.last_compute], mb)
         dx = self.tp.reduce(pre + "mtp_proj_grad", dx, "bwd", bulk=True)
         dx = prog.compute(pre + "mtp_norms", z.mtp_norms[1], dx, "bwd")
+        prog.compute(pre + "embedding", z.embed[1], dx, "bwd")  # the shifted tokens' embedding gradient
         grads.after_backward(unit, dx, mb)
         return dx
 

@@ -62,10 +62,12 @@ class GradientSync:
         self.layers = {moe: model.layer_params(plan.tp, plan.ep, plan.expert_tp, moe=moe) for moe in (False, True)}
         self.tensor_sets = {moe: tensor_params(model, plan, moe=moe) for moe in (False, True)}
         vocab_rows = plan.padded_vocab(model) // plan.tp * model.hidden_size
-        self.embedding_params = vocab_rows if model.tied_embeddings and plan.pp > 1 and (self.first or self.last) \
-            else 0
-        self.head_params = (model.norm_params() + (vocab_rows if not model.tied_embeddings or plan.pp > 1 else 0)
-                            if self.last else 0)
+        shared = model.shares_embedding(plan.pp)
+        self.embedding_params = vocab_rows if shared and (self.first or self.last) else 0
+        # the last stage's output layer and norm, and its copy of the embeddings where the two are shared (tied,
+        # or untied and read by multi-token prediction: a copy beside the output layer)
+        copies = (0 if model.tied_embeddings else 1) + (1 if shared else 0)
+        self.head_params = model.norm_params() + copies * vocab_rows if self.last else 0
         self.input_params = vocab_rows + model.embedding_params() - model.vocab_size * model.hidden_size \
             if self.first else 0
         self.root_params = self.head_params + self.input_params

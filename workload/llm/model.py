@@ -168,6 +168,11 @@ class ModelConfig:
         pos = self.seq_len * self.hidden_size if self.position_embedding == "learned" else 0
         return self.vocab_size * self.hidden_size + pos
 
+    def shares_embedding(self, pp: int) -> bool:
+        """Whether the first and last pipeline stages each hold the token embeddings and sum their gradients:
+        tied to the output layer, or read again by multi-token prediction on the last stage."""
+        return pp > 1 and (self.tied_embeddings or self.mtp_layers > 0)
+
     def head_params(self) -> int:
         """The output projection's own parameters (0 when tied to the token embeddings)."""
         return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size

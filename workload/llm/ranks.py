@@ -192,7 +192,7 @@ class RankMap:
         if model.is_moe:
             for kind, groups in self._domain_split().items():
                 members[kind] += groups
-        if model.tied_embeddings and p.pp > 1:
+        if model.shares_embedding(p.pp):
             for c in range(p.cp):
                 for d in range(p.dp):
                     for t in range(p.tp):
