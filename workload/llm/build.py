@@ -251,11 +251,10 @@ class _StageBuilder:
                 g = self.tp.reduce(pre + name + "head_grad", dx, "bwd")
                 head_grads.append(prog.compute(pre + name + "final_norm", z.final_norm[1], g, "bwd"))
                 prog.issued(issued)
-            g = head_grads[0]
             for depth in reversed(range(len(self.mtp))):  # each depth's gradient reaches the states before it
-                into = self._mtp_backward(f"{pre}mtp{depth}.", head_grads[depth + 1], self.mtp[depth], mb)
-                head_grads[depth] = head_grads[depth] + into
-                g = head_grads[0]
+                head_grads[depth] += self._mtp_backward(f"{pre}mtp{depth}.", head_grads[depth + 1], self.mtp[depth],
+                                                        mb)
+            g = head_grads[0]
             grads.tensor_ready("root", "lm_head", g, mb)
             if not self.first:
                 grads.after_backward("root", g, mb)

@@ -33,7 +33,7 @@ from workload.llm.host import HostModel
 from workload.llm.model import ModelConfig
 from workload.llm.plan import ParallelPlan
 from workload.llm.program import Program
-from workload.llm.sizes import StageSizes
+from workload.llm.sizes import Ffn, StageSizes
 from workload.llm.tensor_parallel import TensorParallel
 from workload.schema import CollectiveType
 
@@ -110,17 +110,32 @@ class LayerPasses:
         if moe:
             x = yield from self._moe_forward(pre, x, phase, issued)
         else:
-            assert z.dense_in is not None and z.dense_out is not None and z.dense_act is not None
+            assert z.dense is not None
             yield F_PRE
             yield F_DISPATCH
-            x = self.tp.column_forward(pre, "mlp", z.dense_in, x, phase)
-            x = c(pre + "activation", z.dense_act[0], x, phase)
-            x = self.tp.row_forward(pre, "mlp", z.dense_out, x, phase)
+            x = self._ffn_forward(pre, z.dense, x, phase)
             self.prog.issued(issued)
             yield F_COMBINE
         if phase == "fwd":
             self.grads.unit_end()
         return x
+
+    def _ffn_forward(self, pre: str, ffn: Ffn, x: list[int], phase: str) -> list[int]:
+        """A dense tensor-parallel FFN (a dense layer's MLP, a shared expert): gather, GEMM, activation, GEMM,
+        reduce."""
+        x = self.tp.column_forward(pre, ffn.name, ffn.up, x, phase)
+        x = self.prog.compute(pre + ffn.act[0].name, ffn.act[0], x, phase)
+        return self.tp.row_forward(pre, ffn.name, ffn.down, x, phase)
+
+    def _ffn_backward(self, pre: str, ffn: Ffn, g: list[int], unit: str, micro_batch: int) -> list[int]:
+        """``_ffn_forward``'s backward; returns its input gradient, not yet reduced over tp."""
+        ready = self.grads.tensor_ready
+        dx = self.tp.row_backward(pre, ffn.name + "_grad", ffn.down, g)
+        ready(unit, ffn.down.name, [self.prog.last_compute], micro_batch)
+        dx = self.prog.compute(pre + ffn.act[0].name, ffn.act[1], dx, "bwd")
+        dx_in = self.tp.column_backward(pre, ffn.name + "_input", ffn.up, dx)
+        ready(unit, ffn.up.name, [self.prog.last_compute], micro_batch)
+        return dx_in
 
     def _latent_forward(self, pre: str, x: list[int], phase: str) -> list[int]:
         """Multi-head latent attention up to the core's inputs: the latents projected down from the rank's tokens,
@@ -177,8 +192,10 @@ class LayerPasses:
     def _moe_forward(self, pre: str, x: list[int], phase: str, routing_issued: int | None) -> Steps:
         c, z, coll = self.prog.compute, self.z, self.prog.coll
         shared: list[int] = []
-        if z.shared_in is not None:  # Megatron-Core runs it first, before the router
-            shared = self._shared_forward(pre, x, phase)
+        if z.shared is not None:  # Megatron-Core runs it first, before the router
+            issued = self._issue(pre + "shared_issue", phase, lambda h: h.shared_expert(False))
+            shared = self._ffn_forward(pre, z.shared, x, phase)
+            self.prog.issued(issued)
             x = [*x, self.prog.last_compute]  # stream order
         x = c(pre + "router", z.router.forward(), x, phase)
         x = c(pre + "permute", self.permute[0], x, phase)
@@ -206,30 +223,6 @@ class LayerPasses:
         self.prog.issued(issued)
         return (x if z.sp else self.tp.reduce(pre + "mlp", x, phase)) + shared
 
-    def _shared_forward(self, pre: str, x: list[int], phase: str) -> list[int]:
-        """The shared expert: a tensor-parallel FFN on every token (its own gather and reduce with the plan's
-        tensor parallelism); returns its output's node."""
-        z = self.z
-        assert z.shared_in is not None and z.shared_out is not None and z.shared_act is not None
-        issued = self._issue(pre + "shared_issue", phase, lambda h: h.shared_expert(False))
-        x = self.tp.column_forward(pre, "shared", z.shared_in, x, phase)
-        x = self.prog.compute(pre + "shared_activation", z.shared_act[0], x, phase)
-        x = self.tp.row_forward(pre, "shared", z.shared_out, x, phase)
-        self.prog.issued(issued)
-        return x
-
-    def _shared_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
-        """The shared expert's backward; returns its input gradient, reduced over the tensor-parallel ranks."""
-        z, ready = self.z, self.grads.tensor_ready
-        assert z.shared_in is not None and z.shared_out is not None and z.shared_act is not None
-        issued = self._issue(pre + "shared_issue_bwd", "bwd", lambda h: h.shared_expert(True))
-        dx = self.tp.row_backward(pre, "shared_grad", z.shared_out, g)
-        ready(unit, "shared_out", [self.prog.last_compute], micro_batch)
-        dx = self.prog.compute(pre + "shared_activation", z.shared_act[1], dx, "bwd")
-        dx_in = self.tp.column_backward(pre, "shared_input", z.shared_in, dx)
-        ready(unit, "shared_in", [self.prog.last_compute], micro_batch)
-        self.prog.issued(issued)
-        return self.tp.reduce(pre + "shared_grad", dx_in, "bwd", bulk=True)
 
     def backward(self, pre: str, g: list[int], unit: str, micro_batch: int, layer: int = 0) -> list[int]:
         """The layer's backward (after its recompute); returns its input gradient's node."""
@@ -248,18 +241,12 @@ class LayerPasses:
         if self.m.moe_at(layer):
             g, issued = yield from self._moe_backward(pre, g, unit, micro_batch)
         else:
-            assert z.dense_in is not None and z.dense_out is not None and z.dense_act is not None
+            assert z.dense is not None
             yield B_COMBINE
             issued = self._issue(pre + "mlp_issue_bwd", "bwd", lambda h: h.mlp(True))
             if "mlp" in self.recomputed and self.recompute != "full":  # a dense layer's MLP, from its saved input
-                x = self.tp.column_forward(again, "mlp", z.dense_in, g, "recompute")
-                x = c(again + "activation", z.dense_act[0], x, "recompute")
-                self.tp.row_forward(again, "mlp", z.dense_out, x, "recompute")
-            dx = self.tp.row_backward(pre, "mlp_grad", z.dense_out, g)
-            ready(unit, "mlp_out", [self.prog.last_compute], micro_batch)
-            dx = c(pre + "activation", z.dense_act[1], dx, "bwd")
-            dx_in = self.tp.column_backward(pre, "mlp_input", z.dense_in, dx)
-            ready(unit, "mlp_in", [self.prog.last_compute], micro_batch)
+                self._ffn_forward(again, z.dense, g, "recompute")
+            dx_in = self._ffn_backward(pre, z.dense, g, unit, micro_batch)
             yield B_MLP
             yield B_DISPATCH
             g = self.tp.reduce(pre + "mlp_grad", dx_in, "bwd", bulk=True)
@@ -332,6 +319,9 @@ class LayerPasses:
         c(pre + "router_wgrad", z.router.wgrad(), g, "bwd")
         ready(unit, "router", [self.prog.last_compute], micro_batch)
         shared: list[int] = []
-        if z.shared_in is not None:  # created first in the forward, so the autograd engine reaches it last
-            shared = self._shared_backward(pre, [*output_grad, self.prog.last_compute], unit, micro_batch)
+        if z.shared is not None:  # created first in the forward, so the autograd engine reaches it last
+            issued_shared = self._issue(pre + "shared_issue_bwd", "bwd", lambda h: h.shared_expert(True))
+            shared = self._ffn_backward(pre, z.shared, [*output_grad, self.prog.last_compute], unit, micro_batch)
+            self.prog.issued(issued_shared)
+            shared = self.tp.reduce(pre + "shared_grad", shared, "bwd", bulk=True)
         return (g if z.sp else self.tp.reduce(pre + "mlp_grad", g, "bwd")) + shared, issued

@@ -137,6 +137,13 @@ class ModelConfig:
     def norm_params(self) -> int:
         return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
 
+    def ffn_params(self, width: int) -> tuple[int, int, int]:
+        """A dense FFN ``width`` wide (0: none): (split over tensor-parallel ranks, of which in matmuls, the
+        row-parallel bias held whole)."""
+        matmul = self.ffn_matrices * self.hidden_size * width
+        bias = self.bias and width > 0
+        return matmul + ((self.ffn_matrices - 1) * width if bias else 0), matmul, self.hidden_size if bias else 0
+
     # --- parameter counts -------------------------------------------------------------------------
     def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None, moe: bool = True) -> LayerParams:
         """One layer's parameters as held by one rank of a tp-way tensor- and ep-way expert-parallel plan whose
@@ -145,18 +152,14 @@ class ModelConfig:
         f = self.ffn_hidden_size if self.is_moe and moe else self.dense_ffn
         attn_split, attn_split_matmul, attn_whole, attn_whole_matmul = self.attention_params()
         attn_replicated = attn_whole + 2 * self.norm_params()
-        ffn_split = self.ffn_matrices * h * f + ((self.ffn_matrices - 1) * f if self.bias else 0)
-        ffn_replicated = h if self.bias else 0
+        ffn_split, ffn_matmul, ffn_replicated = self.ffn_params(f)
         if not (self.is_moe and moe):
             return LayerParams(dense=(attn_split + ffn_split) // tp + attn_replicated + ffn_replicated, expert=0,
-                               dense_matmul=(attn_split_matmul + self.ffn_matrices * h * f) // tp + attn_whole_matmul,
+                               dense_matmul=(attn_split_matmul + ffn_matmul) // tp + attn_whole_matmul,
                                replicated=attn_replicated + ffn_replicated)
         local_experts, etp = self.num_experts // ep, tp if etp is None else etp
         router = h * self.num_experts
-        sf = self.shared_expert_ffn
-        shared_matmul = self.ffn_matrices * h * sf
-        shared_split = shared_matmul + ((self.ffn_matrices - 1) * sf if self.bias else 0)
-        shared_replicated = h if self.bias and sf else 0
+        shared_split, shared_matmul, shared_replicated = self.ffn_params(self.shared_expert_ffn)
         return LayerParams(dense=(attn_split + shared_split) // tp + attn_replicated + shared_replicated + router,
                            expert=local_experts * (ffn_split // etp + ffn_replicated),
                            dense_matmul=(attn_split_matmul + shared_matmul) // tp + attn_whole_matmul + router,
@@ -204,7 +207,7 @@ class ModelConfig:
     def matmul_params(self) -> int:
         """Weights one token multiplies (active experts, router and output head; not the embedding lookup,
         norms or biases): the N of the exact forward matmul count 2 x N x tokens."""
-        expert_matmul = self.top_k * self.ffn_matrices * self.hidden_size * self.ffn_hidden_size
+        expert_matmul = self.top_k * self.ffn_params(self.ffn_hidden_size)[1]
         return (sum(n * layer.dense_matmul for n, layer in self._layers())
                 + (self.moe_layers + self.mtp_layers) * expert_matmul * self.is_moe
                 + self.mtp_layers * self.mtp_params()[0] + (1 + self.mtp_layers) * self.vocab_size * self.hidden_size)

@@ -11,7 +11,7 @@ layer and the router stay in the model's dtype, as Megatron-LM runs them).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from workload.llm import costs, quantize
@@ -64,6 +64,30 @@ def _flex_copies(experts: int, top_k: int, parts: int, groups: int, group_topk: 
         missed = sum(w * math.comb(pool - s, top_k) for (j, s), w in ways.items() if j == group_topk)
         copies += 1.0 - missed / (subsets * draws)
     return copies
+
+
+@dataclass(frozen=True, slots=True)
+class Ffn:
+    """A dense, tensor-parallel FFN on one rank: the column-parallel GEMM ``up`` (its weight tensor's name, e.g.
+    mlp_in, names the FFN: mlp, shared), the activation (forward, backward) and the row-parallel GEMM ``down``."""
+
+    up: Matmul
+    act: tuple[costs.Kernel, costs.Kernel]
+    down: Matmul
+
+    @property
+    def name(self) -> str:
+        return self.up.name.removesuffix("_in")
+
+
+def ffn(name: str, m: ModelConfig, tokens: int, width: int, low: str, act: str = "activation") -> Ffn:
+    """The FFN ``name`` (its GEMMs ``name``_in and ``name``_out, its activation kernel ``act``) over ``tokens``
+    tokens, ``width`` wide on this rank."""
+    h, d, gates = m.hidden_size, m.dtype_bytes, 2 if m.gated_ffn else 1
+    return Ffn(matmul(f"{name}_in", tokens, h, gates * width, d, dtype=low),
+               costs.elementwise(act, tokens * width, costs.ACTIVATION_FLOPS[m.gated_ffn], gates, 1, d,
+                                 op_class="activation"),
+               matmul(f"{name}_out", tokens, width, h, d, dtype=low))
 
 
 class LatentAttention:
@@ -119,18 +143,13 @@ class StageSizes:
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
         self.attn_out = matmul("attn_out", t, heads * m.value_head_size, h, d, dtype=low)
-        self.dense_in: Matmul | None = None  # a dense layer's FFN (a mixture-of-experts model's first layers)
-        self.dense_out: Matmul | None = None
-        self.dense_act: tuple[costs.Kernel, costs.Kernel] | None = None
-        self.shared_in: Matmul | None = None  # a mixture-of-experts layer's shared expert (set below)
-        self.shared_out: Matmul | None = None
-        self.shared_act: tuple[costs.Kernel, costs.Kernel] | None = None
+        self.dense: Ffn | None = None  # a dense layer's FFN (of a mixture-of-experts model: its first layers')
+        self.shared: Ffn | None = None  # a mixture-of-experts layer's shared expert
         self.rope = costs.rope(t, heads, kv, hd, d, fused=m.rope_fused) if m.position_embedding == "rope" else None
         if self.mla is not None and self.rope is not None:  # the queries' RoPE parts and the keys' shared one
             self.rope = costs.rope(t, heads, 1, m.qk_rope_head_dim, d, fused=m.rope_fused) \
                 if m.qk_rope_head_dim else None
-        in_width = (2 if m.gated_ffn else 1) * f
-        if m.is_moe:
+        if m.is_moe:  # the experts' kernels (mlp_in, act, mlp_out)
             etp = p.expert_tp
             experts, ef = m.num_experts // p.ep, m.ffn_hidden_size // etp
             in_width = (2 if m.gated_ffn else 1) * ef
@@ -160,27 +179,14 @@ class StageSizes:
             self.moe_host_sync = options.moe_host_sync
             self.count_bytes = COUNT_BYTES * m.num_experts
             self.local_experts = experts
-            routed, act_width = moe_tokens, ef
-            if m.dense_layers:  # the model's first layers are dense: their FFN
-                dense_f = m.dense_ffn // tp
-                self.dense_in = matmul("mlp_in", t, h, (2 if m.gated_ffn else 1) * dense_f, d, dtype=low)
-                self.dense_out = matmul("mlp_out", t, dense_f, h, d, dtype=low)
-                self.dense_act = costs.elementwise("activation", t * dense_f, costs.ACTIVATION_FLOPS[m.gated_ffn],
-                                                   2 if m.gated_ffn else 1, 1, d)
-            sf = m.shared_expert_ffn // tp
-            if sf:  # the shared expert: a dense, tensor-parallel FFN on every token
-                self.shared_in = matmul("shared_in", t, h, (2 if m.gated_ffn else 1) * sf, d, dtype=low)
-                self.shared_out = matmul("shared_out", t, sf, h, d, dtype=low)
-                self.shared_act = costs.elementwise("shared_activation", t * sf, costs.ACTIVATION_FLOPS[m.gated_ffn],
-                                                    2 if m.gated_ffn else 1, 1, d, op_class="activation")
+            self.act = costs.elementwise("activation", moe_tokens * ef, costs.ACTIVATION_FLOPS[m.gated_ffn],
+                                         2 if m.gated_ffn else 1, 1, d)
+            if m.dense_layers:  # the model's first layers are dense
+                self.dense = ffn("mlp", m, t, m.dense_ffn // tp, low)
+            if m.shared_expert_ffn:
+                self.shared = ffn("shared", m, t, m.shared_expert_ffn // tp, low, act="shared_activation")
         else:
-            routed, act_width = t, f
-            self.mlp_in = matmul("mlp_in", t, h, in_width, d, dtype=low)
-            self.mlp_out = matmul("mlp_out", t, f, h, d, dtype=low)
-        self.act = costs.elementwise("activation", routed * act_width, costs.ACTIVATION_FLOPS[m.gated_ffn],
-                                     2 if m.gated_ffn else 1, 1, d)
-        if not m.is_moe:
-            self.dense_in, self.dense_out, self.dense_act = self.mlp_in, self.mlp_out, self.act
+            self.dense = ffn("mlp", m, t, f, low)
         # multi-token prediction: the two norms (embedding, hidden states) and the projection of their pair
         self.mtp_norms = costs.elementwise("norm", t_local * 2 * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
         self.mtp_proj = matmul("mtp_proj", t, 2 * h, h // tp, d, dtype=low)
@@ -227,12 +233,9 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True) -> d
         out["expert_in"] = ("expert", local * ffn_in)
         out["router"] = ("dense", h * m.num_experts)
         if m.shared_expert_ffn:
-            sf = m.shared_expert_ffn
-            out["shared_out"] = ("dense", h * sf // tp + (h if bias else 0))
-            out["shared_in"] = ("dense", (m.ffn_matrices - 1) * (h * sf + (sf if bias else 0)) // tp)
+            out.update(_ffn_tensors("shared", m, m.shared_expert_ffn, tp))
     else:
-        out["mlp_out"] = ("dense", h * f // tp + (h if bias else 0))
-        out["mlp_in"] = ("dense", (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // tp)
+        out.update(_ffn_tensors("mlp", m, f, tp))
     out["mlp_norm"] = ("dense", m.norm_params())
     out["attn_out"] = ("dense", m.attention_width * h // tp + (h if bias else 0))
     if m.is_mla:
@@ -245,3 +248,11 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True) -> d
         out["qkv"] = ("dense", (h * qkv_width + (qkv_width if bias else 0)) // tp)
     out["attn_norm"] = ("dense", m.norm_params())
     return out
+
+
+def _ffn_tensors(name: str, m: ModelConfig, width: int, tp: int) -> dict[str, tuple[str, int]]:
+    """A dense FFN's weight tensors on one rank in backward order: the row-parallel one (with its bias, held whole),
+    then the column-parallel one (its gate and up matrices, their biases)."""
+    h, bias = m.hidden_size, m.bias
+    return {f"{name}_out": ("dense", h * width // tp + (h if bias else 0)),
+            f"{name}_in": ("dense", (m.ffn_matrices - 1) * (h * width + (width if bias else 0)) // tp)}
