@@ -61,7 +61,7 @@ QWEN3_MOE = Family("Qwen3 MoE", {"gated_ffn": True, "tied_embeddings": False, "p
                                  "norm": "rmsnorm", "bias": False}, vocab=151936)
 GPT_OSS = Family("GPT-OSS", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
                              "norm": "rmsnorm", "bias": True, "window_size": 128, "window_attn_skip_freq": 2,
-                             "rope_fused": False},
+                             "rope_fused": False, "clamped_glu": True},
                  vocab=201088)
 DEEPSEEK = Family("DeepSeek-V3", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
                                   "norm": "rmsnorm", "bias": False})

@@ -28,6 +28,15 @@ from compute.shapes import AttentionShape, GemmShape, OpShape, dtype_for_bytes
 NORM_FLOPS = {"layernorm": 8, "rmsnorm": 5}  # includes the residual add fused into the norm
 ROPE_FLOPS = 3  # two products and a sum per element
 ROPE_UNFUSED_PASSES = 13  # tensors' worth of bytes read and written by the unfused RoPE (see rope())
+# Megatron-Core's clamped GLU (GPT-OSS): the two halves clamped (each read and written) and concatenated again
+# (read and written) before the fused activation; backward, each half's clamp gradient reads the output gradient
+# and the saved input and writes the input gradient (the concatenation's gradient is a view)
+CLAMP_PASSES = (4, 3)
+# the experts' second-layer bias scaled by the routing probabilities, per expert (TEGroupedMLP._apply_bias): the
+# scaled bias written, added to the output (two reads, a write), the experts' pieces concatenated (read, write);
+# backward, the product's gradients: output gradient times probabilities (read, write) and its sum over the
+# tokens (read), output gradient times bias (read, write) and its sum over the features (read)
+SCALED_BIAS_PASSES = (5, 6)
 ACTIVATION_FLOPS = {False: 8, True: 5}  # GELU (tanh form) / SwiGLU (SiLU of the gate times the up projection)
 LOSS_FLOPS = 5  # max, subtract, exp, sum, log per logit
 BACKWARD_FACTOR = 2
@@ -155,6 +164,15 @@ def elementwise(name: str, elements: int, flops_per_element: int, tensors_read: 
                      elements * (tensors_read + tensors_written) * dtype_bytes, shape)
     backward = Kernel(name + "_bwd", "elementwise", elements * flops_per_element * BACKWARD_FACTOR,
                       elements * (tensors_written + 2 * tensors_read) * dtype_bytes, shape)
+    return forward, backward
+
+
+def tensor_passes(name: str, elements: int, passes: tuple[int, int], dtype_bytes: int) -> tuple[Kernel, Kernel]:
+    """(forward, backward) of an unfused chain of plain PyTorch kernels over a tensor of ``elements`` values that
+    reads and writes ``passes`` (forward, backward) tensors' worth of bytes in all (a FLOP per element each way)."""
+    shape = OpShape("elementwise", dtype_for_bytes(dtype_bytes))
+    forward = Kernel(name, "elementwise", elements, elements * passes[0] * dtype_bytes, shape)
+    backward = Kernel(name + "_bwd", "elementwise", elements, elements * passes[1] * dtype_bytes, shape)
     return forward, backward
 
 

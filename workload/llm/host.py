@@ -81,6 +81,8 @@ SYNC_RETURN_OPS = 2  # after the wait: the counts turned into split sizes, the d
 EXPERT_SECTION_OPS = 8  # the second dispatch all-to-all (probs), permutation, chunk sort, activation, unpermutation,
 # combine all-to-all, residual add; plus two GroupedLinear calls (a module each) and their per-expert work
 GROUPED_LINEARS = 2
+CLAMP_OPS = 4  # the clamped GLU (GPT-OSS): the halves' view, their two clamps, the concatenation
+SCALED_BIAS_OPS = (5, 2)  # TEGroupedMLP._apply_bias: splits, concatenation, view, cast; per expert a product, a sum
 HEAD_CALLS = (3, 2)  # final norm, output layer, fused cross entropy; the loss scaling
 
 
@@ -144,11 +146,21 @@ class HostModel:
         trip and the calls before the dispatch (the GPU has nothing queued meanwhile)."""
         return self._scaled((SYNC_US + SYNC_RETURN_OPS * OP_US) * CALL_SCALE)
 
-    def experts(self, local_experts: int, backward: bool) -> int:
+    def copy_wait(self) -> int:
+        """A blocking host-to-device copy (a GPU tensor made from a Python number): the host waits for the GPU's
+        queue to drain, then makes the next call (the GPU has nothing queued meanwhile)."""
+        return self._scaled((SYNC_US + OP_US) * CALL_SCALE)
+
+    def experts(self, local_experts: int, backward: bool, clamped_glu: bool = False, scaled_bias: bool = False
+                ) -> int:
         """The expert section: dispatch, the two grouped linears over ``local_experts``, combine (a whole-layer
-        graph captures it only with static shapes: not with the dropless dispatcher, which options refuse)."""
+        graph captures it only with static shapes: not with the dropless dispatcher, which options refuse); with
+        the clamped GLU's clamp and the experts' scaled second-layer biases, their PyTorch calls."""
         per_expert = EXPERT_BACKWARD_US if backward else EXPERT_FORWARD_US
-        return self._unless_graphed("full", self._us(GROUPED_LINEARS, EXPERT_SECTION_OPS, backward,
+        ops = EXPERT_SECTION_OPS + (CLAMP_OPS if clamped_glu else 0)
+        if scaled_bias:
+            ops += SCALED_BIAS_OPS[0] + SCALED_BIAS_OPS[1] * local_experts
+        return self._unless_graphed("full", self._us(GROUPED_LINEARS, ops, backward,
                                                      GROUPED_LINEARS * local_experts * per_expert, GROUPED_LINEARS))
 
     def head(self, backward: bool) -> int:

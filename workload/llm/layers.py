@@ -178,6 +178,22 @@ class LayerPasses:
         host = self.z.host
         return None if host is None else self.prog.issue(name, cost(host), phase, waits_for)
 
+    @property
+    def _extras(self) -> tuple[bool, bool]:
+        """The expert section's PyTorch calls beside the grouped linears: (clamped GLU, scaled biases)."""
+        return self.z.act_clamp is not None, self.z.expert_bias is not None
+
+    def _activation(self, pre: str, x: list[int], phase: str) -> list[int]:
+        """The experts' activation (forward or recomputed). With the clamped GLU: the clamp's kernels, then
+        Megatron-Core makes the linear offset a GPU tensor, a blocking copy: the host waits for everything queued so
+        far, and only then issues the activation."""
+        z = self.z
+        if z.act_clamp is not None:
+            x = self.prog.compute(pre + "activation_clamp", z.act_clamp[0], x, phase)
+            returned = self._issue(pre + "activation_offset_copy", phase, lambda h: h.copy_wait(), x)
+            x = [*x, returned] if returned else x
+        return self.prog.compute(pre + "activation", z.act[0], x, phase)
+
     def _exchange(self, name: str, deps: list[int], phase: str) -> list[int]:
         """One expert-parallel exchange (dispatch, combine or either's gradient): an all-to-all over the ep group,
         or, for the flex dispatcher across NVLink domains, its two stages at once (they pipeline in DeepEP's and
@@ -205,15 +221,17 @@ class LayerPasses:
             x = coll(pre + "dispatch_counts_allgather", "ep", AG, z.count_bytes, x, phase)
             returned = self._issue(pre + "dispatch_issue", phase, lambda h: h.sync_return(), x)
             x = [*x, returned] if returned else x
-        issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False))
+        issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False, *self._extras))
         yield F_PRE
         x = self._exchange(pre + "dispatch_alltoall", x, phase)
         yield F_DISPATCH
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
         x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
-        x = c(pre + "activation", z.act[0], x, phase)
+        x = self._activation(pre, x, phase)
         x = c(pre + z.mlp_out.name, z.mlp_out.forward(), self.tp.gemm_inputs(pre, z.mlp_out, x, phase), phase)
+        if z.expert_bias is not None:
+            x = c(pre + "expert_bias", z.expert_bias[0], x, phase)
         if z.expert_gather:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
@@ -286,20 +304,24 @@ class LayerPasses:
         (the pre-MLP norm's gradient, which the caller adds, closes that block)."""
         c, z, coll, ready = self.prog.compute, self.z, self.prog.coll, self.grads.tensor_ready
         etp = self.grads.p.expert_tp
-        issued = self._issue(pre + "expert_issue_bwd", "bwd", lambda h: h.experts(z.local_experts, True))
+        issued = self._issue(pre + "expert_issue_bwd", "bwd", lambda h: h.experts(z.local_experts, True, *self._extras))
         output_grad = g
         g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
         g = self._exchange(pre + "combine_grad_alltoall", g, "bwd")
         yield B_COMBINE
         if z.expert_gather:
             g = coll(pre + "expert_grad_allgather", "etp", AG, z.expert_gather_bytes, g, "bwd")
+        if z.expert_bias is not None:
+            g = c(pre + "expert_bias", z.expert_bias[1], g, "bwd")
         g = self.tp.quantized(pre, z.mlp_out, "grad", g, "bwd")
         if "moe_act" in self.recomputed:  # the experts' activation, for the second GEMM's weight gradient
-            c(pre.replace(".bwd.", ".recompute.") + "activation", z.act[0], g, "recompute")
+            self._activation(pre.replace(".bwd.", ".recompute."), g, "recompute")
         dx = c(pre + z.mlp_out.name + "_dgrad", z.mlp_out.dgrad(), g, "bwd")
         c(pre + z.mlp_out.name + "_wgrad", z.mlp_out.wgrad(), g, "bwd")
         ready(unit, "expert_out", [self.prog.last_compute], micro_batch)
         dx = c(pre + "activation", z.act[1], dx, "bwd")
+        if z.act_clamp is not None:
+            dx = c(pre + "activation_clamp", z.act_clamp[1], dx, "bwd")
         dx = self.tp.quantized(pre, z.mlp_in, "grad", dx, "bwd")
         dx_in = c(pre + z.mlp_in.name + "_dgrad", z.mlp_in.dgrad(), dx, "bwd")
         wgrad = c(pre + z.mlp_in.name + "_wgrad", z.mlp_in.wgrad(), dx, "bwd")

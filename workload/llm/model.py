@@ -70,6 +70,11 @@ class ModelConfig:
     # RoPE as Transformer Engine's fused kernel; False: Megatron-Core's unfused PyTorch RoPE, which it runs for YaRN
     # with a concentration factor (mscale) other than 1 (GPT-OSS: YaRN factor 32, mscale 1.35)
     rope_fused: bool = True
+    # GPT-OSS's gated activation (Megatron-Core's activation_func_clamp_value, with quick-GELU and glu_linear_offset):
+    # the experts' GLU inputs clamped. Megatron-Core clamps and re-concatenates them in separate PyTorch kernels
+    # before its fused activation, and creates the linear offset as a GPU tensor from a Python number on every call:
+    # a blocking host-to-device copy, so the host waits there for the GPU's queue to drain
+    clamped_glu: bool = False
 
     def windowed(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) attends through the sliding window: all layers, or (with
@@ -260,6 +265,9 @@ class ModelConfig:
         if self.shared_expert_ffn and not self.is_moe:
             raise InputError(f"model {self.name}: a shared expert (shared_expert_ffn {self.shared_expert_ffn}) needs "
                              "a mixture-of-experts model (num_experts > 1)")
+        if self.clamped_glu and not (self.is_moe and self.gated_ffn):
+            raise InputError(f"model {self.name}: clamped_glu describes the experts' gated activation (GPT-OSS): it "
+                             "needs a mixture-of-experts model with gated_ffn")
         if self.top_k > self.num_experts:
             raise InputError(f"model {self.name}: top_k {self.top_k} exceeds {self.num_experts} experts")
         groups, chosen = self.router_groups, self.router_group_topk
@@ -302,7 +310,7 @@ def model_from_dict(data: dict[str, Any], where: str) -> ModelConfig:
     kw = dict(data)
     kw.setdefault("name", "custom")
     for key, value in kw.items():
-        want_bool = key in ("gated_ffn", "tied_embeddings", "bias", "rope_fused")
+        want_bool = key in ("gated_ffn", "tied_embeddings", "bias", "rope_fused", "clamped_glu")
         want_str = key in ("name", "norm", "position_embedding")
         if want_bool and not isinstance(value, bool):
             raise InputError(f"{where}: {key} must be true or false (got {value!r})")
