@@ -186,6 +186,9 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
             reqs.append(("moe_a2a_overlap", True))
             plan.defaults_used.append(f"EP A2A overlap ({recipe.where}: each steady-state forward runs with the "
                                       "next backward, one's all-to-alls beside the other's compute)")
+    if dims["ep"] > 1 and recipe is not None and recipe.moe_fused_mlp:
+        reqs.append(("moe_fused_mlp", True))
+        plan.defaults_used.append(f"the experts' MLP as Transformer Engine's fused operations ({recipe.where})")
     if fw.cross_entropy[0] == "unfused":
         reqs.append(("unfused_cross_entropy", True))
         plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")

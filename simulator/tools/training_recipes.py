@@ -20,7 +20,7 @@ from workload.llm.options import MOE_DISPATCHERS
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table source -> its framework's recipes
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
-        "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch"}
+        "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,7 @@ class Recipe:
     where: str  # "Megatron-Bridge 26.02.01 recipe (v0.3.1 @9c9dd848)"
     pipeline_layout: str = ""  # Megatron-Core's pipeline_model_parallel_layout ("Et*4|(t*4|)*14tmL"), "" if none
     micro_batch: int | None = None  # the recipe's micro-batch size where the table leaves it blank
+    moe_fused_mlp: bool = False  # Megatron-Core's use_transformer_engine_op_fuser (the experts' fused MLP)
 
 
 @cache
@@ -52,7 +53,7 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         dispatcher = str(r.get("moe_dispatcher", "")).split("-")[0]  # flex-hybridep, flex-deepep: the flex one
         out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher,
                           bool(r.get("moe_a2a_overlap", False)), str(r.get("recompute_modules", "")), where,
-                          str(r.get("pipeline_layout", "")), r.get("micro_batch"))
+                          str(r.get("pipeline_layout", "")), r.get("micro_batch"), bool(r.get("moe_fused_mlp", False)))
     return out
 
 

@@ -4,16 +4,18 @@ probabilities."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from simulator.tools.training_recipes import recipe_for
 from tests.workload.test_llm import SMALL_MOE
 from tests.workload.test_llm_host import MOE_SPEC
 from tests.workload.test_llm_step import finish, traces
 from workload.errors import InputError
-from workload.llm import costs, host
+from workload.llm import cli, costs, host
 from workload.llm.host import HostModel
 from workload.llm.model import model_from_dict
 from workload.llm.plan import ParallelPlan
@@ -110,3 +112,22 @@ def test_clamped_glu_needs_gated_experts() -> None:
     assert model_from_dict({**base, "num_experts": 4, "top_k": 2, "gated_ffn": True}, "m.yaml").clamped_glu
     with pytest.raises(InputError, match="clamped_glu must be true or false"):
         model_from_dict({**base, "clamped_glu": 1}, "m.yaml")
+
+
+def test_transformer_engines_fused_mlp_runs_them_inside_its_kernels(tmp_path: Path) -> None:
+    """--moe-fused-mlp (Megatron-Core's op fuser): no clamp, scaled-bias or copy nodes of their own; the CLI flag
+    and the recipes' key reach the option."""
+    both = replace(CLAMPED, bias=True)
+    rank = traces(tmp_path, both, PLAN, host_cpu="x86", moe_fused_mlp=True)[0]
+    assert not [n for n in rank.nodes if "clamp" in n.name or "expert_bias" in n.name or "offset_copy" in n.name]
+    assert [n for n in traces(tmp_path / "u", both, PLAN)[0].nodes if n.name.endswith(".expert_bias")]
+    parser = argparse.ArgumentParser()
+    cli.configure(parser)
+    args = parser.parse_args(["--preset", "gpt3-125m", "--moe-fused-mlp"])
+    assert cli.options_from_args(args, cli.plan_from_args(args)).moe_fused_mlp
+    recipe = recipe_for("megatron_bridge_perf", "26.08 NeMo container / Pre-Training Performance", "GPT OSS 120B",
+                        "GB300", "MXFP8")
+    assert recipe is not None and recipe.moe_fused_mlp
+    older = recipe_for("megatron_bridge_perf", "26.06 NeMo container / Pre-Training Performance", "GPT OSS 120B",
+                       "GB300", "MXFP8")
+    assert older is not None and not older.moe_fused_mlp

@@ -161,6 +161,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm): each steady-state "
                         "forward runs layer by layer with the next backward, one's all-to-alls beside the other's "
                         "compute (needs --ep > 1, and --vp > 1 with --pp > 1)")
+    t.add_argument("--moe-fused-mlp", action="store_true",
+                   help="the experts' MLP as Transformer Engine's fused operations (Megatron-Core's "
+                        "--use-transformer-engine-op-fuser): the clamped GLU and scaled expert biases inside its "
+                        "kernels")
     t.add_argument("--host-cpu", choices=HOST_CPUS,
                    help="model the host issuing the kernels on this CPU (grace: GB200/GB300 nodes): each block of "
                         "a layer ends no earlier than the framework's calls issuing it (workload/llm/host.py)")
@@ -278,7 +282,7 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync,
                               moe_dispatcher=args.moe_dispatcher, nvlink_domain=args.nvlink_domain,
-                              moe_a2a_overlap=args.moe_a2a_overlap,
+                              moe_a2a_overlap=args.moe_a2a_overlap, moe_fused_mlp=args.moe_fused_mlp,
                               host_cpu=args.host_cpu,
                               cuda_graph_scope=args.cuda_graph_scope)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)

@@ -71,6 +71,9 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   together with the backward after it, layer by layer, so that one's expert-parallel exchanges run beside the
   other's computation (workload/llm/build.py). Needs expert parallelism, virtual pipeline stages when pp > 1, and
   no full recompute (Megatron-Core's conditions).
+- ``moe_fused_mlp`` (False): the experts' MLP as Transformer Engine's fused operations (Megatron-Core's
+  use_transformer_engine_op_fuser): the clamped GLU and the experts' scaled second-layer biases run inside its
+  kernels, not as PyTorch kernels of their own (nor with the clamped GLU's blocking copy).
 - ``cuda_graph_scope`` (""): what CUDA graphs capture, Megatron-Core's names separated by commas (``attn``,
   ``mlp``, ``moe_router``, ``moe_preprocess``, ``full``, ``full_iteration``): a captured block costs the host one
   graph launch instead of its calls. Only with the host model.
@@ -125,6 +128,7 @@ class TrainingOptions:
     moe_dispatcher: str = "alltoall"
     nvlink_domain: int | None = None
     moe_a2a_overlap: bool = False
+    moe_fused_mlp: bool = False
     host_cpu: str | None = None
     cuda_graph_scope: str = ""
 

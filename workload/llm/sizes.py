@@ -182,11 +182,13 @@ class StageSizes:
             self.act = costs.elementwise("activation", moe_tokens * ef, costs.ACTIVATION_FLOPS[m.gated_ffn],
                                          2 if m.gated_ffn else 1, 1, d)
             # Megatron-Core's unfused pieces around the experts' fused kernels (TEGroupedMLP): the clamped GLU's
-            # clamp, and the second layer's biases, which it scales by the routing probabilities itself
+            # clamp, and the second layer's biases, which it scales by the routing probabilities itself (both inside
+            # Transformer Engine's kernels with its fused MLP)
+            unfused = not options.moe_fused_mlp
             self.act_clamp = costs.tensor_passes("activation_clamp", moe_tokens * in_width, costs.CLAMP_PASSES, d) \
-                if m.clamped_glu else None
+                if m.clamped_glu and unfused else None
             self.expert_bias = costs.tensor_passes("expert_bias", moe_tokens * h, costs.SCALED_BIAS_PASSES, d) \
-                if m.bias else None
+                if m.bias and unfused else None
             if m.dense_layers:  # the model's first layers are dense
                 self.dense = ffn("mlp", m, t, m.dense_ffn // tp, low)
             if m.shared_expert_ffn:
