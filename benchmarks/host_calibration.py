@@ -35,9 +35,9 @@ from workload.llm import host
 QWEN3_30B = {"generate": "llm", "num_layers": 48, "hidden_size": 2048, "num_heads": 32, "num_kv_heads": 4,
              "head_dim": 128, "num_experts": 128, "top_k": 8, "ffn_hidden_size": 768, "seq_len": 4096,
              "vocab_size": 151936, "gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
-             "norm": "rmsnorm", "bias": False, "use_distributed_optimizer": True, "overlap_grad_reduce": True,
-             "overlap_param_gather": True, "ddp_bucket_size": "megatron", "iteration_tail": True,
-             "moe_host_sync": True, "host_cpu": "x86"}
+             "norm": "rmsnorm", "bias": False, "qk_norm": True, "use_distributed_optimizer": True,
+             "overlap_grad_reduce": True, "overlap_param_gather": True, "ddp_bucket_size": "megatron",
+             "iteration_tail": True, "moe_host_sync": True, "host_cpu": "x86"}
 GRAPHED = "attn,moe_router,moe_preprocess"
 CARD = {**QWEN3_30B, "tp": 2, "sequence_parallel": True, "pp": 2, "dp": 4, "ep": 4, "global_batch": 8,
         "micro_batch_size": 1, "moe_dispatcher": "flex", "nvlink_domain": 8}

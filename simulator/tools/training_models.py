@@ -58,7 +58,7 @@ LLAMA = Family("Llama", {"gated_ffn": True, "tied_embeddings": False, "position_
 NEMOTRON = Family("Nemotron", {"gated_ffn": False, "tied_embeddings": False, "position_embedding": "rope",
                                "norm": "layernorm", "bias": False}, vocab=256000)
 QWEN3_MOE = Family("Qwen3 MoE", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
-                                 "norm": "rmsnorm", "bias": False}, vocab=151936)
+                                 "norm": "rmsnorm", "bias": False, "qk_norm": True}, vocab=151936)
 GPT_OSS = Family("GPT-OSS", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
                              "norm": "rmsnorm", "bias": True, "window_size": 128, "window_attn_skip_freq": 2,
                              "rope_fused": False, "clamped_glu": True},

@@ -191,3 +191,27 @@ def test_unfused_rope_moves_more_bytes_and_full_recompute_repeats_it() -> None:
                                                                             recompute="selective")))
     full = rope_ops(SMALL, ParallelPlan(num_micro_batches=1, recompute="full"))
     assert sum(".recompute." in n for n in full) == SMALL.num_layers
+
+
+def test_qk_norms_follow_the_qkv_gemm_and_precede_its_gradient() -> None:
+    """Qwen3's query and key norms: after the QKV GEMM (before RoPE), their gradient after RoPE's and before the QKV
+    GEMM's; one read and one write of a rank's query and key heads forward, three passes backward; their weights
+    (head_dim each) counted once per layer, held whole by every tensor-parallel rank; refused with latent
+    attention."""
+    plan = ParallelPlan(tp=2, num_micro_batches=1)
+    normed = replace(SMALL, qk_norm=True)
+    plan.validate(normed)
+    ops = [op for p in build_programs(normed, plan) for op in p.ops if op.kernel is not None]
+    names = [op.name.rsplit(".", 1)[-1] for op in ops if op.name.startswith("mb0.fwd.layer0.")]
+    assert names.index("qkv") + 1 == names.index("qk_norm") == names.index("rope") - 1
+    back = [op.name.rsplit(".", 1)[-1] for op in ops if op.name.startswith("mb0.bwd.layer0.")]
+    assert back.index("rope") + 1 == back.index("qk_norm") == back.index("qkv_dgrad") - 1
+    elements = 64 * (8 + 4) // 2 * 32  # tokens x (query + key heads) / tp x head size
+    kernels = {op.name: op.kernel for op in ops if op.name.endswith(".qk_norm")}
+    assert len(kernels) == 2 * SMALL.num_layers
+    assert {k.size_bytes for n, k in kernels.items() if ".fwd." in n} == {elements * 2 * 2}
+    assert {k.size_bytes for n, k in kernels.items() if ".bwd." in n} == {elements * 3 * 2}
+    assert normed.total_params() - SMALL.total_params() == 2 * 32 * SMALL.num_layers
+    assert not [op for p in build_programs(SMALL, plan) for op in p.ops if op.name.endswith(".qk_norm")]
+    with pytest.raises(InputError, match=r"qk_norm .* not latent attention"):
+        replace(SMALL, qk_norm=True, kv_lora_rank=64, q_lora_rank=64, num_kv_heads=8).validate()

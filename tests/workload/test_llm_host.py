@@ -31,6 +31,7 @@ def test_issue_times_golden(monkeypatch: pytest.MonkeyPatch) -> None:
     assert x86.attention(False) == round(c * (3 * 36 + 4 * 7))
     assert x86.attention(True) == round(c * 2 * (3 * 36 + 4 * 7))
     assert grace.attention(False) == round(1.25 * c * (3 * 36 + 4 * 7))
+    assert x86.attention(False, qk_norm=True) == round(c * (5 * 36 + 4 * 7))  # Qwen3's query and key norms
     assert x86.experts(16, False) == round(c * (2 * 36 + 8 * 7) + e * 2 * 16 * 10)
     assert x86.experts(16, True) == round(c * 2 * (2 * 36 + 8 * 7) + e * 2 * 16 * 27)
     assert x86.routing(False) == round(c * (36 + 12 * 7 + 6 * 7))

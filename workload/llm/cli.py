@@ -39,7 +39,8 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--v-head-dim": "v_head_dim", "--dense-layers": "dense_layers",
                    "--dense-ffn-hidden": "dense_ffn_hidden_size", "--mtp-num-layers": "mtp_layers"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
-                    "--rope-fused": "rope_fused", "--clamped-glu": "clamped_glu"}
+                    "--rope-fused": "rope_fused", "--clamped-glu": "clamped_glu",
+                    "--qk-norm": "qk_norm"}
 MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}
 
 

@@ -68,12 +68,13 @@ EXPERT_FORWARD_US = 10.0  # one GroupedLinear forward, per local expert
 EXPERT_BACKWARD_US = 27.0  # one GroupedLinear backward (dgrad + wgrad, DDP hook), per local expert
 GRAPH_LAUNCH_US = 15.0
 LOW_PRECISION_FACTOR = 1.8  # a GEMM module's host time in FP8 or FP4 over its 16-bit time (TE issue 761: 140 / 77 ms)
-CALL_SCALE = 3.8  # Megatron-Core's host time per module or operator call over the isolated call's (fitted, see above)
-EXPERT_SCALE = 2.1  # the same for the per-expert work of TE's GroupedLinear (fitted, see above)
+CALL_SCALE = 3.1  # Megatron-Core's host time per module or operator call over the isolated call's (fitted, see above)
+EXPERT_SCALE = 2.2  # the same for the per-expert work of TE's GroupedLinear (fitted, see above)
 
 # Framework calls per block, forward (modules, operators), Megatron-Core's TE spec:
 ATTENTION_CALLS = (3, 4)  # LayerNormLinear qkv, DotProductAttention, Linear proj; RoPE (2), bias-dropout-add, view
 ATTENTION_GEMM_MODULES = 2  # qkv and proj (the ones that quantize)
+QK_NORM_MODULES = 2  # with query and key norms (Qwen3): a TE norm module each
 MLP_CALLS = (2, 2)  # LayerNormLinear fc1, Linear fc2; activation, bias-dropout-add
 ROUTER_CALLS = (1, 12)  # the pre-MLP norm; router GEMM, softmax, top-k, routing map, aux-loss terms
 PREPROCESS_OPS = 6  # per-expert counts, their all-gather over the expert-parallel group, views, the copy to host
@@ -122,9 +123,10 @@ class HostModel:
     def _unless_graphed(self, scope: str, us: int) -> int:
         return self._scaled(GRAPH_LAUNCH_US) if scope in self.graph_scopes or "full" in self.graph_scopes else us
 
-    def attention(self, backward: bool) -> int:
-        return self._unless_graphed("attn", self._us(*ATTENTION_CALLS, backward,
-                                                     gemm_modules=ATTENTION_GEMM_MODULES))
+    def attention(self, backward: bool, qk_norm: bool = False) -> int:
+        modules, ops = ATTENTION_CALLS
+        modules += QK_NORM_MODULES if qk_norm else 0
+        return self._unless_graphed("attn", self._us(modules, ops, backward, gemm_modules=ATTENTION_GEMM_MODULES))
 
     def mlp(self, backward: bool) -> int:
         return self._unless_graphed("mlp", self._us(*MLP_CALLS, backward, gemm_modules=MLP_CALLS[0]))

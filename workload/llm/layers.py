@@ -90,12 +90,14 @@ class LayerPasses:
         self.tp.cast_weights = first_micro_batch
         if phase == "fwd":
             x = x + self.grads.gather(pre[:-1], f"layer{layer}", phase)
-        issued = self._issue(pre + "attn_issue", phase, lambda h: h.attention(False))
+        issued = self._issue(pre + "attn_issue", phase, lambda h: h.attention(False, self.m.qk_norm))
         x = c(pre + "attn_norm", z.norm[0], x, phase)
         if z.mla is not None:
             x = self._latent_forward(pre, x, phase)
         else:
             x = self.tp.column_forward(pre, "attn", z.qkv, x, phase)
+            if z.qk_norm is not None:
+                x = c(pre + "qk_norm", z.qk_norm[0], x, phase)
         if z.rope is not None:
             x = c(pre + "rope", z.rope[0], x, phase)
         x = self.attention.forward(pre, x, phase, self.m.windowed(layer))
@@ -271,7 +273,7 @@ class LayerPasses:
         g = c(pre + "mlp_norm", z.norm[1], g, "bwd")
         self.prog.issued(issued)
         ready(unit, "mlp_norm", g, micro_batch)
-        issued = self._issue(pre + "attn_issue_bwd", "bwd", lambda h: h.attention(True))
+        issued = self._issue(pre + "attn_issue_bwd", "bwd", lambda h: h.attention(True, self.m.qk_norm))
         if "layernorm" in self.recomputed:
             c(again + "attn_norm", z.norm[0], g, "recompute")
         dx = self.tp.row_backward(pre, "attn_grad", z.attn_out, g)
@@ -286,6 +288,8 @@ class LayerPasses:
         dx = self.attention.backward(pre, dx, self.m.windowed(layer))
         if z.rope is not None:
             dx = c(pre + "rope", z.rope[1], dx, "bwd")
+        if z.qk_norm is not None:
+            dx = c(pre + "qk_norm", z.qk_norm[1], dx, "bwd")
         if z.mla is not None:
             g = self._latent_backward(pre, dx, unit, micro_batch)
         else:

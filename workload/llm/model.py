@@ -75,6 +75,9 @@ class ModelConfig:
     # before its fused activation, and creates the linear offset as a GPU tensor from a Python number on every call:
     # a blocking host-to-device copy, so the host waits there for the GPU's queue to drain
     clamped_glu: bool = False
+    # each query and key head normed after the QKV projection (Qwen3; Megatron-Core's qk_layernorm: a norm module
+    # each for the queries and the keys, their weights head_dim long)
+    qk_norm: bool = False
 
     def windowed(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) attends through the sliding window: all layers, or (with
@@ -116,7 +119,8 @@ class ModelConfig:
             return split, split, whole_matmul + ql + kl, whole_matmul  # whole: with the latents' norm weights
         qkv_width = (self.num_heads + 2 * self.kv_heads) * hd
         matmul = h * qkv_width + self.attention_width * h
-        return matmul + (qkv_width if self.bias else 0), matmul, h if self.bias else 0, 0
+        whole = (h if self.bias else 0) + (2 * hd if self.qk_norm else 0)
+        return matmul + (qkv_width if self.bias else 0), matmul, whole, 0
 
     @property
     def is_moe(self) -> bool:
@@ -265,6 +269,9 @@ class ModelConfig:
         if self.shared_expert_ffn and not self.is_moe:
             raise InputError(f"model {self.name}: a shared expert (shared_expert_ffn {self.shared_expert_ffn}) needs "
                              "a mixture-of-experts model (num_experts > 1)")
+        if self.qk_norm and self.is_mla:
+            raise InputError(f"model {self.name}: qk_norm (query and key heads normed) is modelled for "
+                             "multi-head attention, not latent attention (kv_lora_rank > 0)")
         if self.clamped_glu and not (self.is_moe and self.gated_ffn):
             raise InputError(f"model {self.name}: clamped_glu describes the experts' gated activation (GPT-OSS): it "
                              "needs a mixture-of-experts model with gated_ffn")
@@ -310,7 +317,7 @@ def model_from_dict(data: dict[str, Any], where: str) -> ModelConfig:
     kw = dict(data)
     kw.setdefault("name", "custom")
     for key, value in kw.items():
-        want_bool = key in ("gated_ffn", "tied_embeddings", "bias", "rope_fused", "clamped_glu")
+        want_bool = key in ("gated_ffn", "tied_embeddings", "bias", "rope_fused", "clamped_glu", "qk_norm")
         want_str = key in ("name", "norm", "position_embedding")
         if want_bool and not isinstance(value, bool):
             raise InputError(f"{where}: {key} must be true or false (got {value!r})")

@@ -138,6 +138,8 @@ class StageSizes:
         self.norm = costs.elementwise("norm", t_local * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
         self.final_norm = costs.elementwise("final_norm", t_local * h, costs.NORM_FLOPS[m.norm], 1, 1, d)
         self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, dtype=low)
+        self.qk_norm = costs.elementwise("qk_norm", t * (heads + kv) * hd, costs.NORM_FLOPS[m.norm], 1, 1, d,
+                                         op_class="norm") if m.qk_norm else None
         self.flash = flash = options.attention_backend == "flash"
         self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d, flash=flash)
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
@@ -253,7 +255,8 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True) -> d
         out["q_down"] = ("dense", h * ql + ql)  # with its latent's norm weights
         out["kv_down"] = ("dense", h * (kl + rope) + kl)
     else:
-        out["qkv"] = ("dense", (h * qkv_width + (qkv_width if bias else 0)) // tp)
+        # with the query and key norms' weights (held whole)
+        out["qkv"] = ("dense", (h * qkv_width + (qkv_width if bias else 0)) // tp + (2 * hd if m.qk_norm else 0))
     out["attn_norm"] = ("dense", m.norm_params())
     return out
 
