@@ -46,7 +46,8 @@ EP16 = {**QWEN3_30B, "tp": 1, "pp": 1, "dp": 16, "ep": 16, "global_batch": 1024,
 # (run, spec, published step s, what it checks)
 OTHERS = (
     ("EP16 HybridEP, router graphs (comm-overlap card; GPU busy 22.82 s)",
-     {**EP16, "moe_dispatcher": "flex", "nvlink_domain": 8, "cuda_graph_scope": "moe_router,moe_preprocess"},
+     {**EP16, "moe_dispatcher": "flex", "moe_flex_backend": "hybridep", "nvlink_domain": 8,
+      "cuda_graph_scope": "moe_router,moe_preprocess"},
      24.714),
     ("EP16 alltoall, eager (PR 3880)", EP16, 42.21),
     ("EP16 alltoall, attn+router graphs (cuda-graphs.md: no gain)", {**EP16, "cuda_graph_scope": GRAPHED}, 42.00),

@@ -34,14 +34,15 @@ BASE = {"generate": "llm", "num_layers": 1, "num_heads": 32, "num_kv_heads": 8, 
 MIXTRAL = {"hidden_size": 4096, "ffn_hidden_size": 14336, "num_experts": 8, "top_k": 2}
 DEEPSEEK = {"hidden_size": 7168, "ffn_hidden_size": 2048, "num_experts": 32, "top_k": 8, "router_groups": 8,
             "router_group_topk": 4, "shared_expert_ffn": 2048}
-FLEX = {"moe_dispatcher": "flex"}
+HYBRIDEP = {"moe_dispatcher": "flex", "moe_flex_backend": "hybridep"}
+DEEPEP = {"moe_dispatcher": "flex", "moe_flex_backend": "deepep"}
 CASES = (  # name, model fields, measured forward and backward ms (Megatron-LM's baseline, BF16)
     ("Mixtral-like (h 4096, ffn 14336, 8 experts, top-2), a2a", MIXTRAL, 4.33, 7.68),
-    ("Mixtral-like, flex (HybridEP)", {**MIXTRAL, **FLEX}, 4.34, 7.74),
-    ("Mixtral-like, flex (DeepEP)", {**MIXTRAL, **FLEX}, 4.64, 7.85),
+    ("Mixtral-like, flex (HybridEP)", {**MIXTRAL, **HYBRIDEP}, 4.34, 7.74),
+    ("Mixtral-like, flex (DeepEP)", {**MIXTRAL, **DEEPEP}, 4.64, 7.85),
     ("DeepSeek-like (h 7168, ffn 2048, 32 experts, top-8), a2a", DEEPSEEK, 7.12, 10.48),
-    ("DeepSeek-like, flex (HybridEP)", {**DEEPSEEK, **FLEX}, 5.39, 8.80),
-    ("DeepSeek-like, flex (DeepEP)", {**DEEPSEEK, **FLEX}, 5.68, 9.06),
+    ("DeepSeek-like, flex (HybridEP)", {**DEEPSEEK, **HYBRIDEP}, 5.39, 8.80),
+    ("DeepSeek-like, flex (DeepEP)", {**DEEPSEEK, **DEEPEP}, 5.68, 9.06),
 )
 
 
@@ -72,8 +73,10 @@ def layer_spans_ms(spec: dict) -> tuple[float, float]:
     """(forward, backward) of the MoE block on rank 0, in ms (the shared expert runs before the router and its
     backward last)."""
     spans = rank0_spans(spec, "hgx-h100", "H100", 8)
-    return (span_ns(spans, "mb0.fwd.layer0.", (".router", ".shared_in"), (".unpermute",)) / 1e6,
-            span_ns(spans, "mb0.bwd.layer0.", (".unpermute",), (".router_wgrad", ".shared_in_wgrad")) / 1e6)
+    combine = tuple(f".combine{g}_alltoall{part}" for g in ("", "_grad") for part in ("", "_across", "_within"))
+    # the block ends with the unpermutation (alltoall dispatcher) or the combine (flex: none after it)
+    return (span_ns(spans, "mb0.fwd.layer0.", (".router", ".shared_in"), (".unpermute", *combine)) / 1e6,
+            span_ns(spans, "mb0.bwd.layer0.", (".unpermute", *combine), (".router_wgrad", ".shared_in_wgrad")) / 1e6)
 
 
 def main() -> int:

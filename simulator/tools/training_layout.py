@@ -176,7 +176,10 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dims["ep"] > 1 and recipe is not None and recipe.moe_dispatcher:
         if recipe.moe_dispatcher == "flex":
             reqs.append(("moe_flex_dispatcher", True))
-        plan.defaults_used.append(f"MoE dispatcher {recipe.moe_dispatcher} ({recipe.where})")
+            if recipe.moe_flex_backend:
+                reqs.append(("moe_flex_backend", recipe.moe_flex_backend))
+        backend = f" ({recipe.moe_flex_backend})" if recipe.moe_dispatcher == "flex" and recipe.moe_flex_backend else ""
+        plan.defaults_used.append(f"MoE dispatcher {recipe.moe_dispatcher}{backend} ({recipe.where})")
     if dims["ep"] > 1 and recipe is not None and recipe.moe_a2a_overlap:
         if dims["pp"] > 1 and dims["vp"] <= 1:
             plan.notes.append(f"{recipe.where} overlaps the expert-parallel all-to-alls (EP A2A overlap), which "

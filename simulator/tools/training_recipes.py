@@ -15,7 +15,7 @@ from typing import Any
 
 from workload.errors import ConfigError
 from workload.files import read_yaml
-from workload.llm.options import MOE_DISPATCHERS
+from workload.llm.options import MOE_DISPATCHERS, MOE_FLEX_BACKENDS
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table source -> its framework's recipes
@@ -35,6 +35,7 @@ class Recipe:
     pipeline_layout: str = ""  # Megatron-Core's pipeline_model_parallel_layout ("Et*4|(t*4|)*14tmL"), "" if none
     micro_batch: int | None = None  # the recipe's micro-batch size where the table leaves it blank
     moe_fused_mlp: bool = False  # Megatron-Core's use_transformer_engine_op_fuser (the experts' fused MLP)
+    moe_flex_backend: str = ""  # the flex dispatcher's library ("deepep", "hybridep"), "" where the recipe does not say
 
 
 @cache
@@ -50,10 +51,14 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         release = data["releases"][r["release"]]
         where = f"{data['framework']} {r['release']} recipe ({release['ref']} @{str(release['commit'])[:8]})"
         key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))
-        dispatcher = str(r.get("moe_dispatcher", "")).split("-")[0]  # flex-hybridep, flex-deepep: the flex one
+        dispatcher, _, backend = str(r.get("moe_dispatcher", "")).partition("-")  # flex-hybridep: flex, hybridep
+        if backend and backend not in MOE_FLEX_BACKENDS:
+            raise ConfigError(f"{RECIPES_DIR / file}: recipe {n}: flex backend {backend!r} is not one of "
+                              f"{', '.join(MOE_FLEX_BACKENDS)}")
         out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher,
                           bool(r.get("moe_a2a_overlap", False)), str(r.get("recompute_modules", "")), where,
-                          str(r.get("pipeline_layout", "")), r.get("micro_batch"), bool(r.get("moe_fused_mlp", False)))
+                          str(r.get("pipeline_layout", "")), r.get("micro_batch"), bool(r.get("moe_fused_mlp", False)),
+                          backend)
     return out
 
 

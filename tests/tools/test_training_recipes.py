@@ -48,7 +48,8 @@ def test_moe_rows_take_graph_scopes_and_the_host_cpu() -> None:
     assert drop.spec["cuda_graph_scope"] == "full" and "moe_host_sync" not in drop.spec
     # the dispatcher: HybridEP on GB300 (flex), NCCL all-to-all in 25.09's token-drop recipe
     assert grace.spec["moe_dispatcher"] == "flex" and "moe_dispatcher" not in drop.spec
-    assert any(d.startswith("MoE dispatcher flex (Megatron-Bridge 26.02.01") for d in grace.defaults_used)
+    assert any(d.startswith("MoE dispatcher flex (hybridep) (Megatron-Bridge 26.02.01") for d in grace.defaults_used)
+    assert grace.spec["moe_flex_backend"] == "hybridep"
     assert any(d.startswith("MoE dispatcher alltoall (Megatron-Bridge 25.09") for d in drop.defaults_used)
     # the flex dispatcher's NVLink domain is the profile's: a GB300 NVL72 rack; an alltoall row needs none
     assert grace.spec["nvlink_domain"] == 72 and "nvlink_domain" not in drop.spec

@@ -264,10 +264,13 @@ def test_expert_parallel_all_to_alls_and_expert_gradients(tmp_path: Path) -> Non
     assert {n.attrs["comm_size"] for n in expert_grads} == {2 * SMALL_MOE.layer_params(ep=2).expert}
     dense_grads = [n for n in t.collectives(AR) if "_dp_grad" in n.name]
     assert dense_grads and all("pg_name" not in n.attrs for n in dense_grads)  # dp = all 4 ranks
-    expert_in = next(n for n in t.compute() if n.name == "mb0.fwd.layer0.expert_in")
-    assert t.by_id(next(iter(expert_in.deps - {d for d in expert_in.deps
-                                              if t.by_id(d).type == NodeType.COMP_NODE}))).name.endswith(
+    # the alltoall dispatcher sorts the received tokens by local expert (2 here) before the experts' GEMMs
+    sort = next(n for n in t.compute() if n.name == "mb0.fwd.layer0.sort_chunks")
+    assert t.by_id(next(iter(sort.deps - {d for d in sort.deps
+                                         if t.by_id(d).type == NodeType.COMP_NODE}))).name.endswith(
         "dispatch_alltoall")
+    expert_in = next(n for n in t.compute() if n.name == "mb0.fwd.layer0.expert_in")
+    assert sort.id in expert_in.deps
 
 
 @pytest.mark.parametrize("tp", [1, 2])
@@ -487,8 +490,8 @@ def test_flex_dispatcher_across_nvlink_domains_crosses_once_per_domain(tmp_path:
     # 2 domains of 8 experts, top-4: a domain holds none of a token's experts with probability C(8, 4) / C(16, 4)
     assert {n.attrs["comm_size"] for n in across} == {round(ACT_BYTES * 2 * (1 - 70 / 1820))}
     assert {n.attrs["comm_size"] for n in within} == {round(ACT_BYTES * flex_copies(16, 4, 8))}
-    expert_in = next(n for n in t.compute() if n.name == "mb0.fwd.layer0.expert_in")
-    waits = {t.by_id(d).name for d in expert_in.deps}
+    permute = next(n for n in t.compute() if n.name == "mb0.fwd.layer0.permute")  # DeepEP's, after the dispatch
+    waits = {t.by_id(d).name for d in permute.deps}
     assert {"mb0.fwd.layer0.dispatch_alltoall_across", "mb0.fwd.layer0.dispatch_alltoall_within"} <= waits
     # an expert-parallel group inside one domain keeps the one all-to-all (and no extra groups)
     one = str(tmp_path / "one")

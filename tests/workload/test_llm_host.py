@@ -199,12 +199,19 @@ def test_expert_gemms_run_per_expert_on_four_streams(tmp_path: Path) -> None:
 @pytest.mark.parametrize("overlap", [False, True])
 def test_dispatch_gradient_waits_for_the_experts_weight_gradient(tmp_path: Path, overlap: bool) -> None:
     """Stream order: the autograd engine issues the dispatch's backward after the grouped GEMMs' backward returns,
-    weight gradient included; Megatron's delayed weight gradient (with the EP A2A overlap) lets it go first."""
+    weight gradient included; Megatron's delayed weight gradient (with the EP A2A overlap) lets it go first. The
+    input gradient reaches it through the backward of the sort by local expert (2 local experts here), which runs
+    after the input gradient, and before the weight gradient when that is delayed."""
     rank = traces(tmp_path, SMALL_MOE, ParallelPlan(dp=2, ep=2, num_micro_batches=2), moe_a2a_overlap=overlap)[0]
     names = {n.id: n.name for n in rank.nodes}
+    by_id = {n.id: n for n in rank.nodes}
     exchanges = [n for n in rank.nodes if n.name.endswith("dispatch_grad_alltoall")]
     assert len(exchanges) == SMALL_MOE.num_layers * 2
     for n in exchanges:
         waits = {names[d].rsplit(".", 1)[1] for d in n.deps}
-        assert "expert_in_dgrad" in waits
+        assert "sort_chunks" in waits
+        sort = next(by_id[d] for d in n.deps if names[d].endswith(".sort_chunks"))
+        assert {names[d].rsplit(".", 1)[1] for d in sort.deps} >= {"expert_in_dgrad"}
         assert ("expert_in_wgrad" in waits) is not overlap
+        wgrad = next(m for m in rank.nodes if m.name == n.name.replace("dispatch_grad_alltoall", "expert_in_wgrad"))
+        assert (sort.id < wgrad.id) is overlap

@@ -20,6 +20,7 @@ from workload.llm.options import (
     FSDP_GRAD_SYNC,
     MEGATRON_BUCKET,
     MOE_DISPATCHERS,
+    MOE_FLEX_BACKENDS,
     PRECISIONS,
     TrainingOptions,
 )
@@ -154,6 +155,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="the expert-parallel exchange: alltoall (Megatron-Core's alltoall dispatcher: a token once per "
                         "chosen expert) or flex (DeepEP/HybridEP: once per destination rank, combined on the expert "
                         "side)")
+    t.add_argument("--moe-flex-backend", choices=MOE_FLEX_BACKENDS, default="deepep",
+                   help="the flex dispatcher's library: deepep (Megatron-Core's default: the received tokens "
+                        "permuted by expert after the dispatch) or hybridep (permuted inside its exchange kernels)")
     t.add_argument("--nvlink-domain", type=int, metavar="GPUS",
                    help="GPUs per NVLink domain (8: HGX/DGX node, 72: NVL72 rack): with --moe-dispatcher flex, an "
                         "expert-parallel group spanning domains sends a token once per other domain and forwards it "
@@ -282,7 +286,8 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               cross_entropy=args.cross_entropy,
                               iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync,
-                              moe_dispatcher=args.moe_dispatcher, nvlink_domain=args.nvlink_domain,
+                              moe_dispatcher=args.moe_dispatcher, moe_flex_backend=args.moe_flex_backend,
+                              nvlink_domain=args.nvlink_domain,
                               moe_a2a_overlap=args.moe_a2a_overlap, moe_fused_mlp=args.moe_fused_mlp,
                               host_cpu=args.host_cpu,
                               cuda_graph_scope=args.cuda_graph_scope)

@@ -68,8 +68,8 @@ EXPERT_FORWARD_US = 10.0  # one GroupedLinear forward, per local expert
 EXPERT_BACKWARD_US = 27.0  # one GroupedLinear backward (dgrad + wgrad, DDP hook), per local expert
 GRAPH_LAUNCH_US = 15.0
 LOW_PRECISION_FACTOR = 1.8  # a GEMM module's host time in FP8 or FP4 over its 16-bit time (TE issue 761: 140 / 77 ms)
-CALL_SCALE = 3.1  # Megatron-Core's host time per module or operator call over the isolated call's (fitted, see above)
-EXPERT_SCALE = 2.2  # the same for the per-expert work of TE's GroupedLinear (fitted, see above)
+CALL_SCALE = 3.4  # Megatron-Core's host time per module or operator call over the isolated call's (fitted, see above)
+EXPERT_SCALE = 2.0  # the same for the per-expert work of TE's GroupedLinear (fitted, see above)
 
 # Framework calls per block, forward (modules, operators), Megatron-Core's TE spec:
 ATTENTION_CALLS = (3, 4)  # LayerNormLinear qkv, DotProductAttention, Linear proj; RoPE (2), bias-dropout-add, view

@@ -71,6 +71,8 @@ class LayerPasses:
         self.attention = Attention(program, sizes, model, plan)
         if model.is_moe:
             elements = sizes.local_tokens * model.top_k * model.hidden_size
+            if sizes.permute_at == "receive":  # the tokens a rank received (and gathered over etp)
+                elements = sizes.mlp_in.tokens * model.hidden_size
             self.permute = costs.elementwise("permute", elements, 1, 1, 1, model.dtype_bytes)
             self.unpermute = costs.elementwise("unpermute", elements, 2, 1, 1, model.dtype_bytes)
 
@@ -196,6 +198,16 @@ class LayerPasses:
             x = [*x, returned] if returned else x
         return self.prog.compute(pre + "activation", z.act[0], x, phase)
 
+    def _received_order(self, pre: str, g: list[int]) -> list[int]:
+        """The experts' input gradient back in the order the dispatch delivered the tokens: the backward of DeepEP's
+        permutation or of the alltoall dispatcher's sort by local expert (none with HybridEP)."""
+        z = self.z
+        if z.permute_at == "receive":
+            g = self.prog.compute(pre + "permute", self.permute[1], g, "bwd")
+        if z.sort_chunks is not None:
+            g = self.prog.compute(pre + "sort_chunks", z.sort_chunks[1], g, "bwd")
+        return g
+
     def _exchange(self, name: str, deps: list[int], phase: str) -> list[int]:
         """One expert-parallel exchange (dispatch, combine or either's gradient): an all-to-all over the ep group,
         or, for the flex dispatcher across NVLink domains, its two stages at once (they pipeline in DeepEP's and
@@ -216,7 +228,8 @@ class LayerPasses:
             self.prog.issued(issued)
             x = [*x, self.prog.last_compute]  # stream order
         x = c(pre + "router", z.router.forward(), x, phase)
-        x = c(pre + "permute", self.permute[0], x, phase)
+        if z.permute_at == "send":
+            x = c(pre + "permute", self.permute[0], x, phase)
         self.prog.issued(routing_issued)
         if z.moe_host_sync:  # the token counts all-gathered and copied to the host, which waits for them and only
             # then launches the dispatch (the host model is always on with the sync)
@@ -229,17 +242,26 @@ class LayerPasses:
         yield F_DISPATCH
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
+        if z.sort_chunks is not None:
+            x = c(pre + "sort_chunks", z.sort_chunks[0], x, phase)
+        if z.permute_at == "receive":
+            x = c(pre + "permute", self.permute[0], x, phase)
         x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
         x = self._activation(pre, x, phase)
         x = c(pre + z.mlp_out.name, z.mlp_out.forward(), self.tp.gemm_inputs(pre, z.mlp_out, x, phase), phase)
         if z.expert_bias is not None:
             x = c(pre + "expert_bias", z.expert_bias[0], x, phase)
+        if z.permute_at == "receive":
+            x = c(pre + "unpermute", self.unpermute[0], x, phase)
+        if z.sort_chunks is not None:
+            x = c(pre + "unsort_chunks", z.sort_chunks[0], x, phase)
         if z.expert_gather:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
         x = self._exchange(pre + "combine_alltoall", x, phase)
         yield F_COMBINE
-        x = c(pre + "unpermute", self.unpermute[0], x, phase)
+        if z.permute_at == "send":
+            x = c(pre + "unpermute", self.unpermute[0], x, phase)
         self.prog.issued(issued)
         return (x if z.sp else self.tp.reduce(pre + "mlp", x, phase)) + shared
 
@@ -310,11 +332,16 @@ class LayerPasses:
         etp = self.grads.p.expert_tp
         issued = self._issue(pre + "expert_issue_bwd", "bwd", lambda h: h.experts(z.local_experts, True, *self._extras))
         output_grad = g
-        g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
+        if z.permute_at == "send":
+            g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
         g = self._exchange(pre + "combine_grad_alltoall", g, "bwd")
         yield B_COMBINE
         if z.expert_gather:
             g = coll(pre + "expert_grad_allgather", "etp", AG, z.expert_gather_bytes, g, "bwd")
+        if z.sort_chunks is not None:
+            g = c(pre + "unsort_chunks", z.sort_chunks[1], g, "bwd")
+        if z.permute_at == "receive":
+            g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
         if z.expert_bias is not None:
             g = c(pre + "expert_bias", z.expert_bias[1], g, "bwd")
         g = self.tp.quantized(pre, z.mlp_out, "grad", g, "bwd")
@@ -328,8 +355,12 @@ class LayerPasses:
             dx = c(pre + "activation_clamp", z.act_clamp[1], dx, "bwd")
         dx = self.tp.quantized(pre, z.mlp_in, "grad", dx, "bwd")
         dx_in = c(pre + z.mlp_in.name + "_dgrad", z.mlp_in.dgrad(), dx, "bwd")
+        if self.delayed_wgrad:  # the dispatch's backward (its local permutation first) before the weight gradient
+            dx_in = self._received_order(pre, dx_in)
         wgrad = c(pre + z.mlp_in.name + "_wgrad", z.mlp_in.wgrad(), dx, "bwd")
         ready(unit, "expert_in", wgrad, micro_batch)
+        if not self.delayed_wgrad:
+            dx_in = self._received_order(pre, dx_in)
         yield B_MLP
         # The autograd engine issues the dispatch's backward once the grouped GEMMs' backward has returned, and
         # that enqueues the weight gradient after the input gradient on the same stream: the exchange waits for both
@@ -338,7 +369,8 @@ class LayerPasses:
             after = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, after, "bwd")
         g = self._exchange(pre + "dispatch_grad_alltoall", after, "bwd")
         yield B_DISPATCH
-        g = c(pre + "permute", self.permute[1], g, "bwd")
+        if z.permute_at == "send":
+            g = c(pre + "permute", self.permute[1], g, "bwd")
         self.prog.issued(issued)
         issued = self._issue(pre + "route_issue_bwd", "bwd", lambda h: h.routing(True))
         g = c(pre + "router_dgrad", z.router.dgrad(), g, "bwd")

@@ -64,6 +64,11 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   kernels do: a token crosses to each other domain holding one of its experts once, to the rank at its own place
   there (an all-to-all over those peers, group epx), and every rank forwards what it holds to the ranks of its
   domain that need it (the flex bytes above, an all-to-all within the domain, group epd).
+- ``moe_flex_backend`` ("deepep", Megatron-Core's default): the flex dispatcher's library, which decides where a
+  rank sorts its tokens by expert. The alltoall dispatcher permutes them before its all-to-all (and back after the
+  combine) and, with more than one local expert, sorts the received tokens by local expert after the exchange (and
+  back before the combine): four copies of the routed tokens per layer forward. DeepEP permutes the received tokens
+  after its dispatch and back before its combine (two copies); HybridEP does both inside its exchange kernels (none).
 - ``nvlink_domain`` (None): GPUs per NVLink domain (8 on an HGX/DGX node, 72 on an NVL72 rack; ranks r and r' share
   one when r // n == r' // n), for the flex dispatcher's inter-domain stage. None: one domain holds every rank.
 - ``moe_a2a_overlap`` (False): Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm,
@@ -98,6 +103,7 @@ FP4_RECIPE = "nvfp4"
 ATTENTION_BACKENDS = ("flash", "unfused")
 CROSS_ENTROPY = ("fused", "unfused")
 MOE_DISPATCHERS = ("alltoall", "flex")
+MOE_FLEX_BACKENDS = ("deepep", "hybridep")
 FSDP_GRAD_SYNC = ("every", "last")
 MEGATRON_BUCKET = "megatron"
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
@@ -126,6 +132,7 @@ class TrainingOptions:
     dataloader_wait_us: int = 0
     moe_host_sync: bool = False
     moe_dispatcher: str = "alltoall"
+    moe_flex_backend: str = "deepep"
     nvlink_domain: int | None = None
     moe_a2a_overlap: bool = False
     moe_fused_mlp: bool = False
@@ -184,6 +191,9 @@ class TrainingOptions:
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise InputError(f"moe_dispatcher must be one of {', '.join(MOE_DISPATCHERS)} "
                              f"(got {self.moe_dispatcher!r})")
+        if self.moe_flex_backend not in MOE_FLEX_BACKENDS:
+            raise InputError(f"moe_flex_backend must be one of {', '.join(MOE_FLEX_BACKENDS)} "
+                             f"(got {self.moe_flex_backend!r})")
         if self.nvlink_domain is not None and (isinstance(self.nvlink_domain, bool)
                                                or not isinstance(self.nvlink_domain, int) or self.nvlink_domain < 1):
             raise InputError(f"the NVLink domain must be a whole number of GPUs >= 1 (got {self.nvlink_domain!r})")

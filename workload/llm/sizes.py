@@ -179,6 +179,12 @@ class StageSizes:
                 self.mlp_in, self.mlp_out = (replace(g, streams=GROUPED_GEMM_STREAMS)
                                              for g in (self.mlp_in, self.mlp_out))
             self.moe_host_sync = options.moe_host_sync
+            # where the rank sorts its tokens by expert (TrainingOptions.moe_flex_backend): "send" (the alltoall
+            # dispatcher, before its exchange), "receive" (DeepEP, after it) or "" (HybridEP, inside its kernels);
+            # the alltoall dispatcher also sorts the received tokens by local expert and back (sort_chunks)
+            self.permute_at = "send" if not flex else "receive" if options.moe_flex_backend == "deepep" else ""
+            self.sort_chunks = costs.elementwise("sort_chunks", moe_tokens * h, 1, 1, 1, d) \
+                if not flex and experts > 1 else None
             self.count_bytes = COUNT_BYTES * m.num_experts
             self.local_experts = experts
             self.act = costs.elementwise("activation", moe_tokens * ef, costs.ACTIVATION_FLOPS[m.gated_ffn],
