@@ -60,3 +60,31 @@ def test_one_local_expert_needs_no_sort_and_the_copies_move_the_routed_tokens(tm
 def test_unknown_flex_backend_is_a_one_line_error() -> None:
     with pytest.raises(InputError, match="moe_flex_backend must be one of deepep, hybridep"):
         TrainingOptions(moe_flex_backend="nccl-ep").validate(0, False, 1)
+
+
+@pytest.mark.parametrize("options, padded", [
+    ({"precision": "fp8", "moe_host_sync": True}, True),
+    ({"precision": "fp4", "moe_host_sync": True}, True),
+    ({"precision": "fp8"}, False),  # token drop: capacities padded already
+    ({"moe_host_sync": True}, False),  # 16-bit GEMMs need no padding
+    ({"precision": "fp8", "moe_host_sync": True, "moe_dispatcher": "flex"}, False),  # padded while permuting
+])
+def test_low_precision_dropless_experts_pad_their_rows(tmp_path: Path, options: dict, padded: bool) -> None:
+    """Dropless FP8/FP4 with the alltoall dispatcher: TEGroupedMLP pads each expert's rows to the quantization block
+    after the sort (a copy) and unpads the output before the unsort; backward the other way round."""
+    rank = traces(tmp_path, SMALL_MOE, PLAN, **options)[0]
+    forward = layer_order_all(rank, "fwd")
+    if not padded:
+        assert "quantization_padding" not in forward and "quantization_unpadding" not in forward
+        return
+    assert forward.index("sort_chunks") < forward.index("quantization_padding") < forward.index("expert_in")
+    assert forward.index("expert_out") < forward.index("quantization_unpadding") < forward.index("unsort_chunks")
+    backward = layer_order_all(rank, "bwd")
+    assert backward.index("unsort_chunks") < backward.index("quantization_unpadding") < backward.index(
+        "expert_out_dgrad")
+    assert backward.index("expert_in_dgrad") < backward.index("quantization_padding") < backward.index("sort_chunks")
+
+
+def layer_order_all(rank, phase: str) -> list[str]:
+    prefix = f"mb0.{phase}.layer0."
+    return [n.name[len(prefix):] for n in rank.nodes if n.name.startswith(prefix)]

@@ -199,9 +199,11 @@ class LayerPasses:
         return self.prog.compute(pre + "activation", z.act[0], x, phase)
 
     def _received_order(self, pre: str, g: list[int]) -> list[int]:
-        """The experts' input gradient back in the order the dispatch delivered the tokens: the backward of DeepEP's
-        permutation or of the alltoall dispatcher's sort by local expert (none with HybridEP)."""
+        """The experts' input gradient back in the order the dispatch delivered the tokens: the backward of the
+        quantization padding, of DeepEP's permutation or of the alltoall dispatcher's sort by local expert."""
         z = self.z
+        if z.quantization_padding is not None:
+            g = self.prog.compute(pre + "quantization_padding", z.quantization_padding[1], g, "bwd")
         if z.permute_at == "receive":
             g = self.prog.compute(pre + "permute", self.permute[1], g, "bwd")
         if z.sort_chunks is not None:
@@ -246,11 +248,15 @@ class LayerPasses:
             x = c(pre + "sort_chunks", z.sort_chunks[0], x, phase)
         if z.permute_at == "receive":
             x = c(pre + "permute", self.permute[0], x, phase)
+        if z.quantization_padding is not None:
+            x = c(pre + "quantization_padding", z.quantization_padding[0], x, phase)
         x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
         x = self._activation(pre, x, phase)
         x = c(pre + z.mlp_out.name, z.mlp_out.forward(), self.tp.gemm_inputs(pre, z.mlp_out, x, phase), phase)
         if z.expert_bias is not None:
             x = c(pre + "expert_bias", z.expert_bias[0], x, phase)
+        if z.quantization_padding is not None:
+            x = c(pre + "quantization_unpadding", z.quantization_padding[0], x, phase)
         if z.permute_at == "receive":
             x = c(pre + "unpermute", self.unpermute[0], x, phase)
         if z.sort_chunks is not None:
@@ -342,6 +348,8 @@ class LayerPasses:
             g = c(pre + "unsort_chunks", z.sort_chunks[1], g, "bwd")
         if z.permute_at == "receive":
             g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
+        if z.quantization_padding is not None:
+            g = c(pre + "quantization_unpadding", z.quantization_padding[1], g, "bwd")
         if z.expert_bias is not None:
             g = c(pre + "expert_bias", z.expert_bias[1], g, "bwd")
         g = self.tp.quantized(pre, z.mlp_out, "grad", g, "bwd")

@@ -185,6 +185,11 @@ class StageSizes:
             self.permute_at = "send" if not flex else "receive" if options.moe_flex_backend == "deepep" else ""
             self.sort_chunks = costs.elementwise("sort_chunks", moe_tokens * h, 1, 1, 1, d) \
                 if not flex and experts > 1 else None
+            # FP8/FP4 GEMMs need each expert's rows in multiples of the quantization block: with the dropless
+            # alltoall dispatcher TEGroupedMLP pads them in a copy of its own and unpads the output (Transformer
+            # Engine's Fp8Padding / Fp8Unpadding); the flex dispatchers' permutations pad as they permute
+            self.quantization_padding = costs.elementwise("quantization_padding", moe_tokens * h, 1, 1, 1, d) \
+                if low and not flex and options.moe_host_sync else None
             self.count_bytes = COUNT_BYTES * m.num_experts
             self.local_experts = experts
             self.act = costs.elementwise("activation", moe_tokens * ef, costs.ACTIVATION_FLOPS[m.gated_ffn],
