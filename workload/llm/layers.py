@@ -75,6 +75,16 @@ class LayerPasses:
                 elements = sizes.mlp_in.tokens * model.hidden_size
             self.permute = costs.elementwise("permute", elements, 1, 1, 1, model.dtype_bytes)
             self.unpermute = costs.elementwise("unpermute", elements, 2, 1, 1, model.dtype_bytes)
+            # the copies between the dispatch and the experts' GEMMs in forward order, each with its inverse between
+            # the experts and the combine: (name, kernels, inverse's name, its kernels)
+            copies = ((("sort_chunks", sizes.sort_chunks, "unsort_chunks", sizes.sort_chunks),)
+                      if sizes.sort_chunks is not None else ())
+            if sizes.permute_at == "receive":
+                copies += (("permute", self.permute, "unpermute", self.unpermute),)
+            if sizes.quantization_padding is not None:
+                copies += (("quantization_padding", sizes.quantization_padding, "quantization_unpadding",
+                            sizes.quantization_padding),)
+            self.receive_copies = copies
 
     def forward(self, pre: str, x: list[int], phase: str, layer: int = 0, first_micro_batch: bool = False
                 ) -> list[int]:
@@ -201,13 +211,8 @@ class LayerPasses:
     def _received_order(self, pre: str, g: list[int]) -> list[int]:
         """The experts' input gradient back in the order the dispatch delivered the tokens: the backward of the
         quantization padding, of DeepEP's permutation or of the alltoall dispatcher's sort by local expert."""
-        z = self.z
-        if z.quantization_padding is not None:
-            g = self.prog.compute(pre + "quantization_padding", z.quantization_padding[1], g, "bwd")
-        if z.permute_at == "receive":
-            g = self.prog.compute(pre + "permute", self.permute[1], g, "bwd")
-        if z.sort_chunks is not None:
-            g = self.prog.compute(pre + "sort_chunks", z.sort_chunks[1], g, "bwd")
+        for name, kernels, _, _ in reversed(self.receive_copies):
+            g = self.prog.compute(pre + name, kernels[1], g, "bwd")
         return g
 
     def _exchange(self, name: str, deps: list[int], phase: str) -> list[int]:
@@ -244,23 +249,15 @@ class LayerPasses:
         yield F_DISPATCH
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
-        if z.sort_chunks is not None:
-            x = c(pre + "sort_chunks", z.sort_chunks[0], x, phase)
-        if z.permute_at == "receive":
-            x = c(pre + "permute", self.permute[0], x, phase)
-        if z.quantization_padding is not None:
-            x = c(pre + "quantization_padding", z.quantization_padding[0], x, phase)
+        for name, kernels, _, _ in self.receive_copies:
+            x = c(pre + name, kernels[0], x, phase)
         x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
         x = self._activation(pre, x, phase)
         x = c(pre + z.mlp_out.name, z.mlp_out.forward(), self.tp.gemm_inputs(pre, z.mlp_out, x, phase), phase)
         if z.expert_bias is not None:
             x = c(pre + "expert_bias", z.expert_bias[0], x, phase)
-        if z.quantization_padding is not None:
-            x = c(pre + "quantization_unpadding", z.quantization_padding[0], x, phase)
-        if z.permute_at == "receive":
-            x = c(pre + "unpermute", self.unpermute[0], x, phase)
-        if z.sort_chunks is not None:
-            x = c(pre + "unsort_chunks", z.sort_chunks[0], x, phase)
+        for _, _, inverse, kernels in reversed(self.receive_copies):
+            x = c(pre + inverse, kernels[0], x, phase)
         if z.expert_gather:
             x = coll(pre + "expert_reducescatter", "etp", RS, z.expert_gather_bytes * self.grads.p.expert_tp, x,
                      phase)
@@ -344,12 +341,8 @@ class LayerPasses:
         yield B_COMBINE
         if z.expert_gather:
             g = coll(pre + "expert_grad_allgather", "etp", AG, z.expert_gather_bytes, g, "bwd")
-        if z.sort_chunks is not None:
-            g = c(pre + "unsort_chunks", z.sort_chunks[1], g, "bwd")
-        if z.permute_at == "receive":
-            g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
-        if z.quantization_padding is not None:
-            g = c(pre + "quantization_unpadding", z.quantization_padding[1], g, "bwd")
+        for _, _, inverse, kernels in self.receive_copies:
+            g = c(pre + inverse, kernels[1], g, "bwd")
         if z.expert_bias is not None:
             g = c(pre + "expert_bias", z.expert_bias[1], g, "bwd")
         g = self.tp.quantized(pre, z.mlp_out, "grad", g, "bwd")
