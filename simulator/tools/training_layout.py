@@ -178,7 +178,7 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
             reqs.append(("moe_flex_dispatcher", True))
             if recipe.moe_flex_backend:
                 reqs.append(("moe_flex_backend", recipe.moe_flex_backend))
-        backend = f" ({recipe.moe_flex_backend})" if recipe.moe_dispatcher == "flex" and recipe.moe_flex_backend else ""
+        backend = f" ({recipe.moe_flex_backend})" if recipe.moe_flex_backend else ""  # only flex names one
         plan.defaults_used.append(f"MoE dispatcher {recipe.moe_dispatcher}{backend} ({recipe.where})")
     if dims["ep"] > 1 and recipe is not None and recipe.moe_a2a_overlap:
         if dims["pp"] > 1 and dims["vp"] <= 1:

@@ -69,6 +69,8 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   combine) and, with more than one local expert, sorts the received tokens by local expert after the exchange (and
   back before the combine): four copies of the routed tokens per layer forward. DeepEP permutes the received tokens
   after its dispatch and back before its combine (two copies); HybridEP does both inside its exchange kernels (none).
+  With FP8/FP4 GEMMs and the dropless alltoall dispatcher the experts also pad each expert's rows to the
+  quantization block and unpad their output (two more copies); the flex dispatchers pad while they permute.
 - ``nvlink_domain`` (None): GPUs per NVLink domain (8 on an HGX/DGX node, 72 on an NVL72 rack; ranks r and r' share
   one when r // n == r' // n), for the flex dispatcher's inter-domain stage. None: one domain holds every rank.
 - ``moe_a2a_overlap`` (False): Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm,
