@@ -88,3 +88,15 @@ def test_low_precision_dropless_experts_pad_their_rows(tmp_path: Path, options: 
 def layer_order_all(rank, phase: str) -> list[str]:
     prefix = f"mb0.{phase}.layer0."
     return [n.name[len(prefix):] for n in rank.nodes if n.name.startswith(prefix)]
+
+
+def test_flex_backend_without_the_flex_dispatcher_warns(tmp_path: Path) -> None:
+    """The backend only picks the flex dispatcher's library: given with the alltoall dispatcher it changes nothing,
+    and the CLI says so (naming the flag that would make it count)."""
+    from tests.workload.test_llm import _main
+    argv = ["--preset", "mixtral-8x7b", "--layers", "2", "--dp", "2", "--ep", "2", "--summary"]
+    assert not any("moe-flex-backend" in w for w in _main(argv))
+    assert not any("moe-flex-backend" in w for w in _main([*argv, "--moe-dispatcher", "flex",
+                                                           "--moe-flex-backend", "hybridep"]))
+    warned = [w for w in _main([*argv, "--moe-flex-backend", "hybridep"]) if "moe-flex-backend" in w]
+    assert len(warned) == 1 and "--moe-dispatcher flex" in warned[0] and "\n" not in warned[0]

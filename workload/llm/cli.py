@@ -16,6 +16,7 @@ from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_fr
 from workload.llm.options import (
     ATTENTION_BACKENDS,
     CROSS_ENTROPY,
+    DEFAULT_MOE_FLEX_BACKEND,
     FP8_RECIPES,
     FSDP_GRAD_SYNC,
     MEGATRON_BUCKET,
@@ -155,9 +156,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="the expert-parallel exchange: alltoall (Megatron-Core's alltoall dispatcher: a token once per "
                         "chosen expert) or flex (DeepEP/HybridEP: once per destination rank, combined on the expert "
                         "side)")
-    t.add_argument("--moe-flex-backend", choices=MOE_FLEX_BACKENDS, default="deepep",
-                   help="the flex dispatcher's library: deepep (Megatron-Core's default: the received tokens "
-                        "permuted by expert after the dispatch) or hybridep (permuted inside its exchange kernels)")
+    t.add_argument("--moe-flex-backend", choices=MOE_FLEX_BACKENDS,
+                   help="the flex dispatcher's library (with --moe-dispatcher flex): deepep (Megatron-Core's "
+                        "default: the received tokens permuted by expert after the dispatch) or hybridep (permuted "
+                        "inside its exchange kernels)")
     t.add_argument("--nvlink-domain", type=int, metavar="GPUS",
                    help="GPUs per NVLink domain (8: HGX/DGX node, 72: NVL72 rack): with --moe-dispatcher flex, an "
                         "expert-parallel group spanning domains sends a token once per other domain and forwards it "
@@ -286,7 +288,8 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               cross_entropy=args.cross_entropy,
                               iteration_tail=args.iteration_tail,
                               dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync,
-                              moe_dispatcher=args.moe_dispatcher, moe_flex_backend=args.moe_flex_backend,
+                              moe_dispatcher=args.moe_dispatcher,
+                              moe_flex_backend=args.moe_flex_backend or DEFAULT_MOE_FLEX_BACKEND,
                               nvlink_domain=args.nvlink_domain,
                               moe_a2a_overlap=args.moe_a2a_overlap, moe_fused_mlp=args.moe_fused_mlp,
                               host_cpu=args.host_cpu,
@@ -339,6 +342,9 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
         warn(f"the expert-parallel groups do not split evenly over NVLink domains of {options.nvlink_domain} GPUs: "
              "the flex exchange runs as one all-to-all over each group, every destination rank's copy crossing "
              "between domains (a two-stage exchange needs as many of a group's ranks in each of its domains)")
+    if args.moe_flex_backend and options.moe_dispatcher != "flex":
+        warn(f"--moe-flex-backend {args.moe_flex_backend} has no effect with the {options.moe_dispatcher} dispatcher: "
+             "it picks the flex dispatcher's library (add --moe-dispatcher flex)")
     if plan.zero_stage and plan.dp == 1:
         warn(f"ZeRO stage {plan.zero_stage} with dp=1 shards nothing: no gradient or parameter collectives")
     device = device_preset(args.device) if args.device else None

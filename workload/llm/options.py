@@ -106,6 +106,7 @@ ATTENTION_BACKENDS = ("flash", "unfused")
 CROSS_ENTROPY = ("fused", "unfused")
 MOE_DISPATCHERS = ("alltoall", "flex")
 MOE_FLEX_BACKENDS = ("deepep", "hybridep")
+DEFAULT_MOE_FLEX_BACKEND = "deepep"  # Megatron-Core's
 FSDP_GRAD_SYNC = ("every", "last")
 MEGATRON_BUCKET = "megatron"
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
@@ -134,7 +135,7 @@ class TrainingOptions:
     dataloader_wait_us: int = 0
     moe_host_sync: bool = False
     moe_dispatcher: str = "alltoall"
-    moe_flex_backend: str = "deepep"
+    moe_flex_backend: str = DEFAULT_MOE_FLEX_BACKEND
     nvlink_domain: int | None = None
     moe_a2a_overlap: bool = False
     moe_fused_mlp: bool = False
