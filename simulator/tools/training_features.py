@@ -73,7 +73,7 @@ FEATURES: dict[str, Feature] = {
                                    (("moe_dispatcher", "flex"),), minor=True),
     "moe_a2a_overlap": Feature("expert-parallel all-to-alls overlapped with another micro-batch's compute "
                                "(Megatron-Core's EP A2A overlap)", (("moe_a2a_overlap", True),)),
-    "moe_flex_backend": Feature("the flex dispatcher's library (where it permutes the tokens by expert)",
+    "moe_flex_backend": Feature("the flex dispatcher's library (HybridEP all-gathers the routing map)",
                                 (("moe_flex_backend", VALUE),), minor=True),
     "moe_fused_mlp": Feature("the experts' MLP as Transformer Engine's fused operations (clamped GLU and scaled "
                              "biases inside its kernels)", (("moe_fused_mlp", True),), minor=True),

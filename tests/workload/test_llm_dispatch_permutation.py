@@ -1,6 +1,8 @@
 """Where each MoE dispatcher sorts a rank's tokens by expert: the alltoall dispatcher before its all-to-all and,
 with several local experts, the received tokens by local expert after it (and back before the combine); DeepEP
-after its dispatch; HybridEP inside its own exchange kernels."""
+after its dispatch; HybridEP in kernels of its own after its dispatch kernel (Megatron-Core's default), or inside
+that kernel when the permutation is fused into it. HybridEP also all-gathers the routing map before the dispatch
+and, across NVLink domains, stages the rank's tokens in its RDMA buffer."""
 
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ def layer_order(rank, phase: str) -> list[str]:
                                   "combine_alltoall"],
      ["combine_grad_alltoall", "unpermute", "permute", "dispatch_grad_alltoall"]),
     ({"moe_dispatcher": "flex", "moe_flex_backend": "hybridep"},
+     ["dispatch_alltoall", "permute", "expert_in", "expert_out", "unpermute", "combine_alltoall"],
+     ["combine_grad_alltoall", "unpermute", "permute", "dispatch_grad_alltoall"]),
+    ({"moe_dispatcher": "flex", "moe_flex_backend": "hybridep", "moe_hybridep_fused_permute": True},
      ["dispatch_alltoall", "expert_in", "expert_out", "combine_alltoall"],
      ["combine_grad_alltoall", "dispatch_grad_alltoall"]),
 ])
@@ -100,3 +105,43 @@ def test_flex_backend_without_the_flex_dispatcher_warns(tmp_path: Path) -> None:
                                                            "--moe-flex-backend", "hybridep"]))
     warned = [w for w in _main([*argv, "--moe-flex-backend", "hybridep"]) if "moe-flex-backend" in w]
     assert len(warned) == 1 and "--moe-dispatcher flex" in warned[0] and "\n" not in warned[0]
+
+
+@pytest.mark.parametrize("options, name, size", [
+    ({"moe_host_sync": True}, "dispatch_counts_allgather", 8 * 4),  # an int64 count per expert
+    ({"moe_host_sync": True, "moe_dispatcher": "flex"}, "dispatch_counts_allgather", 8 * 4),
+    ({"moe_host_sync": True, "moe_dispatcher": "flex", "moe_flex_backend": "hybridep"},
+     "dispatch_routing_map_allgather", 64 * 4),  # a byte per token and expert
+    ({"moe_dispatcher": "flex", "moe_flex_backend": "hybridep"}, "dispatch_routing_map_allgather", 64 * 4),
+    ({}, None, 0),  # token drop: fixed capacities, nothing to gather
+])
+def test_what_each_dispatcher_gathers_before_its_exchange(tmp_path: Path, options: dict, name: str | None,
+                                                         size: int) -> None:
+    """The dropless dispatchers all-gather every expert's token count over the expert-parallel group; HybridEP
+    all-gathers its rank's routing map instead (64 tokens x 4 experts here), also without the host sync (its
+    metadata preprocessing needs the map either way)."""
+    rank = traces(tmp_path, SMALL_MOE, PLAN, **options)[0]
+    gathered = [n for n in rank.nodes if n.name.startswith("mb0.fwd.layer0.dispatch_") and "allgather" in n.name]
+    if name is None:
+        assert not gathered
+        return
+    assert [n.name.rsplit(".", 1)[1] for n in gathered] == [name]
+    assert gathered[0].attrs["comm_size"] == size
+    assert not [n for n in rank.nodes if "allgather" in n.name and ".bwd." in n.name and "dispatch" in n.name]
+
+
+def test_hybridep_across_nvlink_domains_stages_its_tokens_before_each_dispatch(tmp_path: Path) -> None:
+    """Across NVLink domains HybridEP copies the rank's tokens (64 x hidden 256, bf16) into its RDMA buffer before
+    the dispatch and before the combine's gradient (a dispatch too); inside one domain it does not."""
+    plan = ParallelPlan(dp=4, ep=4, num_micro_batches=1)
+    options = {"moe_dispatcher": "flex", "moe_flex_backend": "hybridep"}
+    rank = traces(tmp_path / "two", SMALL_MOE, plan, nvlink_domain=2, **options)[0]
+    staged = [n for n in rank.compute() if n.name.endswith(".rdma_staging") and ".layer0." in n.name]
+    assert [n.name for n in staged] == ["mb0.fwd.layer0.rdma_staging", "mb0.bwd.layer0.rdma_staging"]
+    assert {n.attrs["tensor_size"] for n in staged} == {2 * 64 * 256 * 2}
+    exchange = {n.name: n for n in rank.nodes}
+    for staging, then in (("mb0.fwd.layer0.rdma_staging", "mb0.fwd.layer0.dispatch_alltoall_across"),
+                          ("mb0.bwd.layer0.rdma_staging", "mb0.bwd.layer0.combine_grad_alltoall_across")):
+        assert exchange[staging].id in exchange[then].deps
+    one = traces(tmp_path / "one", SMALL_MOE, plan, nvlink_domain=4, **options)[0]
+    assert not [n for n in one.nodes if n.name.endswith(".rdma_staging")]

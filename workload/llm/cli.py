@@ -158,8 +158,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "side)")
     t.add_argument("--moe-flex-backend", choices=MOE_FLEX_BACKENDS,
                    help="the flex dispatcher's library (with --moe-dispatcher flex): deepep (Megatron-Core's "
-                        "default: the received tokens permuted by expert after the dispatch) or hybridep (permuted "
-                        "inside its exchange kernels)")
+                        "default) or hybridep (its routing map all-gathered first); both permute the received "
+                        "tokens by expert after the dispatch")
+    t.add_argument("--moe-hybridep-fused-permute", action="store_true",
+                   help="HybridEP's permutation fused into its dispatch and combine kernels (Megatron-Core's "
+                        "--moe-permute-fusion-into-hybridep); default: its separate permute and unpermute kernels")
     t.add_argument("--nvlink-domain", type=int, metavar="GPUS",
                    help="GPUs per NVLink domain (8: HGX/DGX node, 72: NVL72 rack): with --moe-dispatcher flex, an "
                         "expert-parallel group spanning domains sends a token once per other domain and forwards it "
@@ -290,6 +293,7 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               dataloader_wait_us=args.dataloader_wait_us, moe_host_sync=args.moe_host_sync,
                               moe_dispatcher=args.moe_dispatcher,
                               moe_flex_backend=args.moe_flex_backend or DEFAULT_MOE_FLEX_BACKEND,
+                              moe_hybridep_fused_permute=args.moe_hybridep_fused_permute,
                               nvlink_domain=args.nvlink_domain,
                               moe_a2a_overlap=args.moe_a2a_overlap, moe_fused_mlp=args.moe_fused_mlp,
                               host_cpu=args.host_cpu,
@@ -345,6 +349,9 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
     if args.moe_flex_backend and options.moe_dispatcher != "flex":
         warn(f"--moe-flex-backend {args.moe_flex_backend} has no effect with the {options.moe_dispatcher} dispatcher: "
              "it picks the flex dispatcher's library (add --moe-dispatcher flex)")
+    if args.moe_hybridep_fused_permute and not options.hybridep():
+        warn("--moe-hybridep-fused-permute has no effect without HybridEP (add --moe-dispatcher flex "
+             "--moe-flex-backend hybridep)")
     if plan.zero_stage and plan.dp == 1:
         warn(f"ZeRO stage {plan.zero_stage} with dp=1 shards nothing: no gradient or parameter collectives")
     device = device_preset(args.device) if args.device else None

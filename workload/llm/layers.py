@@ -238,11 +238,15 @@ class LayerPasses:
         if z.permute_at == "send":
             x = c(pre + "permute", self.permute[0], x, phase)
         self.prog.issued(routing_issued)
-        if z.moe_host_sync:  # the token counts all-gathered and copied to the host, which waits for them and only
-            # then launches the dispatch (the host model is always on with the sync)
-            x = coll(pre + "dispatch_counts_allgather", "ep", AG, z.count_bytes, x, phase)
+        if z.moe_host_sync or z.gathers_routing_map:  # the token counts (HybridEP: the routing map) all-gathered
+            x = coll(pre + ("dispatch_routing_map_allgather" if z.gathers_routing_map else "dispatch_counts_allgather"),
+                     "ep", AG, z.count_bytes, x, phase)
+        if z.moe_host_sync:  # and copied to the host, which waits for them and only then launches the dispatch (the
+            # host model is always on with the sync)
             returned = self._issue(pre + "dispatch_issue", phase, lambda h: h.sync_return(), x)
             x = [*x, returned] if returned else x
+        if z.rdma_staging is not None:
+            x = c(pre + "rdma_staging", z.rdma_staging, x, phase)
         issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False, *self._extras))
         yield F_PRE
         x = self._exchange(pre + "dispatch_alltoall", x, phase)
@@ -337,6 +341,8 @@ class LayerPasses:
         output_grad = g
         if z.permute_at == "send":
             g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
+        if z.rdma_staging is not None:  # the combine's gradient is a HybridEP dispatch
+            g = c(pre + "rdma_staging", z.rdma_staging, g, "bwd")
         g = self._exchange(pre + "combine_grad_alltoall", g, "bwd")
         yield B_COMBINE
         if z.expert_gather:

@@ -68,9 +68,15 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   rank sorts its tokens by expert. The alltoall dispatcher permutes them before its all-to-all (and back after the
   combine) and, with more than one local expert, sorts the received tokens by local expert after the exchange (and
   back before the combine): four copies of the routed tokens per layer forward. DeepEP permutes the received tokens
-  after its dispatch and back before its combine (two copies); HybridEP does both inside its exchange kernels (none).
+  after its dispatch and back before its combine (two copies). HybridEP (``dispatch_with_permute`` /
+  ``combine_with_unpermute``) runs the same two copies as kernels of its own, after its dispatch kernel and before
+  its combine kernel, from and to its registered buffer; it first all-gathers the routing map (a byte per token and
+  expert) over the expert-parallel group, where the others exchange per-expert counts, and where the group spans
+  NVLink domains it copies the rank's tokens into its RDMA buffer before each dispatch.
   With FP8/FP4 GEMMs and the dropless alltoall dispatcher the experts also pad each expert's rows to the
   quantization block and unpad their output (two more copies); the flex dispatchers pad while they permute.
+- ``moe_hybridep_fused_permute`` (False, Megatron-Core's default): HybridEP's permutation inside its dispatch and
+  combine kernels (Megatron-Core's moe_permute_fusion_into_hybridep): no separate permute and unpermute copies.
 - ``nvlink_domain`` (None): GPUs per NVLink domain (8 on an HGX/DGX node, 72 on an NVL72 rack; ranks r and r' share
   one when r // n == r' // n), for the flex dispatcher's inter-domain stage. None: one domain holds every rank.
 - ``moe_a2a_overlap`` (False): Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm,
@@ -136,6 +142,7 @@ class TrainingOptions:
     moe_host_sync: bool = False
     moe_dispatcher: str = "alltoall"
     moe_flex_backend: str = DEFAULT_MOE_FLEX_BACKEND
+    moe_hybridep_fused_permute: bool = False
     nvlink_domain: int | None = None
     moe_a2a_overlap: bool = False
     moe_fused_mlp: bool = False
@@ -170,6 +177,10 @@ class TrainingOptions:
         """(NVLink domains, ranks in each) of every expert-parallel group the flex dispatcher exchanges over in two
         stages (groups epd, epx); None: one all-to-all over the group."""
         return expert_domains(plan, self.nvlink_domain) if self.moe_dispatcher == "flex" else None
+
+    def hybridep(self) -> bool:
+        """The exchange is HybridEP's (the flex dispatcher with that backend)."""
+        return self.moe_dispatcher == "flex" and self.moe_flex_backend == "hybridep"
 
     def grad_bytes(self, dtype_bytes: int) -> int:
         return 4 if self.grad_reduce_in_fp32 else dtype_bytes

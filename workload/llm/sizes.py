@@ -180,9 +180,12 @@ class StageSizes:
                                              for g in (self.mlp_in, self.mlp_out))
             self.moe_host_sync = options.moe_host_sync
             # where the rank sorts its tokens by expert (TrainingOptions.moe_flex_backend): "send" (the alltoall
-            # dispatcher, before its exchange), "receive" (DeepEP, after it) or "" (HybridEP, inside its kernels);
-            # the alltoall dispatcher also sorts the received tokens by local expert and back (sort_chunks)
-            self.permute_at = "send" if not flex else "receive" if options.moe_flex_backend == "deepep" else ""
+            # dispatcher, before its exchange), "receive" (DeepEP and HybridEP, after it) or "" (HybridEP with
+            # the permutation fused into its exchange kernels); the alltoall dispatcher also sorts the received
+            # tokens by local expert and back (sort_chunks)
+            hybridep = options.hybridep()
+            self.permute_at = "send" if not flex else "" if hybridep and options.moe_hybridep_fused_permute \
+                else "receive"
             self.sort_chunks = costs.elementwise("sort_chunks", moe_tokens * h, 1, 1, 1, d) \
                 if not flex and experts > 1 else None
             # FP8/FP4 GEMMs need each expert's rows in multiples of the quantization block: with the dropless
@@ -190,7 +193,13 @@ class StageSizes:
             # Engine's Fp8Padding / Fp8Unpadding); the flex dispatchers' permutations pad as they permute
             self.quantization_padding = costs.elementwise("quantization_padding", moe_tokens * h, 1, 1, 1, d) \
                 if low and not flex and options.moe_host_sync else None
-            self.count_bytes = COUNT_BYTES * m.num_experts
+            # what the dispatcher all-gathers over the expert-parallel group before the exchange: each expert's
+            # token count, or (HybridEP) the routing map, a byte per token and expert
+            self.gathers_routing_map = hybridep  # with or without the host sync
+            self.count_bytes = (t_local if hybridep else COUNT_BYTES) * m.num_experts
+            # HybridEP across NVLink domains first copies the rank's tokens into its RDMA buffer (each dispatch)
+            self.rdma_staging = costs.elementwise("rdma_staging", t_local * h, 0, 1, 1, d)[0] \
+                if hybridep and self.expert_domains is not None and self.expert_domains[0] > 1 else None
             self.local_experts = experts
             self.act = costs.elementwise("activation", moe_tokens * ef, costs.ACTIVATION_FLOPS[m.gated_ffn],
                                          2 if m.gated_ffn else 1, 1, d)
