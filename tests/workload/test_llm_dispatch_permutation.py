@@ -105,6 +105,11 @@ def test_flex_backend_without_the_flex_dispatcher_warns(tmp_path: Path) -> None:
                                                            "--moe-flex-backend", "hybridep"]))
     warned = [w for w in _main([*argv, "--moe-flex-backend", "hybridep"]) if "moe-flex-backend" in w]
     assert len(warned) == 1 and "--moe-dispatcher flex" in warned[0] and "\n" not in warned[0]
+    fused = [w for w in _main([*argv, "--moe-dispatcher", "flex", "--moe-hybridep-fused-permute"])
+             if "fused-permute" in w]
+    assert len(fused) == 1 and "--moe-flex-backend hybridep" in fused[0]
+    assert not [w for w in _main([*argv, "--moe-dispatcher", "flex", "--moe-flex-backend", "hybridep",
+                                  "--moe-hybridep-fused-permute"]) if "fused-permute" in w]
 
 
 @pytest.mark.parametrize("options, name, size", [
