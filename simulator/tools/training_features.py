@@ -75,8 +75,10 @@ FEATURES: dict[str, Feature] = {
                                "(Megatron-Core's EP A2A overlap)", (("moe_a2a_overlap", True),)),
     "moe_flex_backend": Feature("the flex dispatcher's library (HybridEP all-gathers the routing map)",
                                 (("moe_flex_backend", VALUE),), minor=True),
-    "moe_fused_mlp": Feature("the experts' MLP as Transformer Engine's fused operations (clamped GLU and scaled "
-                             "biases inside its kernels)", (("moe_fused_mlp", True),), minor=True),
+    "moe_fused_mlp": Feature("the experts' MLP as Transformer Engine's fused grouped MLP (one kernel per grouped "
+                             "GEMM, the activation and casts inside them)", (("moe_fused_mlp", True),), minor=True),
+    "fp8_attention": Feature("the attention core in FP8 (Megatron-Core's fp8_dot_product_attention)",
+                             (("fp8_attention", True),), minor=True),
     "host_cpu": Feature("the host CPU issuing the kernels", (("host_cpu", VALUE),), minor=True),
     "cuda_graph_scope": Feature("CUDA graphs replaying what they capture without the host",
                                 (("cuda_graph_scope", VALUE),), minor=True),

@@ -191,7 +191,7 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
                                       "next backward, one's all-to-alls beside the other's compute)")
     if dims["ep"] > 1 and recipe is not None and recipe.moe_fused_mlp:
         reqs.append(("moe_fused_mlp", True))
-        plan.defaults_used.append(f"the experts' MLP as Transformer Engine's fused operations ({recipe.where})")
+        plan.defaults_used.append(f"the experts' MLP as Transformer Engine's fused grouped MLP ({recipe.where})")
     if fw.cross_entropy[0] == "unfused":
         reqs.append(("unfused_cross_entropy", True))
         plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")
@@ -205,6 +205,9 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
         precision = fw.precision[0]
         plan.defaults_used.append(f"precision {precision} ({fw.precision[1]})")
     reqs += _low_precision(precision.split("(")[0], fw, plan)
+    if recipe is not None and recipe.fp8_attention and ("fp8", True) in reqs:
+        reqs.append(("fp8_attention", True))
+        plan.defaults_used.append(f"attention in FP8 ({recipe.where}: fp8_dot_product_attention)")
     if dp > 1 and fw.grad_reduce_in_fp32[0] and "fp16" not in precision:
         reqs.append(("grad_reduce_in_fp32", True))
         plan.defaults_used.append(f"gradient reduction in fp32 ({fw.grad_reduce_in_fp32[1]})")

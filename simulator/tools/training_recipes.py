@@ -20,7 +20,7 @@ from workload.llm.options import MOE_DISPATCHERS, MOE_FLEX_BACKENDS
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table source -> its framework's recipes
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
-        "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp"}
+        "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp", "fp8_attention"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,7 @@ class Recipe:
     micro_batch: int | None = None  # the recipe's micro-batch size where the table leaves it blank
     moe_fused_mlp: bool = False  # Megatron-Core's use_transformer_engine_op_fuser (the experts' fused MLP)
     moe_flex_backend: str = ""  # the flex dispatcher's library ("deepep", "hybridep"), "" where the recipe does not say
+    fp8_attention: bool = False  # Megatron-Core's fp8_dot_product_attention
 
 
 @cache
@@ -58,7 +59,7 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher,
                           bool(r.get("moe_a2a_overlap", False)), str(r.get("recompute_modules", "")), where,
                           str(r.get("pipeline_layout", "")), r.get("micro_batch"), bool(r.get("moe_fused_mlp", False)),
-                          backend)
+                          backend, bool(r.get("fp8_attention", False)))
     return out
 
 

@@ -128,6 +128,9 @@ def test_transformer_engines_fused_mlp_runs_them_inside_its_kernels(tmp_path: Pa
     recipe = recipe_for("megatron_bridge_perf", "26.08 NeMo container / Pre-Training Performance", "GPT OSS 120B",
                         "GB300", "MXFP8")
     assert recipe is not None and recipe.moe_fused_mlp
-    older = recipe_for("megatron_bridge_perf", "26.06 NeMo container / Pre-Training Performance", "GPT OSS 120B",
-                       "GB300", "MXFP8")
-    assert older is not None and not older.moe_fused_mlp
+    newer = recipe_for("megatron_bridge_perf", "26.06 NeMo container / Pre-Training Performance", "GPT OSS 120B",
+                       "GB300", "MXFP8")  # its perf scripts' cutedsl_fused_grouped_mlp
+    assert newer is not None and newer.moe_fused_mlp and newer.fp8_attention
+    older = recipe_for("megatron_bridge_perf", "26.04.01 NeMo container / Pre-Training Performance", "GPT OSS 120B",
+                       "GB300", "BF16")
+    assert older is not None and not older.moe_fused_mlp and not older.fp8_attention

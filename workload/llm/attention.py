@@ -50,7 +50,7 @@ class Attention:
         b, t = z.batch, z.tokens  # t = b x s / cp query tokens per rank
         self.q_bytes = t * z.heads * z.head_dim * d
         self.kv_bytes = 2 * t * z.kv_heads * z.head_dim * d  # this rank's K and V
-        dtype = dtype_for_bytes(d)
+        dtype = sizes.attention_dtype or dtype_for_bytes(d)
         flash = sizes.flash
 
         def shape(seq_q: int, seq_kv: int, causal: bool, backward: bool) -> AttentionShape:
@@ -82,7 +82,7 @@ class Attention:
                                   4 * self.q_bytes + 2 * gathered, dtype))
         elif self.kind == "a2a":
             self.a2a_kernels = costs.attention(b, model.seq_len, z.heads // plan.cp, z.kv_heads // plan.cp,
-                                               z.head_dim, d, flash=flash)
+                                               z.head_dim, d, flash=flash, dtype=sizes.attention_dtype)
 
     def forward(self, pre: str, x: list[int], phase: str, windowed: bool = False) -> list[int]:
         """From the QKV GEMM's output to the attention output (``windowed``: a sliding-window layer's kernel;

@@ -172,9 +172,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "forward runs layer by layer with the next backward, one's all-to-alls beside the other's "
                         "compute (needs --ep > 1, and --vp > 1 with --pp > 1)")
     t.add_argument("--moe-fused-mlp", action="store_true",
-                   help="the experts' MLP as Transformer Engine's fused operations (Megatron-Core's "
-                        "--use-transformer-engine-op-fuser): the clamped GLU and scaled expert biases inside its "
-                        "kernels")
+                   help="the experts' MLP as Transformer Engine's fused grouped MLP (Megatron-Core's "
+                        "--use-transformer-engine-op-fuser): each grouped GEMM one kernel for all local experts, "
+                        "the activation (GPT-OSS's clamp, the scaled expert biases) and the casts between the "
+                        "GEMMs inside them")
+    t.add_argument("--fp8-attention", action="store_true",
+                   help="the attention core in FP8 (Megatron-Core's --fp8-dot-product-attention; needs --precision "
+                        "fp8)")
     t.add_argument("--host-cpu", choices=HOST_CPUS,
                    help="model the host issuing the kernels on this CPU (grace: GB200/GB300 nodes): each block of "
                         "a layer ends no earlier than the framework's calls issuing it (workload/llm/host.py)")
@@ -296,6 +300,7 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               moe_hybridep_fused_permute=args.moe_hybridep_fused_permute,
                               nvlink_domain=args.nvlink_domain,
                               moe_a2a_overlap=args.moe_a2a_overlap, moe_fused_mlp=args.moe_fused_mlp,
+                              fp8_attention=args.fp8_attention,
                               host_cpu=args.host_cpu,
                               cuda_graph_scope=args.cuda_graph_scope)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)

@@ -202,6 +202,8 @@ class LayerPasses:
         Megatron-Core makes the linear offset a GPU tensor, a blocking copy: the host waits for everything queued so
         far, and only then issues the activation."""
         z = self.z
+        if z.fused_mlp:  # in the first GEMM's kernel (its backward in the second GEMM's input gradient's)
+            return x
         if z.act_clamp is not None:
             x = self.prog.compute(pre + "activation_clamp", z.act_clamp[0], x, phase)
             returned = self._issue(pre + "activation_offset_copy", phase, lambda h: h.copy_wait(), x)
@@ -257,7 +259,10 @@ class LayerPasses:
             x = c(pre + name, kernels[0], x, phase)
         x = c(pre + z.mlp_in.name, z.mlp_in.forward(), self.tp.gemm_inputs(pre, z.mlp_in, x, phase), phase)
         x = self._activation(pre, x, phase)
-        x = c(pre + z.mlp_out.name, z.mlp_out.forward(), self.tp.gemm_inputs(pre, z.mlp_out, x, phase), phase)
+        # the fused grouped MLP's first kernel writes the second GEMM's quantized input: only its weight's cast
+        x = self.tp.quantized(pre, z.mlp_out, "weight", x, phase) if z.fused_mlp else \
+            self.tp.gemm_inputs(pre, z.mlp_out, x, phase)
+        x = c(pre + z.mlp_out.name, z.mlp_out.forward(), x, phase)
         if z.expert_bias is not None:
             x = c(pre + "expert_bias", z.expert_bias[0], x, phase)
         for _, _, inverse, kernels in reversed(self.receive_copies):
@@ -357,10 +362,11 @@ class LayerPasses:
         dx = c(pre + z.mlp_out.name + "_dgrad", z.mlp_out.dgrad(), g, "bwd")
         c(pre + z.mlp_out.name + "_wgrad", z.mlp_out.wgrad(), g, "bwd")
         ready(unit, "expert_out", [self.prog.last_compute], micro_batch)
-        dx = c(pre + "activation", z.act[1], dx, "bwd")
-        if z.act_clamp is not None:
-            dx = c(pre + "activation_clamp", z.act_clamp[1], dx, "bwd")
-        dx = self.tp.quantized(pre, z.mlp_in, "grad", dx, "bwd")
+        if not z.fused_mlp:  # fused: the second GEMM's input-gradient kernel applies it and quantizes its output
+            dx = c(pre + "activation", z.act[1], dx, "bwd")
+            if z.act_clamp is not None:
+                dx = c(pre + "activation_clamp", z.act_clamp[1], dx, "bwd")
+            dx = self.tp.quantized(pre, z.mlp_in, "grad", dx, "bwd")
         dx_in = c(pre + z.mlp_in.name + "_dgrad", z.mlp_in.dgrad(), dx, "bwd")
         if self.delayed_wgrad:  # the dispatch's backward (its local permutation first) before the weight gradient
             dx_in = self._received_order(pre, dx_in)

@@ -84,9 +84,17 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   together with the backward after it, layer by layer, so that one's expert-parallel exchanges run beside the
   other's computation (workload/llm/build.py). Needs expert parallelism, virtual pipeline stages when pp > 1, and
   no full recompute (Megatron-Core's conditions).
-- ``moe_fused_mlp`` (False): the experts' MLP as Transformer Engine's fused operations (Megatron-Core's
-  use_transformer_engine_op_fuser): the clamped GLU and the experts' scaled second-layer biases run inside its
-  kernels, not as PyTorch kernels of their own (nor with the clamped GLU's blocking copy).
+- ``moe_fused_mlp`` (False): the experts' MLP as Transformer Engine's fused grouped MLP (Megatron-Core's
+  use_transformer_engine_op_fuser; on Blackwell the CuTe DSL grouped-GEMM kernels of TE's GroupedMLP op): each of
+  the two grouped GEMMs is one kernel over all local experts (not one per expert on four streams), the first
+  GEMM's kernel applies the activation and the routing probabilities and writes the second GEMM's quantized input,
+  the second GEMM's input-gradient kernel applies the activation's backward and writes the first GEMM's quantized
+  output gradient, and each remaining operand is quantized for all experts at once; the clamped GLU and the
+  experts' scaled second-layer biases run inside its kernels, not as PyTorch kernels of their own (nor with the
+  clamped GLU's blocking copy), and the activation's selective recompute has nothing separate to recompute.
+- ``fp8_attention`` (False): the attention core in FP8 (Megatron-Core's --fp8-dot-product-attention, Transformer
+  Engine's FP8 fused attention): its kernels timed at the device's FP8 attention efficiency. Needs precision fp8
+  and the fused attention kernel.
 - ``cuda_graph_scope`` (""): what CUDA graphs capture, Megatron-Core's names separated by commas (``attn``,
   ``mlp``, ``moe_router``, ``moe_preprocess``, ``full``, ``full_iteration``): a captured block costs the host one
   graph launch instead of its calls. Only with the host model.
@@ -146,6 +154,7 @@ class TrainingOptions:
     nvlink_domain: int | None = None
     moe_a2a_overlap: bool = False
     moe_fused_mlp: bool = False
+    fp8_attention: bool = False
     host_cpu: str | None = None
     cuda_graph_scope: str = ""
 
@@ -223,6 +232,9 @@ class TrainingOptions:
                 or self.dataloader_wait_us < 0:
             raise InputError(f"the data-loader wait must be a whole number of microseconds >= 0 "
                              f"(got {self.dataloader_wait_us!r})")
+        if self.fp8_attention and (self.precision != "fp8" or self.attention_backend != "flash"):
+            raise InputError(f"fp8_attention needs precision fp8 and the fused attention kernel (got precision "
+                             f"{self.precision}, attention {self.attention_backend})")
         if self.overlap_param_gather and zero_stage not in (1, 2):
             raise InputError("overlap_param_gather needs the distributed optimizer (ZeRO stage 1 or 2), whose "
                              f"parameter all-gathers it overlaps (got ZeRO {zero_stage})")

@@ -79,9 +79,10 @@ def operand_kernels(name: str, elements: int, recipe: str, launches: int = 1) ->
 
 def launches(gemm: Matmul, operand: str, recipe: str) -> int:
     """Kernels per pass quantizing ``gemm``'s ``operand`` ("input", "grad", "weight"): one per expert of a grouped
-    GEMM, unless the recipe fuses the experts' activations (delayed scaling; NVFP4 with a 128-multiple inner
-    dimension)."""
-    if gemm.weights <= 1:
+    GEMM run one GEMM per expert, unless the recipe fuses the experts' activations (delayed scaling; NVFP4 with a
+    128-multiple inner dimension); one for a grouped GEMM run as one kernel (the fused grouped MLP's grouped
+    tensors)."""
+    if gemm.weights <= 1 or not gemm.streams:  # one kernel for all experts: Transformer Engine's fused grouped MLP
         return 1
     if operand == "weight":
         return gemm.weights

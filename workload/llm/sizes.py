@@ -141,8 +141,10 @@ class StageSizes:
         self.qk_norm = costs.elementwise("qk_norm", t * (heads + kv) * hd, costs.NORM_FLOPS[m.norm], 1, 1, d,
                                          op_class="norm") if m.qk_norm else None
         self.flash = flash = options.attention_backend == "flash"
-        self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d, flash=flash)
-        self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash) \
+        self.attention_dtype = "fp8" if options.fp8_attention else ""  # "": the model's
+        att = self.attention_dtype
+        self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d, flash=flash, dtype=att)
+        self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash, dtype=att) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
         self.attn_out = matmul("attn_out", t, heads * m.value_head_size, h, d, dtype=low)
         self.dense: Ffn | None = None  # a dense layer's FFN (of a mixture-of-experts model: its first layers')
@@ -175,7 +177,9 @@ class StageSizes:
                 domains = self.expert_domains[0]
                 self.dispatch_domain_bytes = round(t_local * flex_copies(m.num_experts, m.top_k, domains, *routing)
                                                    * h * d)
-            if experts > 1:  # Transformer Engine's GroupedLinear: a GEMM per local expert, a few streams at a time
+            # Transformer Engine's fused grouped MLP: each grouped GEMM one kernel, the activation in their epilogues
+            self.fused_mlp = options.moe_fused_mlp
+            if experts > 1 and not self.fused_mlp:  # TE's GroupedLinear: a GEMM per local expert, a few streams
                 self.mlp_in, self.mlp_out = (replace(g, streams=GROUPED_GEMM_STREAMS)
                                              for g in (self.mlp_in, self.mlp_out))
             self.moe_host_sync = options.moe_host_sync
