@@ -89,15 +89,17 @@ class KernelModel:
         scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if dtype == "fp8" else 1.0)
         eff = min(1.0, p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * scale)
         flops = self.device.peak_flops(dtype) * eff
+        batched = float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth,
+                                     p))
         if g.streams and g.batch > g.streams:  # one kernel per product, ``streams`` at a time: rounds of them
             rounds, rest = divmod(g.batch, g.streams)
             seconds = rounds * gemm_seconds(g.m, g.n, g.k, g.streams, DTYPE_BYTES[dtype], flops, self.units,
                                             self.bandwidth, p)
             if rest:
                 seconds += gemm_seconds(g.m, g.n, g.k, rest, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth, p)
-            return float(seconds) + self.gap_s
-        return float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth,
-                                  p)) + self.gap_s
+            # each round may pick its own tile shape, which one batched kernel cannot: never count that as a gain
+            return max(float(seconds), batched) + self.gap_s
+        return batched + self.gap_s
 
     # --- attention -------------------------------------------------------------------------------------------
     def attention_s(self, a: AttentionShape, dtype: str) -> float:
