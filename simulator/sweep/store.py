@@ -116,11 +116,14 @@ class ResultStore:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, holding the database's write lock from its start (BEGIN IMMEDIATE)."""
+        if self.db.in_transaction:  # a signal (SIGTERM, Ctrl-C) stopped an earlier one between its BEGIN and its end
+            self.db.execute("ROLLBACK")
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield self.db
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
 

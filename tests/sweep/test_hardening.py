@@ -305,3 +305,23 @@ def test_settings_beyond_sqlite_integers_are_stored_as_text() -> None:
     from simulator.sweep.store import cell
 
     assert cell(2**64) == "18446744073709551616" and cell(-(2**63)) == -(2**63) and cell(True) == 1
+
+
+def test_a_transaction_a_signal_left_open_is_rolled_back_before_the_next(tmp_path: Path) -> None:
+    """SIGTERM can land between a write's BEGIN and its end (the race that once made the cleanup's release of
+    claims fail with "cannot start a transaction within a transaction"): the next write rolls the stopped one back
+    and runs."""
+    sweep = sweep_file(tmp_path, {"network.bandwidth": [10, 20]})
+    keys = [p.key for p in load_sweep(sweep).points]
+    store = ResultStore(str(tmp_path / "out"))
+    try:
+        assert store.claim(keys[0]) == "claimed"
+        store.db.execute("BEGIN IMMEDIATE")  # as a stopped write leaves it
+        store.db.execute("DELETE FROM claims")
+        assert store.db.in_transaction
+        store.release_claims()
+        assert not store.db.in_transaction
+        assert store.claim(keys[1]) == "claimed"
+    finally:
+        store.close()
+    assert query(tmp_path / "out", "SELECT key FROM claims") == [(keys[1],)]
