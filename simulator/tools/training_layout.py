@@ -152,9 +152,17 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if any(stated.values()):
         reqs += [(k, True) for k, on in stated.items() if on and relevant[k]]
     elif fw.overlap[0] and any(relevant.values()):
-        reqs += [(k, True) for k, on in relevant.items() if on]
-        plan.defaults_used.append(f"communication overlap: {', '.join(k for k, on in relevant.items() if on)} "
-                                  f"({fw.overlap[1]})")
+        off = set(recipe.overlaps_off if recipe is not None else ())
+        if "overlap_grad_reduce" in off:  # Megatron-Core overlaps no parameter gather without it
+            off.add("overlap_param_gather")
+        chosen = {k: on and k not in off for k, on in relevant.items()}
+        reqs += [(k, True) for k, on in chosen.items() if on]
+        if any(chosen.values()):
+            plan.defaults_used.append(f"communication overlap: {', '.join(k for k, on in chosen.items() if on)} "
+                                      f"({fw.overlap[1]})")
+        turned_off = sorted(off & {k for k, on in relevant.items() if on})
+        if turned_off and recipe is not None:
+            plan.defaults_used.append(f"no {', '.join(turned_off)} ({recipe.where})")
     if dp > 1 and ("overlap_grad_reduce", True) not in reqs:
         reqs.append(("no_grad_overlap", True))
     if dp > 1 and fw.megatron_buckets:

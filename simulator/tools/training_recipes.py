@@ -19,8 +19,10 @@ from workload.llm.options import MOE_DISPATCHERS, MOE_FLEX_BACKENDS
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "configs" / "recipes"
 SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table source -> its framework's recipes
+COMM_OVERLAPS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")  # on unless a recipe says off
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
-        "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp", "fp8_attention"}
+        "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp", "fp8_attention",
+        *COMM_OVERLAPS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,7 @@ class Recipe:
     moe_fused_mlp: bool = False  # Megatron-Core's use_transformer_engine_op_fuser (the experts' fused MLP)
     moe_flex_backend: str = ""  # the flex dispatcher's library ("deepep", "hybridep"), "" where the recipe does not say
     fp8_attention: bool = False  # Megatron-Core's fp8_dot_product_attention
+    overlaps_off: tuple[str, ...] = ()  # the COMM_OVERLAPS the recipe turns off (the framework's default is on)
 
 
 @cache
@@ -59,7 +62,8 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         out[key] = Recipe(r.get("vp"), r.get("cuda_graph_scope", ""), r.get("moe_token_drop"), dispatcher,
                           bool(r.get("moe_a2a_overlap", False)), str(r.get("recompute_modules", "")), where,
                           str(r.get("pipeline_layout", "")), r.get("micro_batch"), bool(r.get("moe_fused_mlp", False)),
-                          backend, bool(r.get("fp8_attention", False)))
+                          backend, bool(r.get("fp8_attention", False)),
+                          tuple(k for k in COMM_OVERLAPS if r.get(k) is False))
     return out
 
 

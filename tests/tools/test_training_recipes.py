@@ -150,3 +150,20 @@ def test_deepseek_v3_rows_take_the_recipes_pipeline_layout_and_mtp() -> None:
     assert kimi.status == READY and kimi.spec["mtp_layers"] == 0 and kimi.spec["num_experts"] == 384
     printed = plan_row(rows["mbridge_25.11_Pre-Training_DGX-GB300_DeepSeekV3_(w/o_MTP)_256_BF16_236"])
     assert printed.status == "unsupported" and printed.reason.startswith("the layout as printed does not run")
+
+
+def test_a_recipe_that_turns_an_overlap_off_wins_over_the_framework_default() -> None:
+    """Megatron-Bridge's H100 Qwen3 235B recipes set CommOverlapConfig(tp_comm_overlap=False): their TP2 rows run
+    without the TP overlap the tool otherwise assumes; 25.09's DeepSeek-V3 on H100 also reduces its gradients after
+    the backward (and so gathers no parameters early)."""
+    rows = {r.row_id: r for r in read_tables([str(p) for p in sorted(HOLD_OUT.glob("megatron_bridge*.tsv"))])}
+    qwen = plan_row(next(r for i, r in rows.items() if "26.02_" in i and "H100_Qwen3_235B" in i))
+    assert qwen.status == READY, qwen.reason
+    assert qwen.spec["tp"] == 2 and "tp_comm_overlap" not in qwen.spec and qwen.spec["overlap_grad_reduce"]
+    assert any(d.startswith("no tp_comm_overlap (Megatron-Bridge 26.02 recipe") for d in qwen.defaults_used)
+    deepseek = plan_row(next(r for i, r in rows.items() if "25.09_" in i and "H100_DeepSeekV3" in i))
+    assert deepseek.status == READY, deepseek.reason
+    assert deepseek.spec["overlap_grad_reduce"] is False  # after the whole backward
+    assert not {"tp_comm_overlap", "overlap_param_gather"} & set(deepseek.spec)
+    llama = plan_row(row({**BASE, "row_id": "llama", "TP": "2", "DP": "8"}))  # no recipe turns anything off
+    assert llama.spec["tp_comm_overlap"] and llama.spec["overlap_param_gather"]
