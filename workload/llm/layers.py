@@ -242,7 +242,7 @@ class LayerPasses:
         self.prog.issued(routing_issued)
         if z.moe_host_sync or z.gathers_routing_map:  # the token counts (HybridEP: the routing map) all-gathered
             x = coll(pre + ("dispatch_routing_map_allgather" if z.gathers_routing_map else "dispatch_counts_allgather"),
-                     "ep", AG, z.count_bytes, x, phase)
+                     "ep", AG, z.dispatch_gather_bytes, x, phase)
         if z.moe_host_sync:  # and copied to the host, which waits for them and only then launches the dispatch (the
             # host model is always on with the sync)
             returned = self._issue(pre + "dispatch_issue", phase, lambda h: h.sync_return(), x)

@@ -200,7 +200,7 @@ class StageSizes:
             # what the dispatcher all-gathers over the expert-parallel group before the exchange: each expert's
             # token count, or (HybridEP) the routing map, a byte per token and expert
             self.gathers_routing_map = hybridep  # with or without the host sync
-            self.count_bytes = (t_local if hybridep else COUNT_BYTES) * m.num_experts
+            self.dispatch_gather_bytes = (t_local if hybridep else COUNT_BYTES) * m.num_experts
             # HybridEP across NVLink domains first copies the rank's tokens into its RDMA buffer (each dispatch)
             self.rdma_staging = costs.elementwise("rdma_staging", t_local * h, 0, 1, 1, d)[0] \
                 if hybridep and self.expert_domains is not None and self.expert_domains[0] > 1 else None
