@@ -212,7 +212,8 @@ class LayerPasses:
 
     def _received_order(self, pre: str, g: list[int]) -> list[int]:
         """The experts' input gradient back in the order the dispatch delivered the tokens: the backward of the
-        quantization padding, of DeepEP's permutation or of the alltoall dispatcher's sort by local expert."""
+        quantization padding, of the flex dispatchers' permutation or of the alltoall dispatcher's sort by local
+        expert."""
         for name, kernels, _, _ in reversed(self.receive_copies):
             g = self.prog.compute(pre + name, kernels[1], g, "bwd")
         return g

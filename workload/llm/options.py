@@ -64,8 +64,8 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   kernels do: a token crosses to each other domain holding one of its experts once, to the rank at its own place
   there (an all-to-all over those peers, group epx), and every rank forwards what it holds to the ranks of its
   domain that need it (the flex bytes above, an all-to-all within the domain, group epd).
-- ``moe_flex_backend`` ("deepep", Megatron-Core's default): the flex dispatcher's library, which decides where a
-  rank sorts its tokens by expert. The alltoall dispatcher permutes them before its all-to-all (and back after the
+- ``moe_flex_backend`` ("deepep", Megatron-Core's default): the flex dispatcher's library. Where each dispatcher
+  sorts a rank's tokens by expert: the alltoall dispatcher permutes them before its all-to-all (and back after the
   combine) and, with more than one local expert, sorts the received tokens by local expert after the exchange (and
   back before the combine): four copies of the routed tokens per layer forward. DeepEP permutes the received tokens
   after its dispatch and back before its combine (two copies). HybridEP (``dispatch_with_permute`` /
@@ -234,7 +234,7 @@ class TrainingOptions:
                              f"(got {self.dataloader_wait_us!r})")
         if self.fp8_attention and (self.precision != "fp8" or self.attention_backend != "flash"):
             raise InputError(f"fp8_attention needs precision fp8 and the fused attention kernel (got precision "
-                             f"{self.precision}, attention {self.attention_backend})")
+                             f"{self.precision or 'the model dtype'}, attention {self.attention_backend})")
         if self.overlap_param_gather and zero_stage not in (1, 2):
             raise InputError("overlap_param_gather needs the distributed optimizer (ZeRO stage 1 or 2), whose "
                              f"parameter all-gathers it overlaps (got ZeRO {zero_stage})")
