@@ -51,6 +51,8 @@ def shares(r: dict[str, Any]) -> str:
     b = r["breakdown"]
     step = b["step_ns"] or 1
     parts = [f"{short} {b['compute_ns_by_class'].get(name, 0) / step:4.0%}" for name, short in CLASSES]
+    if b["compute_ns_by_class"].get("scan"):  # a hybrid model's Mamba-2 scan kernels
+        parts.insert(2, f"ssd {b['compute_ns_by_class']['scan'] / step:4.0%}")
     comm = sorted(((v, k) for k, v in b["exposed_comm_ns_by_kind"].items() if k != PP and v / step >= 0.005),
                   reverse=True)
     parts.append("comm " + (" ".join(f"{k} {v / step:.0%}" for v, k in comm) or "-"))

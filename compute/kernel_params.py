@@ -29,6 +29,11 @@ FAMILIES = ("gemm", "attention", "memory")
 # efficiency_scale keys: the families, and FP8 GEMMs on top of ``gemm`` (the kernel data's FP8 GEMMs are DeepGEMM's;
 # a training framework's FP8 GEMMs with their quantization kernels reach a different fraction)
 SCALES = (*FAMILIES, "fp8_gemm")
+# mamba_ssm's Triton SSD kernels (the Mamba-2 scan: chunk cumulative sum, C B^T, chunk states, state passing, chunk
+# scan) reach this fraction of a device's element-wise bandwidth efficiency, counting their bytes as
+# workload/llm/mamba.py does: the median over published forward timings on B200 and H200
+# (benchmarks/data/kernels/ssd_triton.tsv), refitted and printed against them by benchmarks/ssd_kernels.py
+SCAN_BANDWIDTH_FRACTION = 0.43
 MEMORY_CLASSES = ("elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer", "quantize",
                   "quantize_fp4")  # quantize_fp4: op_class quantize in dtype fp4 (compute/kernels.memory_class)
 MAX_US = 1e6
@@ -67,9 +72,12 @@ class MemoryParams:
     efficiency: dict[str, float]  # fraction of HBM bandwidth
 
     def of(self, op_class: str) -> tuple[float, float]:
-        """(launch_us, efficiency) of ``op_class``."""
-        return (self.launch_us.get(op_class, self.launch_us["elementwise"]),
-                self.efficiency.get(op_class, self.efficiency["elementwise"]))
+        """(launch_us, efficiency) of ``op_class``; the Mamba-2 scan's kernels (``scan``), unless the device gives
+        them, at SCAN_BANDWIDTH_FRACTION of its element-wise efficiency."""
+        launch_us = self.launch_us.get(op_class, self.launch_us["elementwise"])
+        if op_class in self.efficiency:
+            return launch_us, self.efficiency[op_class]
+        return launch_us, self.efficiency["elementwise"] * (SCAN_BANDWIDTH_FRACTION if op_class == "scan" else 1.0)
 
 
 @dataclass(frozen=True, slots=True)

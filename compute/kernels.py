@@ -139,7 +139,9 @@ class KernelModel:
         """``size_bytes`` and ``flops`` of one class at its bandwidth efficiency, over ``kernels`` launches."""
         launch_us, eff = self.params.memory.of(op_class)
         eff = min(1.0, eff * self.params.scale("memory"))
-        work = max(size_bytes / (self.bandwidth * eff), flops / self.device.peak_flops("fp32"))
+        # the Mamba-2 scan's products run on the tensor cores (16-bit); every other class's arithmetic is fp32
+        peak = self.device.peak_flops("bf16" if op_class == "scan" else "fp32")
+        work = max(size_bytes / (self.bandwidth * eff), flops / peak)
         return kernels * (launch_us * 1e-6 + self.gap_s) + work if work > 0 else 0.0
 
     def fallback_s(self, num_ops: int, tensor_size: int) -> float:

@@ -20,7 +20,13 @@ Sources (configuration values only; facts, no code taken):
   biases, vocabulary 201,088; sliding-window attention of 128 tokens on every other layer; YaRN RoPE with scaling
   factor 32, whose concentration factor 0.1 ln 32 + 1 = 1.35 makes Megatron-Core run its unfused RoPE:
   NVIDIA/Megatron-LM megatron/core/models/common/embeddings/rope_utils.py since "Fixes for gpt-oss", Nov. 2025).
-- Nemotron 3 Nano: a hybrid Mamba-2 / attention / MoE model (NVIDIA model card).
+- Nemotron 3 Nano 30B-A3B: NVIDIA-NeMo/Megatron-Bridge (Apache-2.0) src/megatron/bridge/recipes/nemotronh/h100/
+  nemotron_3_nano.py (hybrid_layer_pattern of 23 Mamba-2, 6 attention and 23 MoE layers, hidden 2688, 64 Mamba heads
+  of 64, state 128, 8 groups; 32 heads, 2 query groups, kv_channels 128; 128 experts top-6, expert FFN 1856, shared
+  expert 3712, squared ReLU; no position embedding, RMSNorm, untied, vocabulary 131,072); the workload preset.
+  Nemotron 3.5 Lightning: its perf recipe (v0.6.0 src/megatron/bridge/perf_recipes/nemotronh/) is Nano's with two
+  multi-token-prediction depths of pattern "*E" (one attention and one MoE layer each; the recipe shares their
+  weights, counted here per depth).
 - DeepSeek-V3: its config.json (MIT): 61 layers (the first 3 dense, FFN 18432), hidden 7168, 128 heads with multi-head
   latent attention (query latent 1536, key/value latent 512, head dim 128 + 64 RoPE, value head dim 128), 256
   routed experts top-8 from the best 4 of 8 groups, expert FFN 2048, one shared expert, vocabulary 129,280; the
@@ -65,8 +71,9 @@ GPT_OSS = Family("GPT-OSS", {"gated_ffn": True, "tied_embeddings": False, "posit
                  vocab=201088)
 DEEPSEEK = Family("DeepSeek-V3", {"gated_ffn": True, "tied_embeddings": False, "position_embedding": "rope",
                                   "norm": "rmsnorm", "bias": False})
-HYBRID_MAMBA = Family("Nemotron-H", {}, needs=("Mamba-2 layers (a hybrid Mamba/attention/MoE model)",),
-                      approximable=False)
+NEMOTRON_H = Family("Nemotron-H (hybrid Mamba-2)", {"gated_ffn": False, "tied_embeddings": False,
+                                                    "position_embedding": "none", "norm": "rmsnorm", "bias": False},
+                    vocab=131072)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +99,14 @@ def _latent_moe(name: str) -> dict[str, int]:
     return {k: getattr(m, k) for k in keys}
 
 
+def _hybrid(name: str) -> dict[str, Any]:
+    """A hybrid preset's fields beside _preset's: its layer pattern, Mamba mixer, experts."""
+    m = PRESETS[name]
+    keys = ("head_dim", "layer_pattern", "mamba_heads", "mamba_head_dim", "mamba_state_dim", "mamba_groups",
+            "num_experts", "top_k", "shared_expert_ffn")
+    return {**_preset(name), **{k: getattr(m, k) for k in keys}}
+
+
 # keyed by the model name lower-cased without punctuation or a parenthesised remark
 CARDS: dict[str, Card] = {
     "llama38b": Card(LLAMA, _preset("llama3-8b"), "Llama 3 8B (workload/llm/presets.py)"),
@@ -110,7 +125,10 @@ CARDS: dict[str, Card] = {
     "gptoss120b": Card(GPT_OSS, {"num_layers": 36, "hidden_size": 2880, "num_heads": 64, "num_kv_heads": 8,
                                  "head_dim": 64, "num_experts": 128, "top_k": 4, "ffn_hidden_size": 2880},
                        "Megatron-Bridge GPTOSSProvider120B"),
-    "nemotron3nano": Card(HYBRID_MAMBA, {}, "Nemotron 3 Nano model card"),
+    "nemotron3nano": Card(NEMOTRON_H, _hybrid("nemotron-3-nano"), "Megatron-Bridge's Nemotron 3 Nano recipe"),
+    "nemotron35lightning": Card(NEMOTRON_H, {**_hybrid("nemotron-3-nano"), "mtp_layers": 2},
+                                "Megatron-Bridge's Nemotron 3.5 Lightning perf recipe: Nemotron 3 Nano's with two "
+                                "multi-token-prediction depths (attention and MoE, '*E')"),
     "deepseekv3": Card(DEEPSEEK, {**_preset("deepseek-v3"), **_latent_moe("deepseek-v3")}, "DeepSeek-V3 config.json"),
     "kimik2": Card(DEEPSEEK, {**_preset("deepseek-v3"), **_latent_moe("deepseek-v3"), "num_heads": 64,
                               "num_kv_heads": 64, "num_experts": 384, "router_groups": 1, "router_group_topk": 1,

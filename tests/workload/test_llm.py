@@ -143,19 +143,19 @@ def test_flops_per_iteration_against_6pt(name: str) -> None:
     # exact: causal attention scores, s(s+1)/2 pairs per head and sequence, forward + backward (latent attention:
     # query/key heads of head_size + RoPE dims, value heads of value_head_size)
     attention_width = model.num_heads * (model.head_size + model.qk_rope_head_dim + model.value_head_size) // 2
-    assert flops["attention"] == 6 * model.num_layers * attention_width * (model.seq_len + 1) * tokens
+    assert flops["attention"] == 6 * model.attention_layers * attention_width * (model.seq_len + 1) * tokens
     assert flops["elementwise"] + flops["optimizer"] < 0.005 * flops["total"]
     # 6PT counts the untied input embedding (a lookup, no FLOPs) as a matmul: 6.5% of Llama-3 8B's parameters
     lookup = model.embedding_params() if not model.tied_embeddings else model.embedding_params() - \
         model.vocab_size * model.hidden_size
     assert flops["matmul"] == pytest.approx(6 * (model.active_params() - lookup) * tokens, rel=0.05)
-    if name != "llama3-8b":
+    if lookup < 0.05 * model.active_params():  # not Llama-3 8B, nor Nemotron 3 Nano (10%)
         assert flops["matmul"] == pytest.approx(six_pt, rel=0.05)
     # the attention term is 6 L s h per token: small only for wide models or short sequences
     if name in ("gpt3-6.7b", "gpt3-13b", "gpt3-175b", "llama3-405b"):
         assert flops["total"] == pytest.approx(six_pt, rel=0.05)
     else:  # e.g. GPT-3 1.3B at 2048 tokens is ~ +7.5%, Mixtral at 32768 tokens ~ +33%
-        assert flops["total"] > 1.05 * six_pt
+        assert flops["total"] > 1.05 * 6 * (model.active_params() - lookup) * tokens
 
 
 def test_activation_recompute_adds_exactly_one_forward_of_the_layers() -> None:

@@ -39,7 +39,9 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--moe-shared-expert-intermediate-size": "shared_expert_ffn", "--q-lora-rank": "q_lora_rank",
                    "--kv-lora-rank": "kv_lora_rank", "--qk-pos-emb-head-dim": "qk_rope_head_dim",
                    "--v-head-dim": "v_head_dim", "--dense-layers": "dense_layers",
-                   "--dense-ffn-hidden": "dense_ffn_hidden_size", "--mtp-num-layers": "mtp_layers"}
+                   "--dense-ffn-hidden": "dense_ffn_hidden_size", "--mtp-num-layers": "mtp_layers",
+                   "--mamba-num-heads": "mamba_heads", "--mamba-head-dim": "mamba_head_dim",
+                   "--mamba-state-dim": "mamba_state_dim", "--mamba-num-groups": "mamba_groups"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
                     "--rope-fused": "rope_fused", "--clamped-glu": "clamped_glu",
                     "--qk-norm": "qk_norm"}
@@ -63,6 +65,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         m.add_argument(flag, dest=fieldname, action=argparse.BooleanOptionalAction, default=None)
     for flag, (fieldname, choices) in MODEL_CHOICE_FLAGS.items():
         m.add_argument(flag, dest=fieldname, choices=choices)
+    m.add_argument("--hybrid-layer-pattern", "--layer-pattern", dest="layer_pattern", metavar="PATTERN",
+                   help="a hybrid model's layers, one symbol each (Megatron-Core's hybrid_layer_pattern): M Mamba-2, "
+                        "* attention, - MLP, E mixture-of-experts (Nemotron 3 Nano: 'MEMEM*EME...'); with "
+                        "--mamba-num-heads and, unless the defaults 64, 128, 8 apply, --mamba-head-dim, "
+                        "--mamba-state-dim, --mamba-num-groups")
     p = parser.add_argument_group("parallelism plan (Megatron-LM's names in brackets)")
     p.add_argument("--dp", type=int, help="data-parallel ranks (default: --npus / (tp x pp x cp), else 1)")
     p.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", type=int, default=1,
@@ -109,7 +116,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="activation recompute: selective (the attention core) or full (each layer's forward)")
     p.add_argument("--recompute-modules", metavar="MODULES",
                    help="with --recompute selective, what runs again in the backward, Megatron-Core's names separated "
-                        "by commas: core_attn (the default), layernorm, moe_act")
+                        "by commas: core_attn (the default), layernorm, moe_act, mla_up_proj, mlp, moe (the whole "
+                        "mixture-of-experts block)")
     p.add_argument("--activation-recompute", action="store_true", help="= --recompute full")
     p.add_argument("--layout", default=",".join(DIMENSIONS),
                    help="rank layout, innermost dimension first (default tp,dp,pp; cp goes after tp unless named)")
@@ -219,7 +227,8 @@ def _model(args: argparse.Namespace) -> ModelConfig:
     if start is not None:
         base = preset(str(start))
         values = {**{f.name: getattr(base, f.name) for f in fields(base)}, **values}
-    names = [*MODEL_INT_FLAGS.values(), *MODEL_BOOL_FLAGS.values(), *(f for f, _ in MODEL_CHOICE_FLAGS.values())]
+    names = [*MODEL_INT_FLAGS.values(), *MODEL_BOOL_FLAGS.values(), *(f for f, _ in MODEL_CHOICE_FLAGS.values()),
+             "layer_pattern"]
     given = {name: getattr(args, name) for name in names if getattr(args, name) is not None}
     if start is None and not args.model_file and not given:
         raise InputError(f"give a model: --preset (one of {', '.join(PRESETS)}), --model-file, or --layers, "

@@ -30,7 +30,7 @@ from workload.schema import CollectiveType
 
 AR, AG, RS = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
 GEMM_TENSORS = ("qkv", "q_down", "kv_down", "q_up", "kv_up", "attn_out", "mlp_in", "mlp_out", "expert_in",
-                "expert_out", "shared_in", "shared_out", "mtp_proj", "lm_head")
+                "expert_out", "shared_in", "shared_out", "mtp_proj", "lm_head", "mamba_in", "mamba_out")
 
 
 @dataclass(slots=True)
@@ -58,9 +58,12 @@ class GradientSync:
             "bucket" if options.bucket_params(plan.dp, plan.cp) is not None else "layer")
         overlap = options.overlap_grad_reduce
         self.overlap = plan.zero_stage in (0, 2) if overlap is None else overlap
-        # per layer kind (False: a dense layer of a mixture-of-experts model)
-        self.layers = {moe: model.layer_params(plan.tp, plan.ep, plan.expert_tp, moe=moe) for moe in (False, True)}
-        self.tensor_sets = {moe: tensor_params(model, plan, moe=moe) for moe in (False, True)}
+        # per layer kind (ModelConfig.layer_kind)
+        kinds = {model.layer_kind(i) for i in range(model.num_layers + model.mtp_layers)}
+        self.layers = {kind: model.kind_params(kind, plan.tp, plan.ep, plan.expert_tp) for kind in kinds}
+        self.tensor_sets = {kind: tensor_params(model, plan, moe=kind != "dense",
+                                                kind=kind if kind not in ("moe", "dense") else "")
+                            for kind in kinds}
         vocab_rows = plan.padded_vocab(model) // plan.tp * model.hidden_size
         shared = model.shares_embedding(plan.pp)
         self.embedding_params = vocab_rows if shared and (self.first or self.last) else 0
@@ -100,18 +103,16 @@ class GradientSync:
         layer = self.layer(unit)
         return [(self.dense, layer.dense), ("edp", layer.expert)]
 
-    def _kind(self, unit: str) -> tuple[bool, bool]:
-        """(whether layer unit ``unit`` has experts, whether it is a multi-token-prediction depth's)."""
+    def _kind(self, unit: str) -> tuple[str, bool]:
+        """(layer unit ``unit``'s kind (ModelConfig.layer_kind), whether it is a multi-token-prediction depth's)."""
         index = int(unit.removeprefix("layer"))
-        if index >= self.m.num_layers:
-            return self.m.is_moe, True
-        return self.m.moe_at(index), False
+        return self.m.layer_kind(index), index >= self.m.num_layers
 
     def layer(self, unit: str) -> LayerParams:
         """The parameters of layer unit ``unit`` ("layerN"; N >= the model's layers: a multi-token-prediction
         depth's layer with its projection and norms) on this rank."""
-        moe, mtp = self._kind(unit)
-        layer = self.layers[moe]
+        kind, mtp = self._kind(unit)
+        layer = self.layers[kind]
         if not mtp:
             return layer
         proj, norms = self.m.mtp_params(self.p.tp)
@@ -120,10 +121,10 @@ class GradientSync:
 
     def tensors(self, unit: str) -> dict[str, tuple[str, int]]:
         """The weight tensors of layer unit ``unit`` (see sizes.tensor_params), in backward order."""
-        moe, mtp = self._kind(unit)
+        kind, mtp = self._kind(unit)
         if not mtp:
-            return self.tensor_sets[moe]
-        return {**self.tensor_sets[moe], "mtp_proj": ("dense", sum(self.m.mtp_params(self.p.tp)))}
+            return self.tensor_sets[kind]
+        return {**self.tensor_sets[kind], "mtp_proj": ("dense", sum(self.m.mtp_params(self.p.tp)))}
 
     def _unit_fp8(self, unit: str, kind: str) -> int:
         if unit == "root":

@@ -12,7 +12,7 @@ In the trace the host is one chain of CPU nodes per rank, one node per block of 
 MLP; MoE routing; MoE expert section) in program order; a node lasts the block's issue time and the block's last
 kernel waits for it, so a block ends no earlier than the host has issued it. The dropless dispatcher's expert
 section node also waits for the token counts' all-gather. CUDA graphs (Megatron-Core's ``cuda_graph_scope``)
-replace the issue time of what they capture by one graph launch: ``attn``, ``mlp``, ``moe_router``,
+replace the issue time of what they capture by one graph launch: ``attn``, ``mlp``, ``mamba``, ``moe_router``,
 ``moe_preprocess`` (the dispatcher's counting before the wait), ``full`` (a whole layer; static shapes only,
 i.e. not with the dropless dispatcher) and ``full_iteration`` (no host nodes at all).
 
@@ -58,7 +58,7 @@ HOST_CPUS = ("x86", "grace")
 # slow; parity leaves them 18-26% too fast. 1.25 is set on those four rows (-17% to -1%), where the published GB200
 # step also matches the B200 one of the same recipe (within 1%; the model: 7% apart)
 HOST_CPU_SCALE = {"x86": 1.0, "grace": 1.25}
-GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess", "full", "full_iteration")
+GRAPH_SCOPES = ("attn", "mlp", "mamba", "moe_router", "moe_preprocess", "full", "full_iteration")
 
 MODULE_US = 36.0  # a Transformer Engine module's forward call
 OP_US = 7.0  # an eager PyTorch operator (or a torch.distributed call)
@@ -76,6 +76,9 @@ ATTENTION_CALLS = (3, 4)  # LayerNormLinear qkv, DotProductAttention, Linear pro
 ATTENTION_GEMM_MODULES = 2  # qkv and proj (the ones that quantize)
 QK_NORM_MODULES = 2  # with query and key norms (Qwen3): a TE norm module each
 MLP_CALLS = (2, 2)  # LayerNormLinear fc1, Linear fc2; activation, bias-dropout-add
+# a Mamba-2 block (Megatron-Core's MambaMixer): LayerNormLinear in_proj, the gated RMSNorm, Linear out_proj; the splits
+# of in_proj's output, the convolution, the SSD scan's call (its Triton kernels), views, the residual add
+MAMBA_CALLS = (3, 8)
 ROUTER_CALLS = (1, 12)  # the pre-MLP norm; router GEMM, softmax, top-k, routing map, aux-loss terms
 PREPROCESS_OPS = 6  # per-expert counts, their all-gather over the expert-parallel group, views, the copy to host
 SYNC_RETURN_OPS = 2  # after the wait: the counts turned into split sizes, the dispatch's call
@@ -130,6 +133,10 @@ class HostModel:
 
     def mlp(self, backward: bool) -> int:
         return self._unless_graphed("mlp", self._us(*MLP_CALLS, backward, gemm_modules=MLP_CALLS[0]))
+
+    def mamba(self, backward: bool) -> int:
+        """A hybrid model's Mamba-2 block (Megatron-Core's CUDA graph scope ``mamba`` captures it)."""
+        return self._unless_graphed("mamba", self._us(*MAMBA_CALLS, backward, gemm_modules=2))
 
     def shared_expert(self, backward: bool) -> int:
         """A MoE layer's shared expert (an MLP's calls), captured with the router's graph (Megatron-Core's

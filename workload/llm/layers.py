@@ -17,7 +17,9 @@ its communication), "selective" the modules Megatron-Core's --recompute-modules 
 (core_attn, the default; Korthikanti et al.) right before its backward, the norms (layernorm) when their block's
 backward starts, the experts' activation (moe_act) before the second expert GEMM's backward, the latent
 attention's up-projections and RoPE (mla_up_proj, from the saved latents) before the attention core's backward, a
-dense layer's MLP (mlp) before its backward.
+dense layer's MLP (mlp) before its backward, a mixture-of-experts block's whole forward (moe: router, exchanges,
+experts) before its backward. A hybrid model's layers (ModelConfig.layer_pattern) hold one block each: a Mamba-2
+mixer (workload/llm/mamba.py), attention, a dense MLP or a mixture-of-experts MLP.
 """
 
 from __future__ import annotations
@@ -102,6 +104,35 @@ class LayerPasses:
         self.tp.cast_weights = first_micro_batch
         if phase == "fwd":
             x = x + self.grads.gather(pre[:-1], f"layer{layer}", phase)
+        blocks = self.m.layer_blocks(layer)
+        if "attention" in blocks:
+            x = self._attention_forward(pre, x, phase, layer)
+        if "mamba" in blocks:
+            x = self._mamba_forward(pre, x, phase)
+        if blocks[-1] == "moe":
+            issued = self._issue(pre + "route_issue", phase, lambda h: h.routing(False))
+            x = c(pre + "mlp_norm", z.norm[0], x, phase)
+            x = yield from self._moe_forward(pre, x, phase, issued)
+        elif blocks[-1] == "mlp":
+            issued = self._issue(pre + "mlp_issue", phase, lambda h: h.mlp(False))
+            x = c(pre + "mlp_norm", z.norm[0], x, phase)
+            assert z.dense is not None
+            yield F_PRE
+            yield F_DISPATCH
+            x = self._ffn_forward(pre, z.dense, x, phase)
+            self.prog.issued(issued)
+            yield F_COMBINE
+        else:  # a hybrid layer without an MLP
+            yield F_PRE
+            yield F_DISPATCH
+            yield F_COMBINE
+        if phase == "fwd":
+            self.grads.unit_end()
+        return x
+
+    def _attention_forward(self, pre: str, x: list[int], phase: str, layer: int) -> list[int]:
+        """The attention block: pre-norm, projections, the core, the output projection."""
+        c, z = self.prog.compute, self.z
         issued = self._issue(pre + "attn_issue", phase, lambda h: h.attention(False, self.m.qk_norm))
         x = c(pre + "attn_norm", z.norm[0], x, phase)
         if z.mla is not None:
@@ -115,24 +146,48 @@ class LayerPasses:
         x = self.attention.forward(pre, x, phase, self.m.windowed(layer))
         x = self.tp.row_forward(pre, "attn", z.attn_out, x, phase)
         self.prog.issued(issued)
-        moe = self.m.moe_at(layer)
-        if moe:
-            issued = self._issue(pre + "route_issue", phase, lambda h: h.routing(False))
-        else:
-            issued = self._issue(pre + "mlp_issue", phase, lambda h: h.mlp(False))
-        x = c(pre + "mlp_norm", z.norm[0], x, phase)
-        if moe:
-            x = yield from self._moe_forward(pre, x, phase, issued)
-        else:
-            assert z.dense is not None
-            yield F_PRE
-            yield F_DISPATCH
-            x = self._ffn_forward(pre, z.dense, x, phase)
-            self.prog.issued(issued)
-            yield F_COMBINE
-        if phase == "fwd":
-            self.grads.unit_end()
         return x
+
+    def _mamba_forward(self, pre: str, x: list[int], phase: str) -> list[int]:
+        """A hybrid model's Mamba-2 block (workload/llm/mamba.py): pre-norm, in_proj, convolution, the SSD scan's
+        kernels, gated norm, out_proj."""
+        c, mixer = self.prog.compute, self.z.mamba
+        assert mixer is not None
+        issued = self._issue(pre + "mamba_issue", phase, lambda h: h.mamba(False))
+        x = c(pre + "mamba_norm", self.z.norm[0], x, phase)
+        x = self.tp.column_forward(pre, "mamba", mixer.in_proj, x, phase)
+        for kernel in mixer.forward:
+            x = c(pre + kernel.name, kernel, x, phase)
+        x = c(pre + "mamba_gated_norm", mixer.gated_norm[0], x, phase)
+        x = self.tp.row_forward(pre, "mamba", mixer.out_proj, x, phase)
+        self.prog.issued(issued)
+        return x
+
+    def _mamba_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
+        """``_mamba_forward``'s backward; returns its input gradient."""
+        c, z, mixer, ready = self.prog.compute, self.z, self.z.mamba, self.grads.tensor_ready
+        assert mixer is not None
+        issued = self._issue(pre + "mamba_issue_bwd", "bwd", lambda h: h.mamba(True))
+        if "layernorm" in self.recomputed:
+            c(pre.replace(".bwd.", ".recompute.") + "mamba_norm", z.norm[0], g, "recompute")
+        dx = self.tp.row_backward(pre, "mamba_grad", mixer.out_proj, g)
+        ready(unit, "mamba_out", [self.prog.last_compute], micro_batch)
+        dx = c(pre + "mamba_gated_norm", mixer.gated_norm[1], dx, "bwd")
+        again = pre.replace(".bwd.", ".recompute.")  # the memory-efficient scan's own recompute (mamba.py)
+        x = dx
+        for kernel in mixer.recompute:
+            x = c(again + kernel.name, kernel, x, "recompute")
+        dx = x
+        for kernel in mixer.backward:
+            dx = c(pre + kernel.name, kernel, dx, "bwd")
+        ready(unit, "mamba_mix", dx, micro_batch)
+        dx_in = self.tp.column_backward(pre, "mamba_input", mixer.in_proj, dx)
+        ready(unit, "mamba_in", [self.prog.last_compute], micro_batch)
+        g = self.tp.reduce(pre + "mamba_grad", dx_in, "bwd", bulk=True)
+        g = c(pre + "mamba_norm", z.norm[1], g, "bwd")
+        self.prog.issued(issued)
+        ready(unit, "mamba_norm", g, micro_batch)
+        return g
 
     def _ffn_forward(self, pre: str, ffn: Ffn, x: list[int], phase: str) -> list[int]:
         """A dense tensor-parallel FFN (a dense layer's MLP, a shared expert): gather, GEMM, activation, GEMM,
@@ -291,23 +346,42 @@ class LayerPasses:
         again = pre.replace(".bwd.", ".recompute.")
         if self.recompute == "full":
             self.forward(again, g, "recompute", layer)
-        if "layernorm" in self.recomputed:  # the norm's output, dropped after the forward, when its block's
-            c(again + "mlp_norm", z.norm[0], g, "recompute")  # backward starts (Megatron-Core's output hook)
-        if self.m.moe_at(layer):
-            g, issued = yield from self._moe_backward(pre, g, unit, micro_batch)
-        else:
-            assert z.dense is not None
+        blocks = self.m.layer_blocks(layer)
+        if blocks[-1] in ("mlp", "moe"):
+            if "layernorm" in self.recomputed:  # the norm's output, dropped after the forward, when its block's
+                c(again + "mlp_norm", z.norm[0], g, "recompute")  # backward starts (Megatron-Core's output hook)
+            if blocks[-1] == "moe":
+                if "moe" in self.recomputed and self.recompute != "full":  # the whole MoE block, its exchanges too
+                    run_steps(self._moe_forward(again, g, "recompute", None))
+                g, issued = yield from self._moe_backward(pre, g, unit, micro_batch)
+            else:
+                assert z.dense is not None
+                yield B_COMBINE
+                issued = self._issue(pre + "mlp_issue_bwd", "bwd", lambda h: h.mlp(True))
+                if "mlp" in self.recomputed and self.recompute != "full":  # a dense layer's MLP, from its saved input
+                    self._ffn_forward(again, z.dense, g, "recompute")
+                dx_in = self._ffn_backward(pre, z.dense, g, unit, micro_batch)
+                yield B_MLP
+                yield B_DISPATCH
+                g = self.tp.reduce(pre + "mlp_grad", dx_in, "bwd", bulk=True)
+            g = c(pre + "mlp_norm", z.norm[1], g, "bwd")
+            self.prog.issued(issued)
+            ready(unit, "mlp_norm", g, micro_batch)
+        else:  # a hybrid layer without an MLP
             yield B_COMBINE
-            issued = self._issue(pre + "mlp_issue_bwd", "bwd", lambda h: h.mlp(True))
-            if "mlp" in self.recomputed and self.recompute != "full":  # a dense layer's MLP, from its saved input
-                self._ffn_forward(again, z.dense, g, "recompute")
-            dx_in = self._ffn_backward(pre, z.dense, g, unit, micro_batch)
             yield B_MLP
             yield B_DISPATCH
-            g = self.tp.reduce(pre + "mlp_grad", dx_in, "bwd", bulk=True)
-        g = c(pre + "mlp_norm", z.norm[1], g, "bwd")
-        self.prog.issued(issued)
-        ready(unit, "mlp_norm", g, micro_batch)
+        if "attention" in blocks:
+            g = self._attention_backward(pre, g, unit, micro_batch, layer)
+        if "mamba" in blocks:
+            g = self._mamba_backward(pre, g, unit, micro_batch)
+        self.grads.unit_end()
+        return g
+
+    def _attention_backward(self, pre: str, g: list[int], unit: str, micro_batch: int, layer: int) -> list[int]:
+        """The attention block's backward (with its selective recompute); returns its input gradient."""
+        c, z, ready = self.prog.compute, self.z, self.grads.tensor_ready
+        again = pre.replace(".bwd.", ".recompute.")
         issued = self._issue(pre + "attn_issue_bwd", "bwd", lambda h: h.attention(True, self.m.qk_norm))
         if "layernorm" in self.recomputed:
             c(again + "attn_norm", z.norm[0], g, "recompute")
@@ -334,7 +408,6 @@ class LayerPasses:
         g = c(pre + "attn_norm", z.norm[1], g, "bwd")
         self.prog.issued(issued)
         ready(unit, "attn_norm", g, micro_batch)
-        self.grads.unit_end()
         return g
 
     def _moe_backward(self, pre: str, g: list[int], unit: str, micro_batch: int

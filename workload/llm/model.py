@@ -17,6 +17,8 @@ from typing import Any
 from workload.errors import InputError
 
 NORMS = ("layernorm", "rmsnorm")
+# Megatron-Core's hybrid layer pattern (hybrid_layer_pattern): one symbol per layer, each a pre-norm and one block
+HYBRID_SYMBOLS = {"M": ("mamba",), "*": ("attention",), "-": ("mlp",), "E": ("moe",)}
 POSITION_EMBEDDINGS = ("rope", "learned", "none")
 
 
@@ -78,6 +80,19 @@ class ModelConfig:
     # each query and key head normed after the QKV projection (Qwen3; Megatron-Core's qk_layernorm: a norm module
     # each for the queries and the keys, their weights head_dim long)
     qk_norm: bool = False
+    # a hybrid model (Nemotron-H, Nemotron 3; Megatron-Core's hybrid_layer_pattern): one symbol per layer, M a Mamba-2
+    # mixer, * self-attention, - a dense MLP, E a mixture-of-experts MLP, each behind its own pre-norm; "" = every
+    # layer is attention and an MLP. Multi-token-prediction depths stay attention + MLP layers ("*E" in MCore's terms)
+    layer_pattern: str = ""
+    # the Mamba-2 mixer (Megatron-Core's mamba_num_heads, mamba_head_dim, mamba_state_dim, mamba_num_groups; the
+    # causal convolution's width d_conv and the SSD scan's chunk size as MambaMixer sets them): heads of head_dim
+    # channels make the inner width; B and C have state_dim channels per group, the heads split evenly over the groups
+    mamba_heads: int = 0
+    mamba_head_dim: int = 64
+    mamba_state_dim: int = 128
+    mamba_groups: int = 8
+    mamba_conv_width: int = 4
+    mamba_chunk: int = 128
 
     def windowed(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) attends through the sliding window: all layers, or (with
@@ -127,12 +142,53 @@ class ModelConfig:
         return self.num_experts > 1
 
     def moe_at(self, layer: int) -> bool:
-        """Whether layer ``layer`` (0-based) has experts."""
+        """Whether layer ``layer`` (0-based; from num_layers on, a multi-token-prediction depth's) has experts."""
+        if self.layer_pattern and layer < len(self.layer_pattern):
+            return self.layer_pattern[layer] == "E"
         return self.is_moe and layer >= self.dense_layers
+
+    def layer_blocks(self, layer: int) -> tuple[str, ...]:
+        """The blocks of layer ``layer`` in forward order: attention and an MLP ("mlp" dense, "moe" with experts),
+        or a hybrid layer's one block ("mamba", "attention", "mlp" or "moe")."""
+        if self.layer_pattern and layer < len(self.layer_pattern):
+            return HYBRID_SYMBOLS[self.layer_pattern[layer]]
+        return ("attention", "moe" if self.moe_at(layer) else "mlp")
+
+    def layer_kind(self, layer: int) -> str:
+        """What layers of the same parameters share: "moe" or "dense" (attention and an MLP), or a hybrid layer's
+        pattern symbol."""
+        if self.layer_pattern and layer < len(self.layer_pattern):
+            return self.layer_pattern[layer]
+        return "moe" if self.moe_at(layer) else "dense"
 
     @property
     def moe_layers(self) -> int:
+        if self.layer_pattern:
+            return self.layer_pattern.count("E")
         return self.num_layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def attention_layers(self) -> int:
+        """Layers with an attention block (multi-token-prediction depths aside)."""
+        return self.layer_pattern.count("*") if self.layer_pattern else self.num_layers
+
+    @property
+    def mamba_inner(self) -> int:
+        """The Mamba-2 mixer's inner width (heads x head dim)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    def mamba_params(self) -> tuple[int, int, int]:
+        """A Mamba-2 mixer's parameters (its pre-norm aside): (split over the tensor-parallel ranks, of which in
+        matmuls, held whole). in_proj makes z and x (inner width each), B and C (state_dim per group each) and dt
+        (one per head); the depthwise convolution (weights and bias) runs over x, B and C; each head has dt_bias,
+        A_log and D; the gated RMSNorm a weight per inner channel; out_proj maps the inner width back. Megatron-Core
+        splits heads and groups over tensor-parallel ranks, all of these with them."""
+        h, inner, heads = self.hidden_size, self.mamba_inner, self.mamba_heads
+        bc = 2 * self.mamba_groups * self.mamba_state_dim
+        in_width = 2 * inner + bc + heads
+        matmul = h * in_width + inner * h
+        conv = (inner + bc) * (self.mamba_conv_width + 1)
+        return matmul + conv + 3 * heads + inner, matmul, 0
 
     @property
     def dense_ffn(self) -> int:
@@ -154,9 +210,13 @@ class ModelConfig:
         return matmul + ((self.ffn_matrices - 1) * width if bias else 0), matmul, self.hidden_size if bias else 0
 
     # --- parameter counts -------------------------------------------------------------------------
-    def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None, moe: bool = True) -> LayerParams:
+    def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None, moe: bool = True, kind: str = ""
+                     ) -> LayerParams:
         """One layer's parameters as held by one rank of a tp-way tensor- and ep-way expert-parallel plan whose
-        experts are split etp ways (default tp); ``moe`` False: a dense layer of a mixture-of-experts model."""
+        experts are split etp ways (default tp); ``moe`` False: a dense layer of a mixture-of-experts model;
+        ``kind`` a hybrid layer's pattern symbol (see layer_kind)."""
+        if kind in HYBRID_SYMBOLS:
+            return self._hybrid_params(kind, tp, ep, etp)
         h = self.hidden_size
         f = self.ffn_hidden_size if self.is_moe and moe else self.dense_ffn
         attn_split, attn_split_matmul, attn_whole, attn_whole_matmul = self.attention_params()
@@ -174,6 +234,31 @@ class ModelConfig:
                            dense_matmul=(attn_split_matmul + shared_matmul) // tp + attn_whole_matmul + router,
                            replicated=attn_replicated + shared_replicated + router
                            + local_experts * ffn_replicated)
+
+    def _hybrid_params(self, symbol: str, tp: int, ep: int, etp: int | None) -> LayerParams:
+        """A hybrid layer's parameters on one rank: its pre-norm and its one block."""
+        norm = self.norm_params()
+        if symbol == "M":
+            split, matmul, whole = self.mamba_params()
+            return LayerParams(dense=split // tp + whole + norm, expert=0, dense_matmul=matmul // tp,
+                               replicated=whole + norm)
+        if symbol == "*":
+            split, matmul, whole, whole_matmul = self.attention_params()
+            return LayerParams(dense=split // tp + whole + norm, expert=0, dense_matmul=matmul // tp + whole_matmul,
+                               replicated=whole + norm)
+        if symbol == "-":
+            split, matmul, whole = self.ffn_params(self.dense_ffn)
+            return LayerParams(dense=split // tp + whole + norm, expert=0, dense_matmul=matmul // tp,
+                               replicated=whole + norm)
+        full = self.layer_params(tp, ep, etp)  # a MoE layer less its attention and that block's norm
+        split, matmul, whole, whole_matmul = self.attention_params()
+        return LayerParams(dense=full.dense - split // tp - whole - norm, expert=full.expert,
+                           dense_matmul=full.dense_matmul - matmul // tp - whole_matmul,
+                           replicated=full.replicated - whole - norm)
+
+    def kind_params(self, kind: str, tp: int = 1, ep: int = 1, etp: int | None = None) -> LayerParams:
+        """The parameters of a layer of ``kind`` (see layer_kind) on one rank."""
+        return self.layer_params(tp, ep, etp, moe=kind != "dense", kind=kind)
 
     def embedding_params(self) -> int:
         """Token embeddings plus learned position embeddings (the lookup tables; no matmul)."""
@@ -194,12 +279,16 @@ class ModelConfig:
         tp; its three norms, held whole)."""
         return 2 * self.hidden_size * self.hidden_size // tp, 3 * self.norm_params()
 
-    def _layers(self) -> tuple[tuple[int, LayerParams], tuple[int, LayerParams]]:
-        """(count, parameters) of the dense layers and of the layers with experts (a multi-token-prediction depth's
-        layer has experts when the model has, counted with them; its projection and norms are not)."""
-        return ((self.num_layers - self.moe_layers + (0 if self.is_moe else self.mtp_layers),
-                 self.layer_params(moe=False)),
-                (self.moe_layers + (self.mtp_layers if self.is_moe else 0), self.layer_params()))
+    def _layers(self) -> list[tuple[int, LayerParams]]:
+        """(count, parameters) of the layers of each kind (a multi-token-prediction depth's layer has experts when
+        the model has, counted with them; its projection and norms are not)."""
+        kinds = [self.layer_kind(i) for i in range(self.num_layers + self.mtp_layers)]
+        return [(kinds.count(kind), self.kind_params(kind)) for kind in sorted(set(kinds))]
+
+    @property
+    def _expert_layers(self) -> int:
+        """Layers with experts, multi-token-prediction depths' included."""
+        return sum(self.moe_at(i) for i in range(self.num_layers + self.mtp_layers))
 
     def total_params(self) -> int:
         layers = sum(n * (layer.dense + layer.expert) for n, layer in self._layers())
@@ -211,14 +300,14 @@ class ModelConfig:
         if not self.is_moe:
             return self.total_params()
         per_expert = self.layer_params().expert // self.num_experts
-        return self.total_params() - (self.moe_layers + self.mtp_layers) * (self.num_experts - self.top_k) * per_expert
+        return self.total_params() - self._expert_layers * (self.num_experts - self.top_k) * per_expert
 
     def matmul_params(self) -> int:
         """Weights one token multiplies (active experts, router and output head; not the embedding lookup,
         norms or biases): the N of the exact forward matmul count 2 x N x tokens."""
         expert_matmul = self.top_k * self.ffn_params(self.ffn_hidden_size)[1]
         return (sum(n * layer.dense_matmul for n, layer in self._layers())
-                + (self.moe_layers + self.mtp_layers) * expert_matmul * self.is_moe
+                + self._expert_layers * expert_matmul
                 + self.mtp_layers * self.mtp_params()[0] + (1 + self.mtp_layers) * self.vocab_size * self.hidden_size)
 
     def validate(self) -> None:
@@ -282,11 +371,44 @@ class ModelConfig:
             raise InputError(f"model {self.name}: group-limited routing needs router_groups dividing the "
                              f"{self.num_experts} experts and top_k {self.top_k} within the experts of "
                              f"router_group_topk of them (got {groups} groups, {chosen} chosen)")
+        self._validate_pattern()
         if self.norm not in NORMS:
             raise InputError(f"model {self.name}: norm must be one of {', '.join(NORMS)} (got {self.norm!r})")
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise InputError(f"model {self.name}: position_embedding must be one of "
                              f"{', '.join(POSITION_EMBEDDINGS)} (got {self.position_embedding!r})")
+
+
+    def _validate_pattern(self) -> None:
+        pattern, name = self.layer_pattern, self.name
+        for field_name in ("mamba_heads",):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"model {name}: {field_name} must be a whole number >= 0 (got {value!r})")
+        for field_name in ("mamba_head_dim", "mamba_state_dim", "mamba_groups", "mamba_conv_width", "mamba_chunk"):
+            value = getattr(self, field_name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"model {name}: {field_name} must be a whole number >= 1 (got {value!r})")
+        if not pattern:
+            if self.mamba_heads:
+                raise InputError(f"model {name}: mamba_heads describes the Mamba layers of a hybrid model: give its "
+                                 "layer_pattern (M for a Mamba layer)")
+            return
+        unknown = sorted(set(pattern) - set(HYBRID_SYMBOLS))
+        if unknown:
+            raise InputError(f"model {name}: layer_pattern has unknown symbol(s) {' '.join(unknown)}; valid: "
+                             f"{' '.join(HYBRID_SYMBOLS)} (Mamba, attention, MLP, mixture-of-experts)")
+        if len(pattern) != self.num_layers:
+            raise InputError(f"model {name}: layer_pattern has {len(pattern)} layers, num_layers is {self.num_layers}")
+        if ("E" in pattern) != self.is_moe:
+            raise InputError(f"model {name}: layer_pattern {'has' if 'E' in pattern else 'has no'} mixture-of-experts "
+                             f"layers (E) but the model has {self.num_experts} expert(s)")
+        if self.dense_layers:
+            raise InputError(f"model {name}: dense_layers does not apply to a hybrid model (its layer_pattern says "
+                             "which layers have experts)")
+        if "M" in pattern and (not self.mamba_heads or self.mamba_heads % self.mamba_groups):
+            raise InputError(f"model {name}: Mamba layers (M) need mamba_heads, a multiple of mamba_groups "
+                             f"{self.mamba_groups} (got {self.mamba_heads})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +440,7 @@ def model_from_dict(data: dict[str, Any], where: str) -> ModelConfig:
     kw.setdefault("name", "custom")
     for key, value in kw.items():
         want_bool = key in ("gated_ffn", "tied_embeddings", "bias", "rope_fused", "clamped_glu", "qk_norm")
-        want_str = key in ("name", "norm", "position_embedding")
+        want_str = key in ("name", "norm", "position_embedding", "layer_pattern")
         if want_bool and not isinstance(value, bool):
             raise InputError(f"{where}: {key} must be true or false (got {value!r})")
         if want_str and not isinstance(value, str):

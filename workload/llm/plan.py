@@ -24,7 +24,7 @@ __all__ = ["DIMENSIONS", "GROUP_DESCRIPTIONS", "GROUP_KINDS", "Group", "Parallel
 DIMENSIONS = ("tp", "dp", "pp")
 RECOMPUTE = ("none", "selective", "full")
 # Megatron-Core's recompute_modules the generator models (selective granularity; its default is core_attn)
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "moe")
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 

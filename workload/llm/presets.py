@@ -14,12 +14,19 @@ Sources:
 - Mixtral 8x7B: Jiang et al., "Mixtral of Experts" (2024), Table 1 (dim 4096, 32 layers, head_dim 128,
   hidden_dim 14336, 32 heads, 8 kv heads, context_len 32768, vocab_size 32000, 8 experts, top-2), and the
   released config.json (untied output head, RMSNorm, no biases).
+- Nemotron 3 Nano 30B-A3B: NVIDIA-NeMo/Megatron-Bridge (Apache-2.0) src/megatron/bridge/recipes/nemotronh/h100/
+  nemotron_3_nano.py (hybrid_layer_pattern, hidden 2688, 64 Mamba-2 heads of 64, state 128, 8 groups; 32 attention
+  heads in 2 query groups of 128; 128 experts top-6 of FFN 1856, a shared expert of 3712, squared ReLU; no position
+  embedding); vocabulary 131,072 (Nemotron-H's tokenizer); 31.6B parameters, 3.6B active with the embeddings (the
+  model card).
 """
 
 from __future__ import annotations
 
 from workload.errors import InputError
 from workload.llm.model import ModelConfig
+
+NEMOTRON_3_NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelConfig:
@@ -52,6 +59,13 @@ PRESETS: dict[str, ModelConfig] = {m.name: m for m in (
                 kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128, ffn_hidden_size=2048, vocab_size=129280,
                 seq_len=4096, gated_ffn=True, num_experts=256, top_k=8, router_groups=8, router_group_topk=4,
                 shared_expert_ffn=2048, dense_layers=3, dense_ffn_hidden_size=18432),
+    # Nemotron 3 Nano 30B-A3B (Megatron-Bridge's recipe): 23 Mamba-2, 6 attention (GQA, 2 groups, no position
+    # embedding) and 23 mixture-of-experts layers (128 experts top-6 and a shared expert, squared-ReLU)
+    ModelConfig(name="nemotron-3-nano", num_layers=52, hidden_size=2688, num_heads=32, num_kv_heads=2, head_dim=128,
+                ffn_hidden_size=1856, vocab_size=131072, seq_len=8192, gated_ffn=False, tied_embeddings=False,
+                position_embedding="none", norm="rmsnorm", bias=False, num_experts=128, top_k=6,
+                shared_expert_ffn=3712, layer_pattern=NEMOTRON_3_NANO_PATTERN, mamba_heads=64, mamba_head_dim=64,
+                mamba_state_dim=128, mamba_groups=8),
 )}
 
 # The parameter counts the papers and model cards publish (total, and active per token for MoE).
@@ -60,6 +74,7 @@ PUBLISHED_PARAMS: dict[str, tuple[float, float]] = {
     "gpt3-13b": (13e9, 13e9), "gpt3-175b": (175e9, 175e9),
     "llama3-8b": (8.03e9, 8.03e9), "llama3-70b": (70.6e9, 70.6e9), "llama3-405b": (405.9e9, 405.9e9),
     "mixtral-8x7b": (46.7e9, 12.9e9), "deepseek-v3": (671e9, 37e9),
+    "nemotron-3-nano": (31.6e9, 3.6e9),
 }
 
 

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 from workload.llm import costs, quantize
 from workload.llm.costs import Matmul
+from workload.llm.mamba import MambaMixer
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
@@ -215,12 +216,13 @@ class StageSizes:
                 if m.clamped_glu and unfused else None
             self.expert_bias = costs.tensor_passes("expert_bias", moe_tokens * h, costs.SCALED_BIAS_PASSES, d) \
                 if m.bias and unfused else None
-            if m.dense_layers:  # the model's first layers are dense
+            if m.dense_layers or "-" in m.layer_pattern:  # the model's first (or its hybrid MLP) layers are dense
                 self.dense = ffn("mlp", m, t, m.dense_ffn // tp, low)
             if m.shared_expert_ffn:
                 self.shared = ffn("shared", m, t, m.shared_expert_ffn // tp, low, act="shared_activation")
         else:
             self.dense = ffn("mlp", m, t, f, low)
+        self.mamba = MambaMixer(m, b, s // p.cp, tp, low) if "M" in m.layer_pattern else None
         # multi-token prediction: the two norms (embedding, hidden states) and the projection of their pair
         self.mtp_norms = costs.elementwise("norm", t_local * 2 * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
         self.mtp_proj = matmul("mtp_proj", t, 2 * h, h // tp, d, dtype=low)
@@ -250,10 +252,14 @@ def _split_rows(matmul_: Matmul, parts: int) -> tuple[Matmul, ...]:
     return tuple(replace(matmul_, tokens=base + (i < extra)) for i in range(parts))
 
 
-def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True) -> dict[str, tuple[str, int]]:
+def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True, kind: str = ""
+                  ) -> dict[str, tuple[str, int]]:
     """One layer's weight tensors on one rank, in backward (gradient-ready) order: name -> (buffer, parameters),
-    buffer "dense" or "expert" (``moe`` False: a dense layer of a mixture-of-experts model). Norm weights count with
-    the norm; a row-parallel bias with its GEMM."""
+    buffer "dense" or "expert" (``moe`` False: a dense layer of a mixture-of-experts model; ``kind``: a hybrid
+    layer's pattern symbol, see ModelConfig.layer_kind). Norm weights count with the norm; a row-parallel bias with
+    its GEMM."""
+    if kind:
+        return _hybrid_tensors(model, plan, kind)
     m, tp = model, plan.tp
     h, hd = m.hidden_size, m.head_size
     f = m.ffn_hidden_size if m.is_moe and moe else m.dense_ffn
@@ -283,6 +289,20 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True) -> d
         out["qkv"] = ("dense", (h * qkv_width + (qkv_width if bias else 0)) // tp + (2 * hd if m.qk_norm else 0))
     out["attn_norm"] = ("dense", m.norm_params())
     return out
+
+
+ATTENTION_TENSORS = ("attn_out", "q_up", "kv_up", "q_down", "kv_down", "qkv", "attn_norm")
+
+
+def _hybrid_tensors(m: ModelConfig, plan: ParallelPlan, symbol: str) -> dict[str, tuple[str, int]]:
+    """A hybrid layer's weight tensors on one rank in backward order: its block's, then its pre-norm's."""
+    if symbol == "M":  # out_proj; the convolution, the heads' dt_bias, A_log and D, the gated norm; in_proj
+        split, matmul, _ = m.mamba_params()
+        out = m.mamba_inner * m.hidden_size
+        return {"mamba_out": ("dense", out // plan.tp), "mamba_mix": ("dense", (split - matmul) // plan.tp),
+                "mamba_in": ("dense", (matmul - out) // plan.tp), "mamba_norm": ("dense", m.norm_params())}
+    attention = symbol == "*"
+    return {k: v for k, v in tensor_params(m, plan, moe=symbol == "E").items() if (k in ATTENTION_TENSORS) == attention}
 
 
 def _ffn_tensors(name: str, m: ModelConfig, width: int, tp: int) -> dict[str, tuple[str, int]]:

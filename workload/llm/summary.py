@@ -14,7 +14,7 @@ from workload.llm.options import TrainingOptions
 from workload.llm.plan import GROUP_DESCRIPTIONS, ParallelPlan, RankMap
 from workload.schema import NodeType
 
-CATEGORIES = ("matmul", "attention", "elementwise", "optimizer")
+CATEGORIES = ("matmul", "attention", "scan", "elementwise", "optimizer")
 RING = "-ring"  # comm_bytes key suffix of point-to-point sends along a tensor- or context-parallel ring
 
 
@@ -118,7 +118,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"FLOPs per iteration (all ranks): {_num(f['total'])}FLOP = {f['total'] / s['flops_6pt']:.3f} x 6PT "
         f"({_num(s['flops_6pt'])}FLOP)",
         f"  matmuls with parameters {_num(f['matmul'])}FLOP ({f['matmul'] / total:.1%}), attention scores "
-        f"{_num(f['attention'])}FLOP ({f['attention'] / total:.1%}), elementwise {_num(f['elementwise'])}FLOP "
+        f"{_num(f['attention'])}FLOP ({f['attention'] / total:.1%}), "
+        + (f"Mamba-2 scans {_num(f['scan'])}FLOP ({f['scan'] / total:.1%}), " if f["scan"] else "")
+        + f"elementwise {_num(f['elementwise'])}FLOP "
         f"({f['elementwise'] / total:.2%}), optimizer {_num(f['optimizer'])}FLOP ({f['optimizer'] / total:.2%})"
         + (f"; recompute {_num(f['recompute'])}FLOP ({f['recompute'] / total:.1%})" if f["recompute"] else ""),
         "FLOPs per rank by pipeline stage: " + ", ".join(_num(v) + "FLOP" for v in s["flops_per_rank_by_stage"]),
