@@ -2,7 +2,7 @@
 
     python benchmarks/ssd_kernels.py
 
-Rows: benchmarks/data/kernels/ssd_triton.tsv (mamba_ssm's Triton SSD forward on B200 and H200; the sources and
+Rows: benchmarks/data/ssd_triton.tsv (mamba_ssm's Triton SSD forward on B200 and H200; the sources and
 licences are in benchmarks/data/kernels/README.md). The model times each of the five forward kernels by the bytes
 workload/llm/mamba.py counts, at the device's element-wise bandwidth efficiency times the fraction, plus a launch;
 the fraction is the one whose median error over the rows is zero.
@@ -25,7 +25,7 @@ from compute.kernels import KernelModel  # noqa: E402
 from workload.llm.mamba import MambaMixer  # noqa: E402
 from workload.llm.presets import preset  # noqa: E402
 
-DATA = ROOT / "benchmarks" / "data" / "kernels" / "ssd_triton.tsv"
+DATA = ROOT / "benchmarks" / "data" / "ssd_triton.tsv"
 
 
 def rows() -> list[dict[str, str]]:

@@ -32,7 +32,7 @@ SCALES = (*FAMILIES, "fp8_gemm")
 # mamba_ssm's Triton SSD kernels (the Mamba-2 scan: chunk cumulative sum, C B^T, chunk states, state passing, chunk
 # scan) reach this fraction of a device's element-wise bandwidth efficiency, counting their bytes as
 # workload/llm/mamba.py does: the median over published forward timings on B200 and H200
-# (benchmarks/data/kernels/ssd_triton.tsv), refitted and printed against them by benchmarks/ssd_kernels.py
+# (benchmarks/data/ssd_triton.tsv), refitted and printed against them by benchmarks/ssd_kernels.py
 SCAN_BANDWIDTH_FRACTION = 0.43
 MEMORY_CLASSES = ("elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer", "quantize",
                   "quantize_fp4")  # quantize_fp4: op_class quantize in dtype fp4 (compute/kernels.memory_class)

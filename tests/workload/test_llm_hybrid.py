@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -10,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compute import kernel_params
 from compute.devices import device
 from compute.kernels import KernelModel
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.workload.test_llm import generate, load
 from workload.errors import InputError
 from workload.llm.build import build_programs
@@ -93,6 +95,17 @@ def test_the_scan_is_timed_on_its_bytes_at_a_fraction_of_the_bandwidth() -> None
         launch_us, elementwise = model.params.memory.of("elementwise")
         at_elementwise = kernel.size_bytes / (model.bandwidth * elementwise)
         assert at_elementwise < seconds < 5 * at_elementwise + launch_us * 1e-6
+
+
+def test_the_scan_fraction_is_the_fit_of_its_published_timings() -> None:
+    spec = importlib.util.spec_from_file_location("ssd_kernels", REPO / "benchmarks" / "ssd_kernels.py")
+    assert spec is not None and spec.loader is not None
+    ssd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ssd)
+    assert ssd.fit() == kernel_params.SCAN_BANDWIDTH_FRACTION
+    errors = [ssd.predicted_us(r, kernel_params.SCAN_BANDWIDTH_FRACTION) / float(r["fwd_us"]) - 1 for r in ssd.rows()]
+    assert sorted(errors)[len(errors) // 2] == pytest.approx(0, abs=0.05)  # the median row
+    assert max(map(abs, errors)) < 0.75
 
 
 @settings(max_examples=20, deadline=None)
