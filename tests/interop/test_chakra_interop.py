@@ -106,11 +106,14 @@ def test_converter_and_generator_outputs_decode_with_chakra(tmp_path: Path) -> N
                     str(fixtures / "pytorch" / "gloo2")],
         "llm": ["generate", "llm", "--preset", "gpt3-1.3b", "--layers", "2", "--dp", "2", "--tp", "2", "--pp", "2",
                 "--global-batch", "4", "--name", "llm"],
+        "hybrid": ["generate", "llm", "--preset", "nemotron-3-nano", "--layers", "4", "--hybrid-layer-pattern", "M*EM",
+                   "--seq-len", "1024", "--tp", "2", "--sequence-parallel", "--ep", "2", "--dp", "2",
+                   "--global-batch", "4", "--name", "hybrid"],
     }
     prefixes = {}
     for name, args in commands.items():
         out = tmp_path / name / "t"
-        r = run_cli("trace", *args, "-o", str(out if name != "llm" else out.parent))
+        r = run_cli("trace", *args, "-o", str(out if name not in ("llm", "hybrid") else out.parent))
         assert r.returncode == 0, r.stderr
         prefixes[name] = r.stdout.splitlines()[0]
     r = run_cli("trace", "rescale", prefixes["llm"], "--npus", "16", "-o", str(tmp_path / "rescaled" / "t"))

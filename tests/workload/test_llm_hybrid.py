@@ -145,6 +145,16 @@ def test_bad_hybrid_models_are_one_line_errors(change: dict[str, object], messag
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize(("plan", "message"), [
+    ({"tp": 4, "dp": 2}, "8 Mamba heads in 2 groups are not divisible by tp=4"),
+    ({"cp": 2, "dp": 2}, "context parallelism in Mamba layers"),
+])
+def test_plans_a_mamba_layer_cannot_run_are_one_line_errors(plan: dict[str, int], message: str) -> None:
+    with pytest.raises(InputError) as e:
+        ParallelPlan(**plan).validate(replace(HYBRID, num_kv_heads=8))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
 def test_cli_generates_and_simulates_a_hybrid_model(tmp_path: Path) -> None:
     out = run_cli("trace", "generate", "llm", "--preset", "nemotron-3-nano", "--layers", "4",
                   "--hybrid-layer-pattern", "M*EM", "--seq-len", "1024", "--ep", "2", "--dp", "2",

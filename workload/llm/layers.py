@@ -181,12 +181,23 @@ class LayerPasses:
         for kernel in mixer.backward:
             dx = c(pre + kernel.name, kernel, dx, "bwd")
         ready(unit, "mamba_mix", dx, micro_batch)
-        dx_in = self.tp.column_backward(pre, "mamba_input", mixer.in_proj, dx)
-        ready(unit, "mamba_in", [self.prog.last_compute], micro_batch)
-        g = self.tp.reduce(pre + "mamba_grad", dx_in, "bwd", bulk=True)
-        g = c(pre + "mamba_norm", z.norm[1], g, "bwd")
+        return self._input_backward(pre, "mamba", mixer.in_proj, "mamba_in", dx, unit, micro_batch, issued)
+
+    def _input_backward(self, pre: str, block: str, gemm: Matmul, tensor: str, dx: list[int], unit: str,
+                        micro_batch: int, issued: int | None) -> list[int]:
+        """A block's column-parallel input GEMM's backward (weight ``tensor``), its input gradient reduced over tp,
+        then the block's pre-norm's backward; returns the block's input gradient."""
+        ready = self.grads.tensor_ready
+        dx_in = self.tp.column_backward(pre, block + "_input", gemm, dx)
+        ready(unit, tensor, [self.prog.last_compute], micro_batch)
+        g = self.tp.reduce(pre + block + "_grad", dx_in, "bwd", bulk=True)
+        return self._norm_backward(pre, block, g, unit, micro_batch, issued)
+
+    def _norm_backward(self, pre: str, block: str, g: list[int], unit: str, micro_batch: int, issued: int | None
+                       ) -> list[int]:
+        g = self.prog.compute(pre + block + "_norm", self.z.norm[1], g, "bwd")
         self.prog.issued(issued)
-        ready(unit, "mamba_norm", g, micro_batch)
+        self.grads.tensor_ready(unit, block + "_norm", g, micro_batch)
         return g
 
     def _ffn_forward(self, pre: str, ffn: Ffn, x: list[int], phase: str) -> list[int]:
@@ -400,15 +411,9 @@ class LayerPasses:
         if z.qk_norm is not None:
             dx = c(pre + "qk_norm", z.qk_norm[1], dx, "bwd")
         if z.mla is not None:
-            g = self._latent_backward(pre, dx, unit, micro_batch)
-        else:
-            dx_in = self.tp.column_backward(pre, "attn_input", z.qkv, dx)
-            ready(unit, "qkv", [self.prog.last_compute], micro_batch)
-            g = self.tp.reduce(pre + "attn_grad", dx_in, "bwd", bulk=True)
-        g = c(pre + "attn_norm", z.norm[1], g, "bwd")
-        self.prog.issued(issued)
-        ready(unit, "attn_norm", g, micro_batch)
-        return g
+            return self._norm_backward(pre, "attn", self._latent_backward(pre, dx, unit, micro_batch), unit,
+                                       micro_batch, issued)
+        return self._input_backward(pre, "attn", z.qkv, "qkv", dx, unit, micro_batch, issued)
 
     def _moe_backward(self, pre: str, g: list[int], unit: str, micro_batch: int
                       ) -> Generator[str, None, tuple[list[int], int | None]]:

@@ -185,6 +185,12 @@ class ParallelPlan:
              f"sequence length {model.seq_len} is not divisible by tp={self.tp}"
              + (f" x cp={self.cp}" if self.cp > 1 else "") + " (sequence parallelism)"),
         ]
+        if "M" in model.layer_pattern:  # Megatron-Core splits the Mamba heads and their groups over tp
+            checks += [(model.mamba_heads % self.tp == 0 and model.mamba_groups % self.tp == 0,
+                        f"{model.mamba_heads} Mamba heads in {model.mamba_groups} groups are not divisible by "
+                        f"tp={self.tp}"),
+                       (self.cp == 1, "context parallelism in Mamba layers (Megatron-Core's all-to-all over cp) is "
+                                      "not modelled; use cp=1")]
         if self.ep > 1 and not model.is_moe:
             raise InputError(f"plan for {model.name}: ep={self.ep} needs a mixture-of-experts model (--experts)")
         for ok, problem in checks:
