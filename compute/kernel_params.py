@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from compute.shapes import DTYPES
+from compute.shapes import DTYPES, SCAN_CLASS
 from network.values import key_names, number, whole
 from workload.errors import ConfigError, shown
 
@@ -72,12 +72,13 @@ class MemoryParams:
     efficiency: dict[str, float]  # fraction of HBM bandwidth
 
     def of(self, op_class: str) -> tuple[float, float]:
-        """(launch_us, efficiency) of ``op_class``; the Mamba-2 scan's kernels (``scan``), unless the device gives
-        them, at SCAN_BANDWIDTH_FRACTION of its element-wise efficiency."""
-        launch_us = self.launch_us.get(op_class, self.launch_us["elementwise"])
-        if op_class in self.efficiency:
-            return launch_us, self.efficiency[op_class]
-        return launch_us, self.efficiency["elementwise"] * (SCAN_BANDWIDTH_FRACTION if op_class == "scan" else 1.0)
+        """(launch_us, efficiency) of ``op_class``; the Mamba-2 scan's kernels (SCAN_CLASS) at
+        SCAN_BANDWIDTH_FRACTION of the element-wise efficiency."""
+        if op_class == SCAN_CLASS:
+            launch_us, efficiency = self.of("elementwise")
+            return launch_us, efficiency * SCAN_BANDWIDTH_FRACTION
+        return (self.launch_us.get(op_class, self.launch_us["elementwise"]),
+                self.efficiency.get(op_class, self.efficiency["elementwise"]))
 
 
 @dataclass(frozen=True, slots=True)

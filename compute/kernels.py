@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compute.shapes import DTYPE_BYTES, AttentionShape, GemmShape, OpShape
+from compute.shapes import DTYPE_BYTES, SCAN_CLASS, AttentionShape, GemmShape, OpShape
 
 if TYPE_CHECKING:  # a run that does not time kernels imports neither
     from compute.devices import Device
@@ -140,7 +140,7 @@ class KernelModel:
         launch_us, eff = self.params.memory.of(op_class)
         eff = min(1.0, eff * self.params.scale("memory"))
         # the Mamba-2 scan's products run on the tensor cores (16-bit); every other class's arithmetic is fp32
-        peak = self.device.peak_flops("bf16" if op_class == "scan" else "fp32")
+        peak = self.device.peak_flops("bf16" if op_class == SCAN_CLASS else "fp32")
         work = max(size_bytes / (self.bandwidth * eff), flops / peak)
         return kernels * (launch_us * 1e-6 + self.gap_s) + work if work > 0 else 0.0
 

@@ -4,7 +4,8 @@ This is the whole contract between a trace and ``--compute-model kernels``: a CO
 
 - ``op_class`` (string): gemm | attention | elementwise | norm | softmax | activation | embedding | loss |
   optimizer | quantize (a low-precision cast: amax, scale, cast and transpose of a GEMM operand, its dtype the
-  precision it casts to; another class is timed as if it had none);
+  precision it casts to) | scan (a kernel of the Mamba-2 SSD scan, timed by its bytes at a fraction of the
+  element-wise bandwidth); another class is timed as if it had none;
 - ``dtype`` (string): fp32 | tf32 | bf16 | fp16 | fp8 | fp4 (the math precision; absent = bf16; fp4 is NVFP4,
   half a byte per element);
 - for ``gemm``: ``gemm_m``, ``gemm_n``, ``gemm_k`` and ``gemm_batch`` (a batched or grouped GEMM of that many
@@ -31,8 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+SCAN_CLASS = "scan"  # a Mamba-2 SSD scan kernel: timed by its bytes, derived from the element-wise class
 OP_CLASSES = ("gemm", "attention", "elementwise", "norm", "softmax", "activation", "embedding", "loss", "optimizer",
-              "quantize")
+              "quantize", SCAN_CLASS)
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
 DEFAULT_DTYPE = "bf16"

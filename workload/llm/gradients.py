@@ -25,7 +25,7 @@ from workload.llm.model import LayerParams, ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 from workload.llm.program import Program
-from workload.llm.sizes import FP8_BYTES, tensor_params
+from workload.llm.sizes import FP8_BYTES, kind_tensors
 from workload.schema import CollectiveType
 
 AR, AG, RS = CollectiveType.ALL_REDUCE, CollectiveType.ALL_GATHER, CollectiveType.REDUCE_SCATTER
@@ -61,9 +61,7 @@ class GradientSync:
         # per layer kind (ModelConfig.layer_kind)
         kinds = {model.layer_kind(i) for i in range(model.num_layers + model.mtp_layers)}
         self.layers = {kind: model.kind_params(kind, plan.tp, plan.ep, plan.expert_tp) for kind in kinds}
-        self.tensor_sets = {kind: tensor_params(model, plan, moe=kind != "dense",
-                                                kind=kind if kind not in ("moe", "dense") else "")
-                            for kind in kinds}
+        self.tensor_sets = {kind: kind_tensors(model, plan, kind) for kind in kinds}
         vocab_rows = plan.padded_vocab(model) // plan.tp * model.hidden_size
         shared = model.shares_embedding(plan.pp)
         self.embedding_params = vocab_rows if shared and (self.first or self.last) else 0

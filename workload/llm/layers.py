@@ -165,19 +165,16 @@ class LayerPasses:
 
     def _mamba_backward(self, pre: str, g: list[int], unit: str, micro_batch: int) -> list[int]:
         """``_mamba_forward``'s backward; returns its input gradient."""
-        c, z, mixer, ready = self.prog.compute, self.z, self.z.mamba, self.grads.tensor_ready
+        c, mixer, ready = self.prog.compute, self.z.mamba, self.grads.tensor_ready
         assert mixer is not None
+        # no layernorm recompute here: Megatron-Core fuses a Mamba layer's pre-norm into in_proj's module
         issued = self._issue(pre + "mamba_issue_bwd", "bwd", lambda h: h.mamba(True))
-        if "layernorm" in self.recomputed:
-            c(pre.replace(".bwd.", ".recompute.") + "mamba_norm", z.norm[0], g, "recompute")
         dx = self.tp.row_backward(pre, "mamba_grad", mixer.out_proj, g)
         ready(unit, "mamba_out", [self.prog.last_compute], micro_batch)
         dx = c(pre + "mamba_gated_norm", mixer.gated_norm[1], dx, "bwd")
         again = pre.replace(".bwd.", ".recompute.")  # the memory-efficient scan's own recompute (mamba.py)
-        x = dx
         for kernel in mixer.recompute:
-            x = c(again + kernel.name, kernel, x, "recompute")
-        dx = x
+            dx = c(again + kernel.name, kernel, dx, "recompute")
         for kernel in mixer.backward:
             dx = c(pre + kernel.name, kernel, dx, "bwd")
         ready(unit, "mamba_mix", dx, micro_batch)

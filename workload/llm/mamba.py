@@ -2,17 +2,17 @@
 
 Forward, in order: the pre-norm (fused into in_proj's module), in_proj (the hidden states to z, x, B, C and dt;
 column-parallel, heads and groups split over tensor-parallel ranks), the causal depthwise convolution with its SiLU
-over x, B and C, the chunked state-space scan (SSD), the gated RMSNorm (normed in groups, gated by SiLU(z)) and
-out_proj (row-parallel). The scan splits each sequence into chunks of ``mamba_chunk`` tokens and runs, per chunk:
-the decays' cumulative sum (dt's softplus and A dt, per head), C B^T per group (a chunk x chunk matrix through the
-state dimension), each head's chunk state B^T x (state x head dim), the states passed from chunk to chunk (a short
-sequential pass over the chunks in fp32), and each head's output, the masked, decayed C B^T times x plus C times the
-incoming state, gated by SiLU(z) (one kernel, both products into one accumulator). The three products are small
-batched GEMMs, one per chunk and head (or group); Triton runs them, with the passes over the decays and the states,
-at a small fraction of the GPU's bandwidth, far from its tensor-core peak: the kernel model times every scan kernel
-by its bytes in the ``scan`` class (compute/kernel_params.py: SCAN_BANDWIDTH_FRACTION, fitted on published Triton
-timings by benchmarks/ssd_kernels.py). The gated RMSNorm after
-the scan normalises each group without the gate (Megatron-Core calls it without z).
+over x, B and C, the chunked state-space scan (SSD, gated by SiLU(z) in its last kernel), the RMSNorm over each
+group of channels and out_proj (row-parallel). The scan splits each sequence into chunks of ``mamba_chunk`` tokens
+and runs, per chunk: the decays' cumulative sum (dt's softplus and A dt, per head), C B^T per group (a chunk x chunk
+matrix through the state dimension), each head's chunk state B^T x (state x head dim), the states passed from chunk
+to chunk (a short sequential pass over the chunks in fp32), and each head's output, the masked, decayed C B^T times
+x plus C times the incoming state, gated by SiLU(z) (one kernel, both products into one accumulator). The three
+products are small batched GEMMs, one per chunk and head (or group); Triton runs them, with the passes over the
+decays and the states, at a small fraction of the GPU's bandwidth, far from its tensor-core peak: the kernel model
+times every scan kernel by its bytes in the ``scan`` class (compute/kernel_params.py: SCAN_BANDWIDTH_FRACTION,
+fitted on published Triton timings by benchmarks/ssd_kernels.py). The RMSNorm after the scan (mamba_ssm's gated
+norm) runs without the gate: Megatron-Core calls it without z.
 
 Backward (mamba_ssm's memory-efficient path, which Megatron-Core trains with): the forward keeps only in_proj's
 output and the scan's ungated output, so it first runs the convolution, the cumulative sum, C B^T, the chunk states
@@ -29,13 +29,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from compute.shapes import OpShape
+from compute.shapes import SCAN_CLASS, OpShape
 from workload.llm import costs
 from workload.llm.costs import Matmul
 from workload.llm.model import ModelConfig
 
 FP32_BYTES = 4
-SCAN = "scan"  # the SSD scan's kernels' class: neither weight matmuls nor plain element-wise passes
 CUMSUM_FLOPS = 6  # per head and token: dt + dt_bias, softplus (exp, log1p), A dt, the running sum
 STATE_PASSING_FLOPS = 2  # per state element and chunk: decay times the carried state, plus the chunk's own
 GATED_NORM_FLOPS = 4  # per channel: square, sum, scale, weight
@@ -52,7 +51,6 @@ class MambaMixer:
         p, n, q = m.mamba_head_dim, m.mamba_state_dim, m.mamba_chunk
         tokens = batch * seq_len
         inner, bc = heads * p, 2 * groups * n
-        self.heads, self.groups, self.inner = heads, groups, inner
         self.in_proj = Matmul("mamba_in", tokens, h, 2 * inner + bc + heads, d, dtype=low)
         self.out_proj = Matmul("mamba_out", tokens, inner, h, d, dtype=low)
         channels = inner + bc  # x, B and C through the convolution
@@ -87,4 +85,5 @@ class MambaMixer:
 def _scan(kernel: costs.Kernel) -> costs.Kernel:
     """One of the scan's kernels: timed as memory-bound in the scan class (compute/kernel_params.py), whatever its
     arithmetic; its FLOPs and bytes as counted."""
-    return replace(kernel, category=SCAN, shape=OpShape(SCAN, kernel.shape.dtype if kernel.shape else "bf16"))
+    return replace(kernel, category=SCAN_CLASS,
+                   shape=OpShape(SCAN_CLASS, kernel.shape.dtype if kernel.shape else "bf16"))

@@ -147,13 +147,6 @@ class ModelConfig:
             return self.layer_pattern[layer] == "E"
         return self.is_moe and layer >= self.dense_layers
 
-    def layer_blocks(self, layer: int) -> tuple[str, ...]:
-        """The blocks of layer ``layer`` in forward order: attention and an MLP ("mlp" dense, "moe" with experts),
-        or a hybrid layer's one block ("mamba", "attention", "mlp" or "moe")."""
-        if self.layer_pattern and layer < len(self.layer_pattern):
-            return HYBRID_SYMBOLS[self.layer_pattern[layer]]
-        return ("attention", "moe" if self.moe_at(layer) else "mlp")
-
     def layer_kind(self, layer: int) -> str:
         """What layers of the same parameters share: "moe" or "dense" (attention and an MLP), or a hybrid layer's
         pattern symbol."""
@@ -161,11 +154,11 @@ class ModelConfig:
             return self.layer_pattern[layer]
         return "moe" if self.moe_at(layer) else "dense"
 
-    @property
-    def moe_layers(self) -> int:
-        if self.layer_pattern:
-            return self.layer_pattern.count("E")
-        return self.num_layers - self.dense_layers if self.is_moe else 0
+    def layer_blocks(self, layer: int) -> tuple[str, ...]:
+        """The blocks of layer ``layer`` in forward order: attention and an MLP ("mlp" dense, "moe" with experts),
+        or a hybrid layer's one block ("mamba", "attention", "mlp" or "moe")."""
+        kind = self.layer_kind(layer)
+        return HYBRID_SYMBOLS.get(kind) or ("attention", "moe" if kind == "moe" else "mlp")
 
     @property
     def attention_layers(self) -> int:
@@ -210,13 +203,9 @@ class ModelConfig:
         return matmul + ((self.ffn_matrices - 1) * width if bias else 0), matmul, self.hidden_size if bias else 0
 
     # --- parameter counts -------------------------------------------------------------------------
-    def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None, moe: bool = True, kind: str = ""
-                     ) -> LayerParams:
+    def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None, moe: bool = True) -> LayerParams:
         """One layer's parameters as held by one rank of a tp-way tensor- and ep-way expert-parallel plan whose
-        experts are split etp ways (default tp); ``moe`` False: a dense layer of a mixture-of-experts model;
-        ``kind`` a hybrid layer's pattern symbol (see layer_kind)."""
-        if kind in HYBRID_SYMBOLS:
-            return self._hybrid_params(kind, tp, ep, etp)
+        experts are split etp ways (default tp); ``moe`` False: a dense layer of a mixture-of-experts model."""
         h = self.hidden_size
         f = self.ffn_hidden_size if self.is_moe and moe else self.dense_ffn
         attn_split, attn_split_matmul, attn_whole, attn_whole_matmul = self.attention_params()
@@ -258,7 +247,9 @@ class ModelConfig:
 
     def kind_params(self, kind: str, tp: int = 1, ep: int = 1, etp: int | None = None) -> LayerParams:
         """The parameters of a layer of ``kind`` (see layer_kind) on one rank."""
-        return self.layer_params(tp, ep, etp, moe=kind != "dense", kind=kind)
+        if kind in HYBRID_SYMBOLS:
+            return self._hybrid_params(kind, tp, ep, etp)
+        return self.layer_params(tp, ep, etp, moe=kind == "moe")
 
     def embedding_params(self) -> int:
         """Token embeddings plus learned position embeddings (the lookup tables; no matmul)."""
@@ -314,11 +305,13 @@ class ModelConfig:
         """Raise InputError (one line) if the shape is inconsistent."""
         for name in ("num_layers", "hidden_size", "num_heads", "ffn_hidden_size", "vocab_size", "seq_len",
                      "kv_heads", "head_size", "num_experts", "top_k", "dtype_bytes", "router_groups",
-                     "router_group_topk"):
+                     "router_group_topk", "mamba_head_dim", "mamba_state_dim", "mamba_groups", "mamba_conv_width",
+                     "mamba_chunk"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"model {self.name}: {name} must be a whole number >= 1 (got {value!r})")
-        for name, low in (("window_size", 1), ("window_attn_skip_freq", 0), ("shared_expert_ffn", 0)):
+        for name, low in (("window_size", 1), ("window_attn_skip_freq", 0), ("shared_expert_ffn", 0),
+                          ("mamba_heads", 0)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise InputError(f"model {self.name}: {name} must be a whole number >= {low} (got {value!r})")
@@ -378,17 +371,8 @@ class ModelConfig:
             raise InputError(f"model {self.name}: position_embedding must be one of "
                              f"{', '.join(POSITION_EMBEDDINGS)} (got {self.position_embedding!r})")
 
-
     def _validate_pattern(self) -> None:
         pattern, name = self.layer_pattern, self.name
-        for field_name in ("mamba_heads",):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InputError(f"model {name}: {field_name} must be a whole number >= 0 (got {value!r})")
-        for field_name in ("mamba_head_dim", "mamba_state_dim", "mamba_groups", "mamba_conv_width", "mamba_chunk"):
-            value = getattr(self, field_name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"model {name}: {field_name} must be a whole number >= 1 (got {value!r})")
         if not pattern:
             if self.mamba_heads:
                 raise InputError(f"model {name}: mamba_heads describes the Mamba layers of a hybrid model: give its "

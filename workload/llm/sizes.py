@@ -17,7 +17,7 @@ from functools import lru_cache
 from workload.llm import costs, quantize
 from workload.llm.costs import Matmul
 from workload.llm.mamba import MambaMixer
-from workload.llm.model import ModelConfig
+from workload.llm.model import HYBRID_SYMBOLS, ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 
@@ -252,14 +252,10 @@ def _split_rows(matmul_: Matmul, parts: int) -> tuple[Matmul, ...]:
     return tuple(replace(matmul_, tokens=base + (i < extra)) for i in range(parts))
 
 
-def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True, kind: str = ""
-                  ) -> dict[str, tuple[str, int]]:
+def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True) -> dict[str, tuple[str, int]]:
     """One layer's weight tensors on one rank, in backward (gradient-ready) order: name -> (buffer, parameters),
-    buffer "dense" or "expert" (``moe`` False: a dense layer of a mixture-of-experts model; ``kind``: a hybrid
-    layer's pattern symbol, see ModelConfig.layer_kind). Norm weights count with the norm; a row-parallel bias with
-    its GEMM."""
-    if kind:
-        return _hybrid_tensors(model, plan, kind)
+    buffer "dense" or "expert" (``moe`` False: a dense layer of a mixture-of-experts model). Norm weights count with
+    the norm; a row-parallel bias with its GEMM."""
     m, tp = model, plan.tp
     h, hd = m.hidden_size, m.head_size
     f = m.ffn_hidden_size if m.is_moe and moe else m.dense_ffn
@@ -289,6 +285,11 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True, kind
         out["qkv"] = ("dense", (h * qkv_width + (qkv_width if bias else 0)) // tp + (2 * hd if m.qk_norm else 0))
     out["attn_norm"] = ("dense", m.norm_params())
     return out
+
+
+def kind_tensors(model: ModelConfig, plan: ParallelPlan, kind: str) -> dict[str, tuple[str, int]]:
+    """tensor_params of a layer of ``kind`` (ModelConfig.layer_kind: "moe", "dense" or a hybrid pattern symbol)."""
+    return _hybrid_tensors(model, plan, kind) if kind in HYBRID_SYMBOLS else tensor_params(model, plan, kind == "moe")
 
 
 ATTENTION_TENSORS = ("attn_out", "q_up", "kv_up", "q_down", "kv_down", "qkv", "attn_norm")
