@@ -331,9 +331,6 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     chosen = model_for(row.text("model"), row_dims, dims["tp"])
     plan.defaults_used += chosen.defaults_used
     plan.model = chosen.fields
-    if chosen.needs and not chosen.approximable:
-        plan.needs = list(chosen.needs)
-        return plan.refuse(NEEDS, "; ".join(chosen.needs))
     if chosen.problem:
         return plan.refuse(UNSUPPORTED, chosen.problem)
     reqs = _requirements(row, fw, plan, dims, recipe)
@@ -348,7 +345,7 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
     batch = _batch(row, fw, plan, dims["dp"], recipe)
     if batch is None:
         return plan
-    missing = list(chosen.needs)
+    missing: list[str] = []
     structural = False  # a missing feature that changes the rank count: no approximation
     spec: dict[str, Any] = {"generate": "llm", "model_name": row.row_id[:64], **chosen.fields}
     if layout:

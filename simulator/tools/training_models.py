@@ -53,8 +53,6 @@ class Family:
     fixed: dict[str, Any]
     vocab: int | None = None  # the tokenizer's vocabulary when the row gives none
     pad_vocab: bool = False  # Megatron pads the vocabulary to a multiple of 128 x TP
-    needs: tuple[str, ...] = ()  # model features the generator has no option for
-    approximable: bool = True  # whether --approximate may run the model without them
 
 
 GPT = Family("Megatron GPT", {"gated_ffn": False, "tied_embeddings": True, "position_embedding": "learned",
@@ -147,13 +145,11 @@ def model_key(name: str) -> str:
 
 @dataclass(slots=True)
 class ModelChoice:
-    """The generator's model fields for a row, the defaults taken, and model features nothing can express."""
+    """The generator's model fields for a row and the defaults taken."""
 
     fields: dict[str, Any]
     defaults_used: list[str]
-    needs: list[str]
     problem: str = ""  # why no model could be built (a dimension missing with no default)
-    approximable: bool = True
 
 
 def model_for(name: str, row_dims: dict[str, int], tp: int) -> ModelChoice:
@@ -162,8 +158,7 @@ def model_for(name: str, row_dims: dict[str, int], tp: int) -> ModelChoice:
     key = model_key(name)
     card = CARDS.get(key)
     family = card.family if card else next((f for prefix, f in _FAMILY_PREFIXES if key.startswith(prefix)), None)
-    choice = ModelChoice({}, [], list(family.needs) if family else [],
-                         approximable=bool(family and family.approximable))
+    choice = ModelChoice({}, [])
     if family is None:
         choice.problem = (f"model {name!r}: no model card and no known family (GPT, Llama, Nemotron, Qwen3, GPT-OSS, "
                           "DeepSeek-V3)")
