@@ -49,6 +49,7 @@ class Iteration:
     collectives: list[dict[str, Any]] = field(default_factory=list)
     trace_nodes: int = 0  # nodes of the iteration over all ranks (what simulating every rank has to hold)
     peak_rss_MB: int = 0  # the peak resident memory of the process that simulated it
+    warnings: list[str] = field(default_factory=list)  # what the simulator warned about (without a ``warn``)
 
 
 def peak_rss_MB() -> int:
@@ -70,8 +71,9 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     options = RunOptions(collective_model="nccl", hw_profile=profile, device=device, progress=progress,
                          comm_streams=COMMUNICATOR_STREAMS, sm_sharing=compute_model == "kernels",
                          timeline=True, **extra)
+    warnings: list[str] = []  # kept with the result where no one is listing them as they come (a child process)
     sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options,
-                     warn=warn)
+                     warn=warn if warn is not None else warnings.append)
     result = sim.run()
     per_stage = plan.world_size // plan.pp
     flops = sum(sum(stage_flops(p).values()) for p in programs) * per_stage
@@ -81,7 +83,7 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     return Iteration(result.finish_ns, result.engine, result.simulated_ranks, result.engine_reason, compute_model,
                      time.process_time() - started,
                      slowest_rank_breakdown(sim, result, NodeKinds.of_programs(programs)), flops, collectives, nodes,
-                     peak_rss_MB())
+                     peak_rss_MB(), warnings)
 
 
 def iteration_nodes(spec: dict[str, Any], label: str = "generate: llm") -> tuple[int, int]:

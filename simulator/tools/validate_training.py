@@ -80,7 +80,8 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
                    simulated_ranks=iteration.simulated_ranks, breakdown=iteration.breakdown,
                    collectives=iteration.collectives,
                    run={"cpu_time_s": round(iteration.cpu_time_s, 2), "peak_rss_MB": iteration.peak_rss_MB,
-                        "engine_reason": iteration.engine_reason})
+                        "engine_reason": iteration.engine_reason},
+                   notes=plan.notes + [f"simulator: {w}" for w in iteration.warnings])
         if status == APPROXIMATE:
             out["left_out"] = plan.needs + out["left_out"]
     return out

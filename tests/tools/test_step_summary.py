@@ -68,3 +68,17 @@ def test_gb200_predicts_on_its_nvl72_rack_and_no_slower_than_b200() -> None:
     b200, _, _ = predict(SPEC, 8, "B200", None)
     assert profile == "gb200-nvl72" and "GB200 reference system" in why
     assert 0 < gb200.step_time_ns <= b200.step_time_ns
+
+
+def test_an_iteration_keeps_the_simulators_warnings_where_nobody_prints_them() -> None:
+    # validate-training simulates each row in a child process without a ``warn``: what the simulator says about the
+    # run (here: a device no kernel measurements calibrate) comes back with the result, for the row's notes
+    from simulator.collectives.hardware import load_profile
+    from simulator.tools.step_run import simulate_iteration
+    from simulator.tools.training_hardware import network_for
+
+    network = network_for(load_profile("dgx-a100"), 8, "test")
+    iteration = simulate_iteration(SPEC, network, "dgx-a100", "TPUv4")
+    assert any("no kernel measurements calibrate" in w for w in iteration.warnings)
+    printed: list[str] = []
+    assert not simulate_iteration(SPEC, network, "dgx-a100", "TPUv4", warn=printed.append).warnings and printed
