@@ -213,6 +213,15 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
         precision = fw.precision[0]
         plan.defaults_used.append(f"precision {precision} ({fw.precision[1]})")
     reqs += _low_precision(precision.split("(")[0], fw, plan)
+    low = ("fp8", True) in reqs or ("fp4", True) in reqs
+    if recipe is not None and low and (any(recipe.bf16_layers) or recipe.bf16_gemms):
+        start, end = recipe.bf16_layers
+        reqs += [(k, n) for k, n in (("bf16_layers_at_start", start), ("bf16_layers_at_end", end)) if n]
+        if recipe.bf16_gemms:
+            reqs.append(("bf16_gemms", recipe.bf16_gemms))
+        kept = [f"the first {start} and last {end} layers" if any(recipe.bf16_layers) else "",
+                f"the {recipe.bf16_gemms} GEMMs" if recipe.bf16_gemms else ""]
+        plan.defaults_used.append(f"{' and '.join(k for k in kept if k)} in 16-bit ({recipe.where})")
     if recipe is not None and recipe.fp8_attention and ("fp8", True) in reqs:
         reqs.append(("fp8_attention", True))
         plan.defaults_used.append(f"attention in FP8 ({recipe.where}: fp8_dot_product_attention)")

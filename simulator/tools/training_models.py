@@ -27,6 +27,8 @@ Sources (configuration values only; facts, no code taken):
   Nemotron 3.5 Lightning: its perf recipe (v0.6.0 src/megatron/bridge/perf_recipes/nemotronh/) is Nano's with two
   multi-token-prediction depths of pattern "*E" (one attention and one MoE layer each; the recipe shares their
   weights, counted here per depth).
+- Nemotron 3 Super 120B-A12B: the workload preset (latent MoE); its perf recipes (Megatron-Bridge v0.4.0-v0.6.0
+  scripts/performance/configs/nemotronh, perf_recipes/nemotronh) keep two multi-token-prediction depths "*E" on.
 - DeepSeek-V3: its config.json (MIT): 61 layers (the first 3 dense, FFN 18432), hidden 7168, 128 heads with multi-head
   latent attention (query latent 1536, key/value latent 512, head dim 128 + 64 RoPE, value head dim 128), 256
   routed experts top-8 from the best 4 of 8 groups, expert FFN 2048, one shared expert, vocabulary 129,280; the
@@ -101,7 +103,7 @@ def _hybrid(name: str) -> dict[str, Any]:
     """A hybrid preset's fields beside _preset's: its layer pattern, Mamba mixer, experts."""
     m = PRESETS[name]
     keys = ("head_dim", "layer_pattern", "mamba_heads", "mamba_head_dim", "mamba_state_dim", "mamba_groups",
-            "num_experts", "top_k", "shared_expert_ffn")
+            "num_experts", "top_k", "shared_expert_ffn", "moe_latent_size")
     return {**_preset(name), **{k: getattr(m, k) for k in keys}}
 
 
@@ -127,6 +129,9 @@ CARDS: dict[str, Card] = {
     "nemotron35lightning": Card(NEMOTRON_H, {**_hybrid("nemotron-3-nano"), "mtp_layers": 2},
                                 "Megatron-Bridge's Nemotron 3.5 Lightning perf recipe: Nemotron 3 Nano's with two "
                                 "multi-token-prediction depths (attention and MoE, '*E')"),
+    "nemotron3super": Card(NEMOTRON_H, {**_hybrid("nemotron-3-super"), "mtp_layers": 2},
+                           "Megatron-Bridge's Nemotron 3 Super recipe: latent MoE, and two multi-token-prediction "
+                           "depths ('*E', one block's weights run twice: counted as two here)"),
     "deepseekv3": Card(DEEPSEEK, {**_preset("deepseek-v3"), **_latent_moe("deepseek-v3")}, "DeepSeek-V3 config.json"),
     "kimik2": Card(DEEPSEEK, {**_preset("deepseek-v3"), **_latent_moe("deepseek-v3"), "num_heads": 64,
                               "num_kv_heads": 64, "num_experts": 384, "router_groups": 1, "router_group_topk": 1,

@@ -22,7 +22,7 @@ SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table sour
 COMM_OVERLAPS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")  # on unless a recipe says off
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
         "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp", "fp8_attention",
-        *COMM_OVERLAPS}
+        "bf16_layers", "bf16_gemms", *COMM_OVERLAPS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,8 @@ class Recipe:
     moe_flex_backend: str = ""  # the flex dispatcher's library ("deepep", "hybridep"), "" where the recipe does not say
     fp8_attention: bool = False  # Megatron-Core's fp8_dot_product_attention
     overlaps_off: tuple[str, ...] = ()  # the COMM_OVERLAPS the recipe turns off (the framework's default is on)
+    bf16_layers: tuple[int, int] = (0, 0)  # with FP8/FP4: decoder layers at the start and at the end kept 16-bit
+    bf16_gemms: str = ""  # with FP8/FP4: GEMM groups kept 16-bit in every layer (TrainingOptions.bf16_gemms)
 
 
 @cache
@@ -63,7 +65,8 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
                           bool(r.get("moe_a2a_overlap", False)), str(r.get("recompute_modules", "")), where,
                           str(r.get("pipeline_layout", "")), r.get("micro_batch"), bool(r.get("moe_fused_mlp", False)),
                           backend, bool(r.get("fp8_attention", False)),
-                          tuple(k for k in COMM_OVERLAPS if r.get(k) is False))
+                          tuple(k for k in COMM_OVERLAPS if r.get(k) is False),
+                          tuple(r.get("bf16_layers", (0, 0))), str(r.get("bf16_gemms", "")))
     return out
 
 

@@ -151,8 +151,8 @@ def test_flops_per_iteration_against_6pt(name: str) -> None:
     assert flops["matmul"] == pytest.approx(6 * (model.active_params() - lookup) * tokens, rel=0.05)
     if lookup < 0.05 * model.active_params():  # not Llama-3 8B, nor Nemotron 3 Nano (10%)
         assert flops["matmul"] == pytest.approx(six_pt, rel=0.05)
-    # the attention term is 6 L s h per token: small only for wide models or short sequences
-    if name in ("gpt3-6.7b", "gpt3-13b", "gpt3-175b", "llama3-405b"):
+    # the attention term is 6 L s h per token: small only for wide models, short sequences or few attention layers
+    if name in ("gpt3-6.7b", "gpt3-13b", "gpt3-175b", "llama3-405b", "nemotron-3-super"):  # few attention layers
         assert flops["total"] == pytest.approx(six_pt, rel=0.05)
     else:  # e.g. GPT-3 1.3B at 2048 tokens is ~ +7.5%, Mixtral at 32768 tokens ~ +33%
         assert flops["total"] > 1.05 * 6 * (model.active_params() - lookup) * tokens

@@ -97,10 +97,24 @@ class _StageBuilder:
         self.grads = GradientSync(self.prog, model, plan, options, stage, self._chunk_units())
         self.tp = TensorParallel(self.prog, self.z, plan.tp, options.tp_comm_overlap)
         self.layers = LayerPasses(self.prog, self.z, model, plan, self.tp, self.grads, options.moe_a2a_overlap)
+        # the layers kept in 16-bit under fp8/fp4 (first/last layers, MTP depths): their own sizes and passes
+        self.options = options
+        self.layers_16bit: LayerPasses | None = None
+        if any(options.layer_in_16bit(model, layer) for chunk in [*self.chunk_layers, self.mtp] for layer in chunk):
+            z16 = StageSizes(model, plan, options.in_16bit())
+            self.layers_16bit = LayerPasses(self.prog, z16, model, plan,
+                                            TensorParallel(self.prog, z16, plan.tp, options.tp_comm_overlap),
+                                            self.grads, options.moe_a2a_overlap)
         self.tail = IterationTail(self.prog, model, plan, options)
         self.ep_overlap = options.moe_a2a_overlap
         self.replicated = sum(self.grads.layer(f"layer{layer}").replicated for layers in [*self.chunk_layers, self.mtp]
                               for layer in layers) + (model.norm_params() if self.last else 0)
+
+    def _passes(self, layer: int) -> LayerPasses:
+        """The passes running ``layer``: in 16-bit where the options keep it so, else in the layers' precision."""
+        if self.layers_16bit is not None and self.options.layer_in_16bit(self.m, layer):
+            return self.layers_16bit
+        return self.layers
 
     def _chunk_units(self) -> list[list[str]]:
         root = self.first or self.last
@@ -212,7 +226,8 @@ class _StageBuilder:
             yield F_NEXT
             if mb == 0:
                 x = x + self.grads.first_use(f"layer{layer}")
-            x = yield from self.layers.forward_steps(f"{pre}layer{layer}.", x, "fwd", layer, first_micro_batch=mb == 0)
+            x = yield from self._passes(layer).forward_steps(f"{pre}layer{layer}.", x, "fwd", layer,
+                                                             first_micro_batch=mb == 0)
         yield F_LAST
         if heads:
             if embeds and mb == 0 and self.grads.mode == "bucket":
@@ -263,7 +278,7 @@ class _StageBuilder:
                          self._recv_deps(recv_deps), "bwd")
         for layer in reversed(self.chunk_layers[chunk]):
             yield B_NEXT
-            g = yield from self.layers.backward_steps(f"{pre}layer{layer}.", g, f"layer{layer}", mb, layer)
+            g = yield from self._passes(layer).backward_steps(f"{pre}layer{layer}.", g, f"layer{layer}", mb, layer)
             grads.after_backward(f"layer{layer}", g, mb)
         yield B_LAST
         if embeds:
@@ -285,12 +300,12 @@ class _StageBuilder:
         x = self.tp.column_forward(pre, "mtp_proj", z.mtp_proj, x, "fwd")
         if self.p.tp > 1:
             x = self.tp.gather(pre + "mtp_proj_output", x, "fwd", gemm_input=False)
-        return self.layers.forward(pre, x, "fwd", layer, first_micro_batch=mb == 0)
+        return self._passes(layer).forward(pre, x, "fwd", layer, first_micro_batch=mb == 0)
 
     def _mtp_backward(self, pre: str, g: list[int], layer: int, mb: int) -> list[int]:
         """A multi-token-prediction depth's backward; returns the gradient of the hidden states it read."""
         prog, z, grads, unit = self.prog, self.z, self.grads, f"layer{layer}"
-        g = self.layers.backward(pre, g, unit, mb, layer)
+        g = self._passes(layer).backward(pre, g, unit, mb, layer)
         dx = self.tp.column_backward(pre, "mtp_proj_input", z.mtp_proj, g)
         grads.tensor_ready(unit, "mtp_proj", [prog.last_compute], mb)
         dx = self.tp.reduce(pre + "mtp_proj_grad", dx, "bwd", bulk=True)

@@ -15,6 +15,7 @@ from workload.llm.host import GRAPH_SCOPES, HOST_CPUS
 from workload.llm.model import NORMS, POSITION_EMBEDDINGS, ModelConfig, model_from_dict
 from workload.llm.options import (
     ATTENTION_BACKENDS,
+    BF16_GEMM_GROUPS,
     CROSS_ENTROPY,
     DEFAULT_MOE_FLEX_BACKEND,
     FP8_RECIPES,
@@ -41,7 +42,8 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--v-head-dim": "v_head_dim", "--dense-layers": "dense_layers",
                    "--dense-ffn-hidden": "dense_ffn_hidden_size", "--mtp-num-layers": "mtp_layers",
                    "--mamba-num-heads": "mamba_heads", "--mamba-head-dim": "mamba_head_dim",
-                   "--mamba-state-dim": "mamba_state_dim", "--mamba-num-groups": "mamba_groups"}
+                   "--mamba-state-dim": "mamba_state_dim", "--mamba-num-groups": "mamba_groups",
+                   "--moe-latent-size": "moe_latent_size"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
                     "--rope-fused": "rope_fused", "--clamped-glu": "clamped_glu",
                     "--qk-norm": "qk_norm"}
@@ -187,6 +189,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--fp8-attention", action="store_true",
                    help="the attention core in FP8 (Megatron-Core's --fp8-dot-product-attention; needs --precision "
                         "fp8)")
+    t.add_argument("--num-layers-at-start-in-bf16", dest="bf16_layers_at_start", type=int, default=0, metavar="N",
+                   help="with fp8/fp4: the first N decoder layers' GEMMs stay 16-bit (Megatron-Core's "
+                        "--first-last-layers-bf16, which defaults to 1 and 1)")
+    t.add_argument("--num-layers-at-end-in-bf16", dest="bf16_layers_at_end", type=int, default=0, metavar="N",
+                   help="with fp8/fp4: the last N decoder layers' GEMMs stay 16-bit")
+    t.add_argument("--bf16-gemms", default="", metavar="GROUPS",
+                   help="with fp8/fp4: GEMMs that stay 16-bit in every layer (Transformer Engine's quantization "
+                        f"recipes by module): {', '.join(BF16_GEMM_GROUPS)}")
     t.add_argument("--host-cpu", choices=HOST_CPUS,
                    help="model the host issuing the kernels on this CPU (grace: GB200/GB300 nodes): each block of "
                         "a layer ends no earlier than the framework's calls issuing it (workload/llm/host.py)")
@@ -311,7 +321,9 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               moe_a2a_overlap=args.moe_a2a_overlap, moe_fused_mlp=args.moe_fused_mlp,
                               fp8_attention=args.fp8_attention,
                               host_cpu=args.host_cpu,
-                              cuda_graph_scope=args.cuda_graph_scope)
+                              cuda_graph_scope=args.cuda_graph_scope,
+                              bf16_layers_at_start=args.bf16_layers_at_start,
+                              bf16_layers_at_end=args.bf16_layers_at_end, bf16_gemms=args.bf16_gemms)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
     return options
 

@@ -143,11 +143,13 @@ class HostModel:
         moe_router scope holds the shared expert when it is not overlapped)."""
         return self._unless_graphed("moe_router", self._us(*MLP_CALLS, backward, gemm_modules=MLP_CALLS[0]))
 
-    def routing(self, backward: bool) -> int:
-        """The MoE layer up to the dispatch: norm, router and (forward) the dispatcher's preprocessing."""
+    def routing(self, backward: bool, latent: bool = False) -> int:
+        """The MoE layer up to the dispatch: norm, router and the dispatcher's preprocessing (forward), with a latent
+        MoE's projection down (a TE module, in the preprocessing's graph scope)."""
         us = self._unless_graphed("moe_router", self._us(*ROUTER_CALLS, backward))
-        if not backward:
-            us += self._unless_graphed("moe_preprocess", self._us(0, PREPROCESS_OPS, False))
+        if latent or not backward:
+            ops = 0 if backward else PREPROCESS_OPS
+            us += self._unless_graphed("moe_preprocess", self._us(int(latent), ops, backward, gemm_modules=int(latent)))
         return us
 
     def sync_return(self) -> int:
@@ -160,17 +162,19 @@ class HostModel:
         queue to drain, then makes the next call (the GPU has nothing queued meanwhile)."""
         return self._scaled((SYNC_US + OP_US) * CALL_SCALE)
 
-    def experts(self, local_experts: int, backward: bool, clamped_glu: bool = False, scaled_bias: bool = False
-                ) -> int:
+    def experts(self, local_experts: int, backward: bool, clamped_glu: bool = False, scaled_bias: bool = False,
+                latent: bool = False) -> int:
         """The expert section: dispatch, the two grouped linears over ``local_experts``, combine (a whole-layer
         graph captures it only with static shapes: not with the dropless dispatcher, which options refuse); with
-        the clamped GLU's clamp and the experts' scaled second-layer biases, their PyTorch calls."""
+        the clamped GLU's clamp and the experts' scaled second-layer biases, their PyTorch calls, and with a latent
+        MoE the projection up after the combine (a TE module)."""
         per_expert = EXPERT_BACKWARD_US if backward else EXPERT_FORWARD_US
         ops = EXPERT_SECTION_OPS + (CLAMP_OPS if clamped_glu else 0)
         if scaled_bias:
             ops += SCALED_BIAS_OPS[0] + SCALED_BIAS_OPS[1] * local_experts
-        return self._unless_graphed("full", self._us(GROUPED_LINEARS, ops, backward,
-                                                     GROUPED_LINEARS * local_experts * per_expert, GROUPED_LINEARS))
+        modules = GROUPED_LINEARS + int(latent)
+        return self._unless_graphed("full", self._us(modules, ops, backward,
+                                                     GROUPED_LINEARS * local_experts * per_expert, modules))
 
     def head(self, backward: bool) -> int:
         return self._us(*HEAD_CALLS, backward)

@@ -72,9 +72,9 @@ class LayerPasses:
         self.recomputed = plan.recomputed  # selective recompute's modules
         self.attention = Attention(program, sizes, model, plan)
         if model.is_moe:
-            elements = sizes.local_tokens * model.top_k * model.hidden_size
+            elements = sizes.local_tokens * model.top_k * model.expert_width
             if sizes.permute_at == "receive":  # the tokens a rank received (and gathered over etp)
-                elements = sizes.mlp_in.tokens * model.hidden_size
+                elements = sizes.mlp_in.tokens * model.expert_width
             self.permute = costs.elementwise("permute", elements, 1, 1, 1, model.dtype_bytes)
             self.unpermute = costs.elementwise("unpermute", elements, 2, 1, 1, model.dtype_bytes)
             # the copies between the dispatch and the experts' GEMMs in forward order, each with its inverse between
@@ -110,7 +110,7 @@ class LayerPasses:
         if "mamba" in blocks:
             x = self._mamba_forward(pre, x, phase)
         if blocks[-1] == "moe":
-            issued = self._issue(pre + "route_issue", phase, lambda h: h.routing(False))
+            issued = self._issue(pre + "route_issue", phase, lambda h: h.routing(False, self.z.latent is not None))
             x = c(pre + "mlp_norm", z.norm[0], x, phase)
             x = yield from self._moe_forward(pre, x, phase, issued)
         elif blocks[-1] == "mlp":
@@ -231,23 +231,26 @@ class LayerPasses:
     def _latent_backward(self, pre: str, dx: list[int], unit: str, micro_batch: int) -> list[int]:
         """The latent projections' backward; returns the input gradient of the rank's tokens, complete (the latents'
         gradients are summed over tp before the down-projections, which every rank holds whole)."""
-        c, mla, tp, ready = self.prog.compute, self.z.mla, self.tp, self.grads.tensor_ready
+        mla = self.z.mla
         assert mla is not None
-
-        def gemm_backward(gemm: Matmul, g: list[int]) -> list[int]:
-            g = tp.quantized(pre, gemm, "grad", g, "bwd")
-            dx_in = c(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
-            c(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
-            ready(unit, gemm.name, [self.prog.last_compute], micro_batch)
-            return dx_in
-
-        latents = gemm_backward(mla.q_up, dx) + gemm_backward(mla.kv_up, dx)
+        back = self._projection_backward
+        latents = back(pre, mla.q_up, dx, unit, micro_batch) + back(pre, mla.kv_up, dx, unit, micro_batch)
         if self.z.sp:
             latents = self.prog.coll(pre + "latent_grad_reducescatter", "tp", RS, mla.reduce_bytes, latents, "bwd")
         elif self.grads.p.tp > 1:
             latents = self.prog.coll(pre + "latent_grad_allreduce", "tp", AR, mla.reduce_bytes, latents, "bwd")
-        latents = c(pre + "latent_norm", mla.norm[1], latents, "bwd")
-        return gemm_backward(mla.q_down, latents) + gemm_backward(mla.kv_down, latents)
+        latents = self.prog.compute(pre + "latent_norm", mla.norm[1], latents, "bwd")
+        return back(pre, mla.q_down, latents, unit, micro_batch) + back(pre, mla.kv_down, latents, unit, micro_batch)
+
+    def _projection_backward(self, pre: str, gemm: Matmul, g: list[int], unit: str, micro_batch: int) -> list[int]:
+        """The backward of a GEMM whose weight every tensor-parallel rank holds whole (a latent projection): its
+        output gradient quantized, the input and weight gradients; returns the input gradient."""
+        c = self.prog.compute
+        g = self.tp.quantized(pre, gemm, "grad", g, "bwd")
+        dx_in = c(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
+        c(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
+        self.grads.tensor_ready(unit, gemm.name, [self.prog.last_compute], micro_batch)
+        return dx_in
 
     def _issue(self, name: str, phase: str, cost: Callable[[HostModel], int], waits_for: list[int] | None = None
                ) -> int | None:
@@ -256,9 +259,10 @@ class LayerPasses:
         return None if host is None else self.prog.issue(name, cost(host), phase, waits_for)
 
     @property
-    def _extras(self) -> tuple[bool, bool]:
-        """The expert section's PyTorch calls beside the grouped linears: (clamped GLU, scaled biases)."""
-        return self.z.act_clamp is not None, self.z.expert_bias is not None
+    def _extras(self) -> tuple[bool, bool, bool]:
+        """The expert section's calls beside the grouped linears: (clamped GLU, scaled biases, the latent
+        projection up)."""
+        return self.z.act_clamp is not None, self.z.expert_bias is not None, self.z.latent is not None
 
     def _activation(self, pre: str, x: list[int], phase: str) -> list[int]:
         """The experts' activation (forward or recomputed). With the clamped GLU: the clamp's kernels, then
@@ -301,6 +305,9 @@ class LayerPasses:
             self.prog.issued(issued)
             x = [*x, self.prog.last_compute]  # stream order
         x = c(pre + "router", z.router.forward(), x, phase)
+        if z.latent is not None:  # after the router, on the same stream
+            x = c(pre + "latent_down", z.latent[0].forward(), self.tp.gemm_inputs(pre, z.latent[0], x, phase),
+                  phase)
         if z.permute_at == "send":
             x = c(pre + "permute", self.permute[0], x, phase)
         self.prog.issued(routing_issued)
@@ -338,6 +345,9 @@ class LayerPasses:
         yield F_COMBINE
         if z.permute_at == "send":
             x = c(pre + "unpermute", self.unpermute[0], x, phase)
+        if z.latent is not None:
+            x = c(pre + "latent_up", z.latent[1].forward(), self.tp.gemm_inputs(pre, z.latent[1], x, phase),
+                  phase)
         self.prog.issued(issued)
         return (x if z.sp else self.tp.reduce(pre + "mlp", x, phase)) + shared
 
@@ -420,6 +430,8 @@ class LayerPasses:
         etp = self.grads.p.expert_tp
         issued = self._issue(pre + "expert_issue_bwd", "bwd", lambda h: h.experts(z.local_experts, True, *self._extras))
         output_grad = g
+        if z.latent is not None:
+            g = self._projection_backward(pre, z.latent[1], g, unit, micro_batch)
         if z.permute_at == "send":
             g = c(pre + "unpermute", self.unpermute[1], g, "bwd")
         if z.rdma_staging is not None:  # the combine's gradient is a HybridEP dispatch
@@ -460,8 +472,10 @@ class LayerPasses:
         yield B_DISPATCH
         if z.permute_at == "send":
             g = c(pre + "permute", self.permute[1], g, "bwd")
+        if z.latent is not None:
+            g = self._projection_backward(pre, z.latent[0], g, unit, micro_batch)
         self.prog.issued(issued)
-        issued = self._issue(pre + "route_issue_bwd", "bwd", lambda h: h.routing(True))
+        issued = self._issue(pre + "route_issue_bwd", "bwd", lambda h: h.routing(True, self.z.latent is not None))
         g = c(pre + "router_dgrad", z.router.dgrad(), g, "bwd")
         c(pre + "router_wgrad", z.router.wgrad(), g, "bwd")
         ready(unit, "router", [self.prog.last_compute], micro_batch)

@@ -43,16 +43,17 @@ GATE_BACKWARD_PASSES = 6
 
 class MambaMixer:
     """A Mamba-2 mixer's kernels over ``tokens`` tokens (``batch`` sequences of ``seq_len``) on one of ``tp``
-    tensor-parallel ranks; ``low``: the precision of the projections' GEMMs (the scan stays in the model's dtype)."""
+    tensor-parallel ranks; ``low``: the precision of the projections' GEMMs (in_proj's, out_proj's), "" for the
+    model's dtype (the scan stays in it)."""
 
-    def __init__(self, m: ModelConfig, batch: int, seq_len: int, tp: int, low: str) -> None:
+    def __init__(self, m: ModelConfig, batch: int, seq_len: int, tp: int, low: tuple[str, str]) -> None:
         d, h = m.dtype_bytes, m.hidden_size
         heads, groups = m.mamba_heads // tp, m.mamba_groups // tp
         p, n, q = m.mamba_head_dim, m.mamba_state_dim, m.mamba_chunk
         tokens = batch * seq_len
         inner, bc = heads * p, 2 * groups * n
-        self.in_proj = Matmul("mamba_in", tokens, h, 2 * inner + bc + heads, d, dtype=low)
-        self.out_proj = Matmul("mamba_out", tokens, inner, h, d, dtype=low)
+        self.in_proj = Matmul("mamba_in", tokens, h, 2 * inner + bc + heads, d, dtype=low[0])
+        self.out_proj = Matmul("mamba_out", tokens, inner, h, d, dtype=low[1])
         channels = inner + bc  # x, B and C through the convolution
         self.conv = costs.elementwise("mamba_conv", tokens * channels, 2 * m.mamba_conv_width + 4, 1, 1, d)
         chunks = batch * math.ceil(seq_len / q)

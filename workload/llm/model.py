@@ -66,6 +66,11 @@ class ModelConfig:
     # a shared expert beside the routed ones: a dense FFN of this width every token passes through, tensor-parallel
     # like a dense layer's (Megatron-Core's moe_shared_expert_intermediate_size; 0 = none)
     shared_expert_ffn: int = 0
+    # latent mixture-of-experts (Nemotron 3 Super; Megatron-Core's moe_latent_size; 0 = none): the routed experts
+    # run at this width. Each MoE layer projects its tokens down from the hidden size after the router and before
+    # the dispatch (fc1_latent_proj) and back up after the combine (fc2_latent_proj); both weights are held whole
+    # by every tensor-parallel rank. The router and a shared expert see the hidden size
+    moe_latent_size: int = 0
     dtype_bytes: int = 2
     window_size: int | None = None  # sliding-window attention: keys a query sees (itself included); None = all
     window_attn_skip_freq: int = 0  # with a window, every N-th layer attends to all keys (Megatron-Core's name)
@@ -192,15 +197,26 @@ class ModelConfig:
     def ffn_matrices(self) -> int:
         return 3 if self.gated_ffn else 2
 
+    @property
+    def expert_width(self) -> int:
+        """The width the routed experts read and write (and the dispatcher sends): the latent or the hidden size."""
+        return self.moe_latent_size or self.hidden_size
+
+    def latent_params(self) -> int:
+        """A MoE layer's latent projections (hidden -> latent -> hidden; 0 without a latent)."""
+        return 2 * self.hidden_size * self.moe_latent_size
+
     def norm_params(self) -> int:
         return 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
 
-    def ffn_params(self, width: int) -> tuple[int, int, int]:
-        """A dense FFN ``width`` wide (0: none): (split over tensor-parallel ranks, of which in matmuls, the
-        row-parallel bias held whole)."""
-        matmul = self.ffn_matrices * self.hidden_size * width
+    def ffn_params(self, width: int, io: int | None = None) -> tuple[int, int, int]:
+        """A dense FFN ``width`` wide (0: none) reading and writing ``io`` channels (default the hidden size; a
+        routed expert's: expert_width): (split over tensor-parallel ranks, of which in matmuls, the row-parallel
+        bias held whole)."""
+        io = self.hidden_size if io is None else io
+        matmul = self.ffn_matrices * io * width
         bias = self.bias and width > 0
-        return matmul + ((self.ffn_matrices - 1) * width if bias else 0), matmul, self.hidden_size if bias else 0
+        return matmul + ((self.ffn_matrices - 1) * width if bias else 0), matmul, io if bias else 0
 
     # --- parameter counts -------------------------------------------------------------------------
     def layer_params(self, tp: int = 1, ep: int = 1, etp: int | None = None, moe: bool = True) -> LayerParams:
@@ -210,18 +226,18 @@ class ModelConfig:
         f = self.ffn_hidden_size if self.is_moe and moe else self.dense_ffn
         attn_split, attn_split_matmul, attn_whole, attn_whole_matmul = self.attention_params()
         attn_replicated = attn_whole + 2 * self.norm_params()
-        ffn_split, ffn_matmul, ffn_replicated = self.ffn_params(f)
+        ffn_split, ffn_matmul, ffn_replicated = self.ffn_params(f, self.expert_width if self.is_moe and moe else h)
         if not (self.is_moe and moe):
             return LayerParams(dense=(attn_split + ffn_split) // tp + attn_replicated + ffn_replicated, expert=0,
                                dense_matmul=(attn_split_matmul + ffn_matmul) // tp + attn_whole_matmul,
                                replicated=attn_replicated + ffn_replicated)
         local_experts, etp = self.num_experts // ep, tp if etp is None else etp
-        router = h * self.num_experts
+        whole = h * self.num_experts + self.latent_params()  # the router and the latent projections
         shared_split, shared_matmul, shared_replicated = self.ffn_params(self.shared_expert_ffn)
-        return LayerParams(dense=(attn_split + shared_split) // tp + attn_replicated + shared_replicated + router,
+        return LayerParams(dense=(attn_split + shared_split) // tp + attn_replicated + shared_replicated + whole,
                            expert=local_experts * (ffn_split // etp + ffn_replicated),
-                           dense_matmul=(attn_split_matmul + shared_matmul) // tp + attn_whole_matmul + router,
-                           replicated=attn_replicated + shared_replicated + router
+                           dense_matmul=(attn_split_matmul + shared_matmul) // tp + attn_whole_matmul + whole,
+                           replicated=attn_replicated + shared_replicated + whole
                            + local_experts * ffn_replicated)
 
     def _hybrid_params(self, symbol: str, tp: int, ep: int, etp: int | None) -> LayerParams:
@@ -296,7 +312,7 @@ class ModelConfig:
     def matmul_params(self) -> int:
         """Weights one token multiplies (active experts, router and output head; not the embedding lookup,
         norms or biases): the N of the exact forward matmul count 2 x N x tokens."""
-        expert_matmul = self.top_k * self.ffn_params(self.ffn_hidden_size)[1]
+        expert_matmul = self.top_k * self.ffn_params(self.ffn_hidden_size, self.expert_width)[1]
         return (sum(n * layer.dense_matmul for n, layer in self._layers())
                 + self._expert_layers * expert_matmul
                 + self.mtp_layers * self.mtp_params()[0] + (1 + self.mtp_layers) * self.vocab_size * self.hidden_size)
@@ -311,7 +327,7 @@ class ModelConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"model {self.name}: {name} must be a whole number >= 1 (got {value!r})")
         for name, low in (("window_size", 1), ("window_attn_skip_freq", 0), ("shared_expert_ffn", 0),
-                          ("mamba_heads", 0)):
+                          ("mamba_heads", 0), ("moe_latent_size", 0)):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise InputError(f"model {self.name}: {name} must be a whole number >= {low} (got {value!r})")
@@ -348,6 +364,9 @@ class ModelConfig:
         if self.dense_layers >= self.num_layers:
             raise InputError(f"model {self.name}: dense_layers {self.dense_layers} leaves none of the "
                              f"{self.num_layers} layers with experts")
+        if self.moe_latent_size and not self.is_moe:
+            raise InputError(f"model {self.name}: moe_latent_size {self.moe_latent_size} describes the routed experts' "
+                             "width: it needs a mixture-of-experts model (num_experts > 1)")
         if self.shared_expert_ffn and not self.is_moe:
             raise InputError(f"model {self.name}: a shared expert (shared_expert_ffn {self.shared_expert_ffn}) needs "
                              "a mixture-of-experts model (num_experts > 1)")

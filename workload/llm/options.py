@@ -95,6 +95,15 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
 - ``fp8_attention`` (False): the attention core in FP8 (Megatron-Core's --fp8-dot-product-attention, Transformer
   Engine's FP8 fused attention): its kernels timed at the device's FP8 attention efficiency. Needs precision fp8
   and the fused attention kernel.
+- ``bf16_layers_at_start`` / ``bf16_layers_at_end`` (0): with fp8 or fp4, that many decoder layers at the start
+  and at the end of the model run their GEMMs in the model's 16-bit dtype, unquantized (Megatron-Core's
+  first_last_layers_bf16 with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16, 1 and 1 by default there;
+  Nemotron 3 Super's NVFP4 recipe: 1 and 14).
+- ``bf16_gemms`` (""): with fp8 or fp4, the GEMMs that stay 16-bit in every layer, by group, separated by commas
+  (Transformer Engine's quantization recipes by module, as Megatron-Bridge's te_quant.cfg for Nemotron 3 Super):
+  ``qkv``, ``attn_out``, ``mlp`` (a dense MLP's two), ``shared`` (a shared expert's two), ``experts``, ``latent``
+  (a latent MoE's projections), ``mamba_in``, ``mamba_out``, ``mtp`` (every GEMM of the multi-token-prediction
+  depths).
 - ``cuda_graph_scope`` (""): what CUDA graphs capture, Megatron-Core's names separated by commas (``attn``,
   ``mlp``, ``moe_router``, ``moe_preprocess``, ``full``, ``full_iteration``): a captured block costs the host one
   graph launch instead of its calls. Only with the host model.
@@ -102,7 +111,7 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from workload.errors import InputError
@@ -126,6 +135,11 @@ MEGATRON_BUCKET = "megatron"
 MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
 MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
 RING_EXCHANGE = "ring"  # TE's AG+GEMM overlap: tp chunks
+# bf16_gemms groups -> the GEMMs (workload/llm/sizes.py names) each keeps in 16-bit ("mtp": the depths' layers too)
+BF16_GEMM_GROUPS = {"qkv": ("qkv",), "attn_out": ("attn_out",), "mlp": ("mlp_in", "mlp_out"),
+                    "shared": ("shared_in", "shared_out"), "experts": ("expert_in", "expert_out"),
+                    "latent": ("latent_down", "latent_up"), "mamba_in": ("mamba_in",), "mamba_out": ("mamba_out",),
+                    "mtp": ("mtp_proj",)}
 PIPELINE_RS_SPLITS = 4  # TE's default num_splits of the pipelined GEMM+RS overlap
 
 
@@ -157,6 +171,9 @@ class TrainingOptions:
     fp8_attention: bool = False
     host_cpu: str | None = None
     cuda_graph_scope: str = ""
+    bf16_layers_at_start: int = 0
+    bf16_layers_at_end: int = 0
+    bf16_gemms: str = ""
 
     def fp8(self) -> bool:
         return self.precision == "fp8"
@@ -164,6 +181,27 @@ class TrainingOptions:
     def gemm_dtype(self) -> str:
         """The layers' GEMM math as the kernel model names it ("fp8", "fp4"; "" = the model's dtype)."""
         return self.precision if self.precision in ("fp8", "fp4") else ""
+
+    def bf16_gemm_names(self) -> frozenset[str]:
+        """The GEMMs (by name) ``bf16_gemms`` keeps in 16-bit; none in 16-bit math."""
+        if not self.gemm_dtype():
+            return frozenset()
+        groups = [g.strip() for g in self.bf16_gemms.split(",") if g.strip()]
+        return frozenset(name for g in groups for name in BF16_GEMM_GROUPS.get(g, ()))
+
+    def layer_in_16bit(self, model: ModelConfig, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based; from num_layers on, a multi-token-prediction depth's) runs all its
+        GEMMs in 16-bit under fp8 or fp4: one of the first or last layers kept so, or an MTP depth with bf16_gemms
+        mtp."""
+        if not self.gemm_dtype():
+            return False
+        if layer >= model.num_layers:
+            return "mtp_proj" in self.bf16_gemm_names()
+        return layer < self.bf16_layers_at_start or layer >= model.num_layers - self.bf16_layers_at_end
+
+    def in_16bit(self) -> TrainingOptions:
+        """These options for the layers kept in 16-bit (layer_in_16bit): no FP8/FP4 GEMMs, no FP8 attention."""
+        return replace(self, precision=None, fp8_attention=False)
 
     def recipe(self) -> str | None:
         """The quantization recipe of the layers' GEMMs (workload/llm/quantize.py), None in 16-bit math."""
@@ -251,6 +289,13 @@ class TrainingOptions:
                              f"whole-iteration CUDA graph (cuda_graph_scope {whole[0]}): its token counts change "
                              f"every step")
         self.host()  # checks the CPU and the scopes
+        unknown = sorted({g.strip() for g in self.bf16_gemms.split(",") if g.strip()} - set(BF16_GEMM_GROUPS))
+        if unknown:
+            raise InputError(f"unknown bf16_gemms group(s) {', '.join(unknown)}; valid: {', '.join(BF16_GEMM_GROUPS)}")
+        for name in ("bf16_layers_at_start", "bf16_layers_at_end"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InputError(f"{name} must be a whole number of layers >= 0 (got {value!r})")
         if self.tp_comm_overlap and tp > 1 and not sequence_parallel:
             raise InputError("tp_comm_overlap needs sequence parallelism (Megatron-Core overlaps the all-gathers "
                              "and reduce-scatters it brings)")

@@ -19,6 +19,12 @@ Sources:
   heads in 2 query groups of 128; 128 experts top-6 of FFN 1856, a shared expert of 3712, squared ReLU; no position
   embedding); vocabulary 131,072 (Nemotron-H's tokenizer); 31.6B parameters, 3.6B active with the embeddings (the
   model card).
+- Nemotron 3 Super 120B-A12B: Megatron-Bridge's Nemotron3SuperProvider (src/megatron/bridge/models/nemotronh/
+  nemotron_h_provider.py @72c5b89e; 88 layers, hidden 4096, 128 Mamba-2 heads of 64, 32 attention heads in 2 query
+  groups of 128, 512 experts top-22 of FFN 2688 at latent width 1024, a shared expert of 5376) and Megatron-LM's
+  nemotron3_super release test (NVIDIA/Megatron-LM, BSD-3; its hybrid_layer_pattern); vocabulary 131,072 and an
+  untied output layer, as the published checkpoint's 123,611,033,088 elements (Megatron-Bridge's verification card,
+  with its one multi-token-prediction block) confirm; 120.6B parameters, 12.7B active (the technical report).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from workload.errors import InputError
 from workload.llm.model import ModelConfig
 
 NEMOTRON_3_NANO_PATTERN = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+NEMOTRON_3_SUPER_PATTERN = ("MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*"
+                            "EMEMEMEME")
 
 
 def _gpt3(name: str, layers: int, hidden: int, heads: int) -> ModelConfig:
@@ -66,6 +74,13 @@ PRESETS: dict[str, ModelConfig] = {m.name: m for m in (
                 position_embedding="none", norm="rmsnorm", bias=False, num_experts=128, top_k=6,
                 shared_expert_ffn=3712, layer_pattern=NEMOTRON_3_NANO_PATTERN, mamba_heads=64, mamba_head_dim=64,
                 mamba_state_dim=128, mamba_groups=8),
+    # Nemotron 3 Super 120B-A12B: 40 Mamba-2, 8 attention and 40 latent mixture-of-experts layers (512 experts top-22
+    # working at width 1024, and a shared expert at the hidden size), squared-ReLU, no position embedding
+    ModelConfig(name="nemotron-3-super", num_layers=88, hidden_size=4096, num_heads=32, num_kv_heads=2, head_dim=128,
+                ffn_hidden_size=2688, vocab_size=131072, seq_len=8192, gated_ffn=False, tied_embeddings=False,
+                position_embedding="none", norm="rmsnorm", bias=False, num_experts=512, top_k=22,
+                shared_expert_ffn=5376, moe_latent_size=1024, layer_pattern=NEMOTRON_3_SUPER_PATTERN,
+                mamba_heads=128, mamba_head_dim=64, mamba_state_dim=128, mamba_groups=8),
 )}
 
 # The parameter counts the papers and model cards publish (total, and active per token for MoE).
@@ -74,7 +89,7 @@ PUBLISHED_PARAMS: dict[str, tuple[float, float]] = {
     "gpt3-13b": (13e9, 13e9), "gpt3-175b": (175e9, 175e9),
     "llama3-8b": (8.03e9, 8.03e9), "llama3-70b": (70.6e9, 70.6e9), "llama3-405b": (405.9e9, 405.9e9),
     "mixtral-8x7b": (46.7e9, 12.9e9), "deepseek-v3": (671e9, 37e9),
-    "nemotron-3-nano": (31.6e9, 3.6e9),
+    "nemotron-3-nano": (31.6e9, 3.6e9), "nemotron-3-super": (120.6e9, 12.7e9),
 }
 
 

@@ -121,6 +121,10 @@ class StageSizes:
         self.recipe = options.recipe()  # the layers' GEMMs' quantization recipe (None: 16-bit GEMMs)
         self.host = options.host()  # the host issuing the kernels (None: an ideal host)
         low = options.gemm_dtype()
+        bf16 = options.bf16_gemm_names()
+
+        def low_for(gemm: str) -> str:  # a GEMM's precision: the layers' low one unless kept in 16-bit
+            return "" if gemm in bf16 else low
         t = b * s // p.cp  # tokens per rank in the tensor-parallel GEMMs
         t_local = t // tp if self.sp else t  # tokens per rank outside them
         heads, kv, hd, f = m.num_heads // tp, m.kv_heads // tp, m.head_size, m.ffn_hidden_size // tp
@@ -138,7 +142,7 @@ class StageSizes:
         self.gemm_input_gather_bytes = t_local * h * (FP8_BYTES if self.fp8 else d)
         self.norm = costs.elementwise("norm", t_local * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
         self.final_norm = costs.elementwise("final_norm", t_local * h, costs.NORM_FLOPS[m.norm], 1, 1, d)
-        self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, dtype=low)
+        self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, dtype=low_for("qkv"))
         self.qk_norm = costs.elementwise("qk_norm", t * (heads + kv) * hd, costs.NORM_FLOPS[m.norm], 1, 1, d,
                                          op_class="norm") if m.qk_norm else None
         self.flash = flash = options.attention_backend == "flash"
@@ -147,15 +151,16 @@ class StageSizes:
         self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d, flash=flash, dtype=att)
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash, dtype=att) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
-        self.attn_out = matmul("attn_out", t, heads * m.value_head_size, h, d, dtype=low)
+        self.attn_out = matmul("attn_out", t, heads * m.value_head_size, h, d, dtype=low_for("attn_out"))
         self.dense: Ffn | None = None  # a dense layer's FFN (of a mixture-of-experts model: its first layers')
         self.shared: Ffn | None = None  # a mixture-of-experts layer's shared expert
+        self.latent: tuple[Matmul, Matmul] | None = None  # a latent MoE layer's projections (down, up)
         self.rope = costs.rope(t, heads, kv, hd, d, fused=m.rope_fused) if m.position_embedding == "rope" else None
         if self.mla is not None and self.rope is not None:  # the queries' RoPE parts and the keys' shared one
             self.rope = costs.rope(t, heads, 1, m.qk_rope_head_dim, d, fused=m.rope_fused) \
                 if m.qk_rope_head_dim else None
         if m.is_moe:  # the experts' kernels (mlp_in, act, mlp_out)
-            etp = p.expert_tp
+            etp, e = p.expert_tp, m.expert_width  # e: the width the experts and the dispatcher see
             experts, ef = m.num_experts // p.ep, m.ffn_hidden_size // etp
             in_width = (2 if m.gated_ffn else 1) * ef
             # alltoall dispatcher: each rank routes its own tokens, then the expert-tensor ranks gather theirs
@@ -163,13 +168,16 @@ class StageSizes:
             self.expert_gather = etp > 1 and (self.sp or etp != tp)
             moe_tokens = t_local * m.top_k * (etp if self.expert_gather else 1)
             self.router = Matmul("router", t_local, h, m.num_experts, d)
-            self.mlp_in = matmul("expert_in", moe_tokens, h, in_width, d, weights=experts, dtype=low)
-            self.mlp_out = matmul("expert_out", moe_tokens, ef, h, d, weights=experts, dtype=low)
-            self.expert_gather_bytes = t_local * m.top_k * h * d
+            self.mlp_in = matmul("expert_in", moe_tokens, e, in_width, d, weights=experts, dtype=low_for("expert_in"))
+            self.mlp_out = matmul("expert_out", moe_tokens, ef, e, d, weights=experts, dtype=low_for("expert_out"))
+            if m.moe_latent_size:  # on the rank's own tokens (every tensor-parallel rank holds the weights whole)
+                self.latent = (matmul("latent_down", t_local, h, e, d, dtype=low_for("latent_down")),
+                               matmul("latent_up", t_local, e, h, d, dtype=low_for("latent_up")))
+            self.expert_gather_bytes = t_local * m.top_k * e * d
             flex = options.moe_dispatcher == "flex"
             routing = (m.router_groups, m.router_group_topk)
             copies = flex_copies(m.num_experts, m.top_k, p.ep, *routing) if flex else m.top_k
-            self.dispatch_bytes = round(t_local * copies * h * d)
+            self.dispatch_bytes = round(t_local * copies * e * d)
             # the flex dispatcher across NVLink domains: a token crosses to each other domain holding one of its
             # experts once (to the rank at its own place there), which forwards it to the others over NVLink
             self.expert_domains = options.expert_domains(p)
@@ -177,7 +185,7 @@ class StageSizes:
             if self.expert_domains is not None:
                 domains = self.expert_domains[0]
                 self.dispatch_domain_bytes = round(t_local * flex_copies(m.num_experts, m.top_k, domains, *routing)
-                                                   * h * d)
+                                                   * e * d)
             # Transformer Engine's fused grouped MLP: each grouped GEMM one kernel, the activation in their epilogues
             self.fused_mlp = options.moe_fused_mlp
             if experts > 1 and not self.fused_mlp:  # TE's GroupedLinear: a GEMM per local expert, a few streams
@@ -191,19 +199,19 @@ class StageSizes:
             hybridep = options.hybridep()
             self.permute_at = "send" if not flex else "" if hybridep and options.moe_hybridep_fused_permute \
                 else "receive"
-            self.sort_chunks = costs.elementwise("sort_chunks", moe_tokens * h, 1, 1, 1, d) \
+            self.sort_chunks = costs.elementwise("sort_chunks", moe_tokens * e, 1, 1, 1, d) \
                 if not flex and experts > 1 else None
             # FP8/FP4 GEMMs need each expert's rows in multiples of the quantization block: with the dropless
             # alltoall dispatcher TEGroupedMLP pads them in a copy of its own and unpads the output (Transformer
             # Engine's Fp8Padding / Fp8Unpadding); the flex dispatchers' permutations pad as they permute
-            self.quantization_padding = costs.elementwise("quantization_padding", moe_tokens * h, 1, 1, 1, d) \
-                if low and not flex and options.moe_host_sync else None
+            self.quantization_padding = costs.elementwise("quantization_padding", moe_tokens * e, 1, 1, 1, d) \
+                if self.mlp_in.dtype and not flex and options.moe_host_sync else None
             # what the dispatcher all-gathers over the expert-parallel group before the exchange: each expert's
             # token count, or (HybridEP) the routing map, a byte per token and expert
             self.gathers_routing_map = hybridep  # with or without the host sync
             self.dispatch_gather_bytes = (t_local if hybridep else COUNT_BYTES) * m.num_experts
             # HybridEP across NVLink domains first copies the rank's tokens into its RDMA buffer (each dispatch)
-            self.rdma_staging = costs.elementwise("rdma_staging", t_local * h, 0, 1, 1, d)[0] \
+            self.rdma_staging = costs.elementwise("rdma_staging", t_local * e, 0, 1, 1, d)[0] \
                 if hybridep and self.expert_domains is not None and self.expert_domains[0] > 1 else None
             self.local_experts = experts
             self.act = costs.elementwise("activation", moe_tokens * ef, costs.ACTIVATION_FLOPS[m.gated_ffn],
@@ -214,18 +222,20 @@ class StageSizes:
             unfused = not options.moe_fused_mlp
             self.act_clamp = costs.tensor_passes("activation_clamp", moe_tokens * in_width, costs.CLAMP_PASSES, d) \
                 if m.clamped_glu and unfused else None
-            self.expert_bias = costs.tensor_passes("expert_bias", moe_tokens * h, costs.SCALED_BIAS_PASSES, d) \
+            self.expert_bias = costs.tensor_passes("expert_bias", moe_tokens * e, costs.SCALED_BIAS_PASSES, d) \
                 if m.bias and unfused else None
             if m.dense_layers or "-" in m.layer_pattern:  # the model's first (or its hybrid MLP) layers are dense
-                self.dense = ffn("mlp", m, t, m.dense_ffn // tp, low)
+                self.dense = ffn("mlp", m, t, m.dense_ffn // tp, low_for("mlp_in"))
             if m.shared_expert_ffn:
-                self.shared = ffn("shared", m, t, m.shared_expert_ffn // tp, low, act="shared_activation")
+                self.shared = ffn("shared", m, t, m.shared_expert_ffn // tp, low_for("shared_in"),
+                                  act="shared_activation")
         else:
-            self.dense = ffn("mlp", m, t, f, low)
-        self.mamba = MambaMixer(m, b, s // p.cp, tp, low) if "M" in m.layer_pattern else None
+            self.dense = ffn("mlp", m, t, f, low_for("mlp_in"))
+        self.mamba = MambaMixer(m, b, s // p.cp, tp, (low_for("mamba_in"), low_for("mamba_out"))) \
+            if "M" in m.layer_pattern else None
         # multi-token prediction: the two norms (embedding, hidden states) and the projection of their pair
         self.mtp_norms = costs.elementwise("norm", t_local * 2 * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
-        self.mtp_proj = matmul("mtp_proj", t, 2 * h, h // tp, d, dtype=low)
+        self.mtp_proj = matmul("mtp_proj", t, 2 * h, h // tp, d, dtype=low_for("mtp_proj"))
         vocab = p.padded_vocab(m) // tp
         self.head = Matmul("lm_head", t, h, vocab, d)
         self.loss = costs.cross_entropy(t, vocab, d) if options.cross_entropy == "unfused" else \
@@ -263,10 +273,14 @@ def tensor_params(model: ModelConfig, plan: ParallelPlan, moe: bool = True) -> d
     bias = m.bias
     out: dict[str, tuple[str, int]] = {}
     if m.is_moe and moe:
-        etp, local = plan.expert_tp, m.num_experts // plan.ep
-        ffn_in = (m.ffn_matrices - 1) * (h * f + (f if bias else 0)) // etp
-        out["expert_out"] = ("expert", local * (h * f // etp + (h if bias else 0)))
+        etp, local, e = plan.expert_tp, m.num_experts // plan.ep, m.expert_width
+        ffn_in = (m.ffn_matrices - 1) * (e * f + (f if bias else 0)) // etp
+        if m.moe_latent_size:
+            out["latent_up"] = ("dense", e * h)
+        out["expert_out"] = ("expert", local * (e * f // etp + (e if bias else 0)))
         out["expert_in"] = ("expert", local * ffn_in)
+        if m.moe_latent_size:
+            out["latent_down"] = ("dense", h * e)
         out["router"] = ("dense", h * m.num_experts)
         if m.shared_expert_ffn:
             out.update(_ffn_tensors("shared", m, m.shared_expert_ffn, tp))
