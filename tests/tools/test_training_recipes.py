@@ -167,3 +167,19 @@ def test_a_recipe_that_turns_an_overlap_off_wins_over_the_framework_default() ->
     assert not {"tp_comm_overlap", "overlap_param_gather"} & set(deepseek.spec)
     llama = plan_row(row({**BASE, "row_id": "llama", "TP": "2", "DP": "8"}))  # no recipe turns anything off
     assert llama.spec["tp_comm_overlap"] and llama.spec["overlap_param_gather"]
+
+
+def test_nemotron_3_super_rows_take_the_latent_moe_and_their_16_bit_gemms() -> None:
+    """Nemotron 3 Super: the card's latent MoE and two MTP depths; its NVFP4 recipe keeps the first layer, the last
+    14 and the attention, latent and MTP GEMMs in BF16 (Megatron-Bridge's te_quant.cfg); MXFP8 keeps none."""
+    rows = {r.row_id: r for r in read_tables([str(p) for p in sorted(HOLD_OUT.glob("megatron_bridge*.tsv"))])}
+    nvfp4 = plan_row(rows["mbridge_26.08_Pre-Training_DGX-GB300_Nemotron_3_Super_64_NVFP4_13"])
+    assert nvfp4.status == READY, nvfp4.reason
+    spec = nvfp4.spec
+    assert spec["moe_latent_size"] == 1024 and spec["mtp_layers"] == 2 and spec["precision"] == "fp4"
+    assert (spec["bf16_layers_at_start"], spec["bf16_layers_at_end"]) == (1, 14)
+    assert spec["bf16_gemms"] == "qkv,attn_out,latent,mtp"
+    assert any(d.startswith("the first 1 and last 14 layers and the qkv,attn_out,latent,mtp GEMMs in 16-bit") for d
+               in nvfp4.defaults_used)
+    mxfp8 = plan_row(rows["mbridge_26.08_Pre-Training_DGX-GB300_Nemotron_3_Super_64_MXFP8_12"])
+    assert mxfp8.status == READY and not {"bf16_layers_at_start", "bf16_gemms"} & set(mxfp8.spec)

@@ -96,3 +96,17 @@ def test_bad_latent_models_are_one_line_errors(change: dict[str, object], messag
     with pytest.raises(InputError) as e:
         replace(LATENT, **change).validate()
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_super_preset_has_its_published_parameters() -> None:
+    from workload.llm.presets import preset
+
+    super_ = preset("nemotron-3-super")
+    assert [super_.layer_pattern.count(s) for s in "M*E-"] == [40, 8, 40, 0]
+    assert super_.total_params() == pytest.approx(120.6e9, rel=0.002)
+    assert super_.active_params() == pytest.approx(12.7e9, rel=0.01)
+    # with its one multi-token-prediction block (attention and latent MoE, the 2h -> h projection, three norms): the
+    # published checkpoint's 123,611,033,088 elements less the routers' expert biases (41 x 512, load-balancing
+    # state updated outside the optimizer, no gradient to synchronise)
+    mtp = replace(super_, mtp_layers=1)
+    assert mtp.total_params() == 123_611_033_088 - 41 * 512
