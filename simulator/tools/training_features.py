@@ -85,6 +85,8 @@ FEATURES: dict[str, Feature] = {
                                   (("bf16_layers_at_end", VALUE),), minor=True),
     "bf16_gemms": Feature("GEMMs kept 16-bit in every layer under FP8/FP4 (quantization recipes by module)",
                           (("bf16_gemms", VALUE),), minor=True),
+    "mxfp8_gemms": Feature("GEMMs of an NVFP4 step run in MXFP8 (quantization recipes by module)",
+                           (("mxfp8_gemms", VALUE),), minor=True),
     "host_cpu": Feature("the host CPU issuing the kernels", (("host_cpu", VALUE),), minor=True),
     "cuda_graph_scope": Feature("CUDA graphs replaying what they capture without the host",
                                 (("cuda_graph_scope", VALUE),), minor=True),

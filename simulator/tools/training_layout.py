@@ -222,6 +222,9 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
         kept = [f"the first {start} and last {end} layers" if any(recipe.bf16_layers) else "",
                 f"the {recipe.bf16_gemms} GEMMs" if recipe.bf16_gemms else ""]
         plan.defaults_used.append(f"{' and '.join(k for k in kept if k)} in 16-bit ({recipe.where})")
+    if recipe is not None and ("fp4", True) in reqs and recipe.mxfp8_gemms:
+        reqs.append(("mxfp8_gemms", recipe.mxfp8_gemms))
+        plan.defaults_used.append(f"the {recipe.mxfp8_gemms} GEMMs in MXFP8 ({recipe.where})")
     if recipe is not None and recipe.fp8_attention and ("fp8", True) in reqs:
         reqs.append(("fp8_attention", True))
         plan.defaults_used.append(f"attention in FP8 ({recipe.where}: fp8_dot_product_attention)")

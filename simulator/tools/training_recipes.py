@@ -22,7 +22,7 @@ SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table sour
 COMM_OVERLAPS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")  # on unless a recipe says off
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
         "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp", "fp8_attention",
-        "bf16_layers", "bf16_gemms", *COMM_OVERLAPS}
+        "bf16_layers", "bf16_gemms", "mxfp8_gemms", *COMM_OVERLAPS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,7 @@ class Recipe:
     overlaps_off: tuple[str, ...] = ()  # the COMM_OVERLAPS the recipe turns off (the framework's default is on)
     bf16_layers: tuple[int, int] = (0, 0)  # with FP8/FP4: decoder layers at the start and at the end kept 16-bit
     bf16_gemms: str = ""  # with FP8/FP4: GEMM groups kept 16-bit in every layer (TrainingOptions.bf16_gemms)
+    mxfp8_gemms: str = ""  # with FP4: GEMM groups run in MXFP8 (TrainingOptions.mxfp8_gemms)
 
 
 @cache
@@ -66,7 +67,8 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
                           str(r.get("pipeline_layout", "")), r.get("micro_batch"), bool(r.get("moe_fused_mlp", False)),
                           backend, bool(r.get("fp8_attention", False)),
                           tuple(k for k in COMM_OVERLAPS if r.get(k) is False),
-                          tuple(r.get("bf16_layers", (0, 0))), str(r.get("bf16_gemms", "")))
+                          tuple(r.get("bf16_layers", (0, 0))), str(r.get("bf16_gemms", "")),
+                          str(r.get("mxfp8_gemms", "")))
     return out
 
 

@@ -178,7 +178,7 @@ def test_nemotron_3_super_rows_take_the_latent_moe_and_their_16_bit_gemms() -> N
     spec = nvfp4.spec
     assert spec["moe_latent_size"] == 1024 and spec["mtp_layers"] == 2 and spec["precision"] == "fp4"
     assert (spec["bf16_layers_at_start"], spec["bf16_layers_at_end"]) == (1, 14)
-    assert spec["bf16_gemms"] == "qkv,attn_out,latent,mtp"
+    assert spec["bf16_gemms"] == "qkv,attn_out,latent,mtp" and spec["mxfp8_gemms"] == "mamba_out"
     assert any(d.startswith("the first 1 and last 14 layers and the qkv,attn_out,latent,mtp GEMMs in 16-bit") for d
                in nvfp4.defaults_used)
     mxfp8 = plan_row(rows["mbridge_26.08_Pre-Training_DGX-GB300_Nemotron_3_Super_64_MXFP8_12"])

@@ -82,3 +82,15 @@ def test_bad_settings_are_one_line_errors(change: dict[str, object], message: st
     with pytest.raises(InputError) as e:
         TrainingOptions(precision="fp8", **change).validate(0, False, 1)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_mxfp8_gemms_of_an_nvfp4_step_take_mxfp8s_kernels() -> None:
+    options = TrainingOptions(precision="fp4", mxfp8_gemms="attn_out")
+    ops = build_programs(MODEL, PLAN, options)[0].ops
+    by_name = {op.name: op for op in ops}
+    assert by_name["mb0.fwd.layer0.attn_out"].kernel.shape.dtype == "fp8"
+    assert by_name["mb0.fwd.layer0.qkv"].kernel.shape.dtype == "fp4"
+    casts = {op.kernel.shape.dtype for op in ops if op.name.startswith("mb0.fwd.layer0.attn_out_input")}
+    assert casts == {"fp8"}  # MXFP8's quantization kernels, not NVFP4's
+    with pytest.raises(InputError, match="mxfp8_gemms runs GEMMs of an NVFP4 step in MXFP8: it needs precision fp4"):
+        TrainingOptions(precision="fp8", mxfp8_gemms="mamba_out").validate(0, False, 1)

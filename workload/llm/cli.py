@@ -197,6 +197,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--bf16-gemms", default="", metavar="GROUPS",
                    help="with fp8/fp4: GEMMs that stay 16-bit in every layer (Transformer Engine's quantization "
                         f"recipes by module): {', '.join(BF16_GEMM_GROUPS)}")
+    t.add_argument("--mxfp8-gemms", default="", metavar="GROUPS",
+                   help="with --precision fp4: GEMMs (the groups --bf16-gemms names) that run in MXFP8 instead")
     t.add_argument("--host-cpu", choices=HOST_CPUS,
                    help="model the host issuing the kernels on this CPU (grace: GB200/GB300 nodes): each block of "
                         "a layer ends no earlier than the framework's calls issuing it (workload/llm/host.py)")
@@ -323,7 +325,8 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               host_cpu=args.host_cpu,
                               cuda_graph_scope=args.cuda_graph_scope,
                               bf16_layers_at_start=args.bf16_layers_at_start,
-                              bf16_layers_at_end=args.bf16_layers_at_end, bf16_gemms=args.bf16_gemms)
+                              bf16_layers_at_end=args.bf16_layers_at_end, bf16_gemms=args.bf16_gemms,
+                              mxfp8_gemms=args.mxfp8_gemms)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
     return options
 

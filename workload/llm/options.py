@@ -104,6 +104,8 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
   ``qkv``, ``attn_out``, ``mlp`` (a dense MLP's two), ``shared`` (a shared expert's two), ``experts``, ``latent``
   (a latent MoE's projections), ``mamba_in``, ``mamba_out``, ``mtp`` (every GEMM of the multi-token-prediction
   depths).
+- ``mxfp8_gemms`` (""): with fp4, the GEMM groups (as ``bf16_gemms`` names them) that run in MXFP8 instead, with its
+  quantization kernels (te_quant.cfg's Mamba output projection).
 - ``cuda_graph_scope`` (""): what CUDA graphs capture, Megatron-Core's names separated by commas (``attn``,
   ``mlp``, ``moe_router``, ``moe_preprocess``, ``full``, ``full_iteration``): a captured block costs the host one
   graph launch instead of its calls. Only with the host model.
@@ -124,6 +126,7 @@ if TYPE_CHECKING:
 
 PRECISIONS = ("bf16", "fp16", "fp8", "fp4")
 FP8_RECIPES = ("delayed", "tensorwise", "mxfp8")
+MXFP8_RECIPE = "mxfp8"
 FP4_RECIPE = "nvfp4"
 ATTENTION_BACKENDS = ("flash", "unfused")
 CROSS_ENTROPY = ("fused", "unfused")
@@ -141,6 +144,12 @@ BF16_GEMM_GROUPS = {"qkv": ("qkv",), "attn_out": ("attn_out",), "mlp": ("mlp_in"
                     "latent": ("latent_down", "latent_up"), "mamba_in": ("mamba_in",), "mamba_out": ("mamba_out",),
                     "mtp": ("mtp_proj",)}
 PIPELINE_RS_SPLITS = 4  # TE's default num_splits of the pipelined GEMM+RS overlap
+
+
+def _gemm_names(groups: str) -> frozenset[str]:
+    """The GEMMs (by name) of comma-separated BF16_GEMM_GROUPS."""
+    names = [g.strip() for g in groups.split(",") if g.strip()]
+    return frozenset(name for g in names for name in BF16_GEMM_GROUPS.get(g, ()))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,6 +183,7 @@ class TrainingOptions:
     bf16_layers_at_start: int = 0
     bf16_layers_at_end: int = 0
     bf16_gemms: str = ""
+    mxfp8_gemms: str = ""
 
     def fp8(self) -> bool:
         return self.precision == "fp8"
@@ -184,10 +194,11 @@ class TrainingOptions:
 
     def bf16_gemm_names(self) -> frozenset[str]:
         """The GEMMs (by name) ``bf16_gemms`` keeps in 16-bit; none in 16-bit math."""
-        if not self.gemm_dtype():
-            return frozenset()
-        groups = [g.strip() for g in self.bf16_gemms.split(",") if g.strip()]
-        return frozenset(name for g in groups for name in BF16_GEMM_GROUPS.get(g, ()))
+        return _gemm_names(self.bf16_gemms) if self.gemm_dtype() else frozenset()
+
+    def mxfp8_gemm_names(self) -> frozenset[str]:
+        """The GEMMs (by name) ``mxfp8_gemms`` runs in MXFP8; none unless the step is NVFP4."""
+        return _gemm_names(self.mxfp8_gemms) if self.precision == "fp4" else frozenset()
 
     def layer_in_16bit(self, model: ModelConfig, layer: int) -> bool:
         """Whether layer ``layer`` (0-based; from num_layers on, a multi-token-prediction depth's) runs all its
@@ -289,9 +300,13 @@ class TrainingOptions:
                              f"whole-iteration CUDA graph (cuda_graph_scope {whole[0]}): its token counts change "
                              f"every step")
         self.host()  # checks the CPU and the scopes
-        unknown = sorted({g.strip() for g in self.bf16_gemms.split(",") if g.strip()} - set(BF16_GEMM_GROUPS))
-        if unknown:
-            raise InputError(f"unknown bf16_gemms group(s) {', '.join(unknown)}; valid: {', '.join(BF16_GEMM_GROUPS)}")
+        for name in ("bf16_gemms", "mxfp8_gemms"):
+            unknown = sorted({g.strip() for g in getattr(self, name).split(",") if g.strip()} - set(BF16_GEMM_GROUPS))
+            if unknown:
+                raise InputError(f"unknown {name} group(s) {', '.join(unknown)}; valid: {', '.join(BF16_GEMM_GROUPS)}")
+        if self.mxfp8_gemms and self.precision != "fp4":
+            raise InputError(f"mxfp8_gemms runs GEMMs of an NVFP4 step in MXFP8: it needs precision fp4 (got "
+                             f"{self.precision or 'the model dtype'})")
         for name in ("bf16_layers_at_start", "bf16_layers_at_end"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
