@@ -94,3 +94,17 @@ def test_mxfp8_gemms_of_an_nvfp4_step_take_mxfp8s_kernels() -> None:
     assert casts == {"fp8"}  # MXFP8's quantization kernels, not NVFP4's
     with pytest.raises(InputError, match="mxfp8_gemms runs GEMMs of an NVFP4 step in MXFP8: it needs precision fp4"):
         TrainingOptions(precision="fp8", mxfp8_gemms="mamba_out").validate(0, False, 1)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_16_bit_gemm_gathers_its_input_in_16_bits(overlap: bool) -> None:
+    """Sequence parallelism in an FP8 step gathers GEMM inputs in FP8 (quantized first), but not a GEMM kept 16-bit."""
+    plan = ParallelPlan(tp=2, dp=2, sequence_parallel=True, num_micro_batches=1)
+    options = TrainingOptions(precision="fp8", bf16_gemms="qkv", tp_comm_overlap=overlap)
+    ops = build_programs(MODEL, plan, options)[0].ops
+
+    def gathered(block: str) -> set[int]:  # the all-gather, or the ring exchange's steps, before its first GEMM
+        pre = f"mb0.fwd.layer0.{block}_{'ring' if overlap else 'allgather'}"
+        return {op.size_bytes for op in ops if op.name.startswith(pre)}
+
+    assert gathered("attn") and gathered("attn") == {2 * size for size in gathered("mlp")}  # 16-bit vs FP8

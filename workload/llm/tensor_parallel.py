@@ -80,10 +80,9 @@ class TensorParallel:
         """All-gather (sequence parallel) then the column-parallel GEMM; a ring exchange with overlap."""
         x = self.gemm_inputs(pre, gemm, x, phase)
         if self.overlap:
-            out, _ = self._ring_gemm(pre, comm, gemm.name, [g.forward() for g in self.z.rows(gemm, self.tp)], x,
-                                     phase)
+            out, _ = self._ring_gemm(pre, comm, gemm, [g.forward() for g in self.z.rows(gemm, self.tp)], x, phase)
             return out
-        x = self.gather(pre + comm, x, phase)
+        x = self.gather(pre + comm, x, phase, gemm_input=self._fp8_input(gemm))
         return self.prog.compute(pre + gemm.name, gemm.forward(), x, phase)
 
     def row_forward(self, pre: str, comm: str, gemm: Matmul, x: list[int], phase: str) -> list[int]:
@@ -104,11 +103,11 @@ class TensorParallel:
         gradients; returns the input gradient."""
         g = self.quantized(pre, gemm, "grad", g, "bwd")
         if self.overlap:
-            dx, received = self._ring_gemm(pre, comm, gemm.name + "_dgrad",
-                                           [c.dgrad() for c in self.z.rows(gemm, self.tp)], g, "bwd")
+            dx, received = self._ring_gemm(pre, comm, gemm, [c.dgrad() for c in self.z.rows(gemm, self.tp)], g, "bwd",
+                                           "_dgrad")
             self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), sorted(set(g + received)), "bwd")
             return dx
-        g = self.gather(pre + comm, g, "bwd")
+        g = self.gather(pre + comm, g, "bwd", gemm_input=self._fp8_input(gemm))
         dx = self.prog.compute(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
         self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
         return dx
@@ -118,22 +117,29 @@ class TensorParallel:
         """A column-parallel GEMM's backward: the saved input's all-gather beside the input-gradient GEMM, the
         weight gradient after both; returns the input gradient (not yet reduced)."""
         dx = self.quantized(pre, gemm, "grad", dx, "bwd")
-        saved = self.gather(pre + saved_comm, dx, "bwd", gemm_input=saved_gemm_input, bulk=True)
+        saved = self.gather(pre + saved_comm, dx, "bwd", gemm_input=saved_gemm_input and self._fp8_input(gemm),
+                            bulk=True)
         dx_in = self.prog.compute(pre + gemm.name + "_dgrad", gemm.dgrad(), dx, "bwd")
         self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), sorted(set(dx + saved)), "bwd")
         return dx_in
 
-    def _ring_gemm(self, pre: str, comm: str, name: str, chunks: list[Kernel], x: list[int], phase: str
-                   ) -> tuple[list[int], list[int]]:
-        """tp GEMM chunks fed by a ring exchange of the sequence shards: (last chunk, every receive)."""
+    def _fp8_input(self, gemm: Matmul) -> bool:
+        """Whether ``gemm``'s gathered input travels at the GEMM-input size (FP8 in an FP8 step): not for a GEMM kept
+        16-bit (TrainingOptions.bf16_gemms)."""
+        return bool(gemm.dtype) or not self.z.fp8
+
+    def _ring_gemm(self, pre: str, comm: str, gemm: Matmul, chunks: list[Kernel], x: list[int], phase: str,
+                   suffix: str = "") -> tuple[list[int], list[int]]:
+        """tp GEMM chunks (of ``gemm``'s pass ``suffix``) fed by a ring exchange of the sequence shards: (last chunk,
+        every receive)."""
         received: list[int] = []
         out = x
         feed = x
+        size = self.z.gemm_input_gather_bytes if self._fp8_input(gemm) else self.z.act_local_bytes
         for i, kernel in enumerate(chunks):
             if i < len(chunks) - 1:
-                _, got = self.prog.ring_step(f"{pre}{comm}_ring{i}", "tp", self.z.gemm_input_gather_bytes, feed, x,
-                                             phase)
-            out = self.prog.compute(f"{pre}{name}_chunk{i}", kernel, feed, phase)
+                _, got = self.prog.ring_step(f"{pre}{comm}_ring{i}", "tp", size, feed, x, phase)
+            out = self.prog.compute(f"{pre}{gemm.name}{suffix}_chunk{i}", kernel, feed, phase)
             if i < len(chunks) - 1:
                 feed = got
                 received += got
