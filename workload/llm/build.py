@@ -238,7 +238,7 @@ class _StageBuilder:
             for name, x in outputs:
                 issued = self._issue_head(pre + name + "head_issue", "fwd")
                 x = prog.compute(pre + name + "final_norm", z.final_norm[0], x, "fwd")
-                x = self.tp.gather(pre + name + "head", x, "fwd", gemm_input=False)
+                x = self.tp.gather(pre + name + "head", x, "fwd")
                 x = prog.compute(pre + name + "lm_head", z.head.forward(), x, "fwd")
                 x = prog.coll(pre + name + "loss_allreduce", "tp", AR, z.tokens * LOSS_REDUCE_BYTES_PER_TOKEN, x,
                               "fwd")
@@ -261,7 +261,7 @@ class _StageBuilder:
                 issued = self._issue_head(pre + name + "head_issue_bwd", "bwd")
                 g = prog.compute(pre + name + "loss", z.loss[1], [], "bwd")
                 dx = prog.compute(pre + name + "lm_head_dgrad", z.head.dgrad(), g + gathered, "bwd")
-                saved = self.tp.gather(pre + name + "head_input", dx, "bwd", gemm_input=False)
+                saved = self.tp.gather(pre + name + "head_input", dx, "bwd")
                 prog.compute(pre + name + "lm_head_wgrad", z.head.wgrad(), sorted(set(g + saved + gathered)), "bwd")
                 g = self.tp.reduce(pre + name + "head_grad", dx, "bwd")
                 head_grads.append(prog.compute(pre + name + "final_norm", z.final_norm[1], g, "bwd"))
@@ -282,7 +282,7 @@ class _StageBuilder:
             grads.after_backward(f"layer{layer}", g, mb)
         yield B_LAST
         if embeds:
-            g = self.tp.gather(pre + "embedding_grad", g, "bwd", gemm_input=False)
+            g = self.tp.gather(pre + "embedding_grad", g, "bwd")
             g = prog.compute(pre + "embedding", z.embed[1], g, "bwd")
             grads.tensor_ready("root", "embedding", g, mb)
             grads.after_backward("root", g, mb)
@@ -299,7 +299,7 @@ class _StageBuilder:
         x = prog.compute(pre + "mtp_norms", z.mtp_norms[0], x, "fwd")
         x = self.tp.column_forward(pre, "mtp_proj", z.mtp_proj, x, "fwd")
         if self.p.tp > 1:
-            x = self.tp.gather(pre + "mtp_proj_output", x, "fwd", gemm_input=False)
+            x = self.tp.gather(pre + "mtp_proj_output", x, "fwd")
         return self._passes(layer).forward(pre, x, "fwd", layer, first_micro_batch=mb == 0)
 
     def _mtp_backward(self, pre: str, g: list[int], layer: int, mb: int) -> list[int]:

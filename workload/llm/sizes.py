@@ -117,7 +117,6 @@ class StageSizes:
         self.dtype_bytes = d
         b, s, h, tp = p.micro_batch_size, m.seq_len, m.hidden_size, p.tp
         self.sp = p.sequence_parallel and tp > 1
-        self.fp8 = options.fp8()
         self.recipe = options.recipe()  # the layers' GEMMs' quantization recipe (None: 16-bit GEMMs)
         self.host = options.host()  # the host issuing the kernels (None: an ideal host)
         low = options.gemm_dtype()
@@ -138,8 +137,8 @@ class StageSizes:
         self.tokens, self.local_tokens = t, t_local
         self.act_bytes = t * h * d
         self.act_local_bytes = t_local * h * d
-        # GEMM inputs gathered over tp travel in FP8 with Transformer Engine's FP8 (quantized before gathering)
-        self.gemm_input_gather_bytes = t_local * h * (FP8_BYTES if self.fp8 else d)
+        # an FP8 GEMM's input gathered over tp travels in FP8 (Transformer Engine quantizes before gathering)
+        self.fp8_gather_bytes = t_local * h * FP8_BYTES
         self.norm = costs.elementwise("norm", t_local * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
         self.final_norm = costs.elementwise("final_norm", t_local * h, costs.NORM_FLOPS[m.norm], 1, 1, d)
         self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, dtype=low_for("qkv"))

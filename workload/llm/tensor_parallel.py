@@ -56,14 +56,18 @@ class TensorParallel:
         return self.quantized(pre, gemm, "input", self.quantized(pre, gemm, "weight", x, phase), phase)
 
     # --- plain collectives -----------------------------------------------------------------------------
-    def gather(self, name: str, deps: list[int], phase: str, gemm_input: bool = True, bulk: bool = False
+    def gather(self, name: str, deps: list[int], phase: str, gemm: Matmul | None = None, bulk: bool = False
                ) -> list[int]:
-        """Sequence parallel: all-gather the local tokens (a GEMM input: FP8 with FP8 GEMMs); ``bulk``: a
-        linear layer's backward overlap (userbuffers with tp_comm_overlap)."""
+        """Sequence parallel: all-gather the local tokens (``gemm``'s input, or output gradient: in FP8 when that GEMM
+        is FP8, quantized before gathering); ``bulk``: a linear layer's backward overlap (userbuffers with
+        tp_comm_overlap)."""
         if not self.sp:
             return deps
-        size = self.z.gemm_input_gather_bytes if gemm_input else self.z.act_local_bytes
-        return self.prog.coll(name + "_allgather", "tp", AG, size, deps, phase, self._sms(bulk))
+        return self.prog.coll(name + "_allgather", "tp", AG, self._gathered_bytes(gemm), deps, phase, self._sms(bulk))
+
+    def _gathered_bytes(self, gemm: Matmul | None) -> int:
+        """A rank's tokens as gathered: FP8 for an FP8 GEMM, else the model's dtype (16-bit GEMMs, NVFP4's)."""
+        return self.z.fp8_gather_bytes if gemm is not None and gemm.dtype == "fp8" else self.z.act_local_bytes
 
     def reduce(self, name: str, deps: list[int], phase: str, bulk: bool = False) -> list[int]:
         """A row-parallel output (or column-parallel input gradient): reduce-scatter with sequence parallelism,
@@ -82,7 +86,7 @@ class TensorParallel:
         if self.overlap:
             out, _ = self._ring_gemm(pre, comm, gemm, [g.forward() for g in self.z.rows(gemm, self.tp)], x, phase)
             return out
-        x = self.gather(pre + comm, x, phase, gemm_input=self._fp8_input(gemm))
+        x = self.gather(pre + comm, x, phase, gemm)
         return self.prog.compute(pre + gemm.name, gemm.forward(), x, phase)
 
     def row_forward(self, pre: str, comm: str, gemm: Matmul, x: list[int], phase: str) -> list[int]:
@@ -107,26 +111,19 @@ class TensorParallel:
                                            "_dgrad")
             self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), sorted(set(g + received)), "bwd")
             return dx
-        g = self.gather(pre + comm, g, "bwd", gemm_input=self._fp8_input(gemm))
+        g = self.gather(pre + comm, g, "bwd", gemm)
         dx = self.prog.compute(pre + gemm.name + "_dgrad", gemm.dgrad(), g, "bwd")
         self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), g, "bwd")
         return dx
 
-    def column_backward(self, pre: str, saved_comm: str, gemm: Matmul, dx: list[int], saved_gemm_input: bool = True
-                        ) -> list[int]:
+    def column_backward(self, pre: str, saved_comm: str, gemm: Matmul, dx: list[int]) -> list[int]:
         """A column-parallel GEMM's backward: the saved input's all-gather beside the input-gradient GEMM, the
         weight gradient after both; returns the input gradient (not yet reduced)."""
         dx = self.quantized(pre, gemm, "grad", dx, "bwd")
-        saved = self.gather(pre + saved_comm, dx, "bwd", gemm_input=saved_gemm_input and self._fp8_input(gemm),
-                            bulk=True)
+        saved = self.gather(pre + saved_comm, dx, "bwd", gemm, bulk=True)
         dx_in = self.prog.compute(pre + gemm.name + "_dgrad", gemm.dgrad(), dx, "bwd")
         self.prog.compute(pre + gemm.name + "_wgrad", gemm.wgrad(), sorted(set(dx + saved)), "bwd")
         return dx_in
-
-    def _fp8_input(self, gemm: Matmul) -> bool:
-        """Whether ``gemm``'s gathered input travels at the GEMM-input size (FP8 in an FP8 step): not for a GEMM kept
-        16-bit (TrainingOptions.bf16_gemms)."""
-        return bool(gemm.dtype) or not self.z.fp8
 
     def _ring_gemm(self, pre: str, comm: str, gemm: Matmul, chunks: list[Kernel], x: list[int], phase: str,
                    suffix: str = "") -> tuple[list[int], list[int]]:
@@ -135,7 +132,7 @@ class TensorParallel:
         received: list[int] = []
         out = x
         feed = x
-        size = self.z.gemm_input_gather_bytes if self._fp8_input(gemm) else self.z.act_local_bytes
+        size = self._gathered_bytes(gemm)
         for i, kernel in enumerate(chunks):
             if i < len(chunks) - 1:
                 _, got = self.prog.ring_step(f"{pre}{comm}_ring{i}", "tp", size, feed, x, phase)
