@@ -9,11 +9,11 @@ import pytest
 
 from workload.errors import InputError
 from workload.llm.build import build_programs
+from workload.llm.host import HostModel
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
 from workload.llm.sizes import kind_tensors
-from workload.schema import CollectiveType
 
 LATENT = ModelConfig(name="latent", num_layers=2, hidden_size=512, num_heads=8, ffn_hidden_size=128,
                      vocab_size=1024, seq_len=256, num_experts=8, top_k=2, shared_expert_ffn=256,
@@ -76,8 +76,17 @@ def test_the_projections_sit_between_the_router_and_the_exchanges() -> None:
     order = [names.index(back + n) for n in ("latent_up_dgrad", "combine_grad_alltoall", "expert_in_dgrad",
                                              "dispatch_grad_alltoall", "latent_down_dgrad", "router_dgrad")]
     assert order == sorted(order)
-    # each projection's weight gradient is a dense tensor, reduced over the data-parallel ranks with the others
-    assert any(op.comm_type == CollectiveType.ALL_REDUCE and "grad" in op.name for op in ops)
+
+
+def test_the_host_issues_the_projections_as_te_modules_unless_graphed() -> None:
+    """fc1_latent_proj runs in the dispatcher's preprocessing (Megatron-Core's moe_preprocess graph scope, forward and
+    backward), fc2_latent_proj in the expert section after the combine."""
+    host = HostModel()
+    for backward in (False, True):
+        assert host.routing(backward, latent=True) > host.routing(backward)
+        assert host.experts(8, backward, latent=True) > host.experts(8, backward)
+    graphed = HostModel(graph_scopes=frozenset({"moe_router", "moe_preprocess"}))
+    assert graphed.routing(False, latent=True) == graphed.routing(False)  # one graph launch either way
 
 
 def test_fp8_quantizes_the_projections_like_any_layer_gemm() -> None:
