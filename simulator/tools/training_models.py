@@ -126,12 +126,14 @@ CARDS: dict[str, Card] = {
                                  "head_dim": 64, "num_experts": 128, "top_k": 4, "ffn_hidden_size": 2880},
                        "Megatron-Bridge GPTOSSProvider120B"),
     "nemotron3nano": Card(NEMOTRON_H, _hybrid("nemotron-3-nano"), "Megatron-Bridge's Nemotron 3 Nano recipe"),
-    "nemotron35lightning": Card(NEMOTRON_H, {**_hybrid("nemotron-3-nano"), "mtp_layers": 2},
+    "nemotron35lightning": Card(NEMOTRON_H, {**_hybrid("nemotron-3-nano"), "mtp_layers": 2,
+                                             "mtp_repeated_layer": True},
                                 "Megatron-Bridge's Nemotron 3.5 Lightning perf recipe: Nemotron 3 Nano's with two "
-                                "multi-token-prediction depths (attention and MoE, '*E')"),
-    "nemotron3super": Card(NEMOTRON_H, {**_hybrid("nemotron-3-super"), "mtp_layers": 2},
+                                "multi-token-prediction depths running one stored block (attention and MoE, '*E'; "
+                                "mtp_use_repeated_layer)"),
+    "nemotron3super": Card(NEMOTRON_H, {**_hybrid("nemotron-3-super"), "mtp_layers": 2, "mtp_repeated_layer": True},
                            "Megatron-Bridge's Nemotron 3 Super recipe: latent MoE, and two multi-token-prediction "
-                           "depths ('*E', one block's weights run twice: counted as two here)"),
+                           "depths running one stored block ('*E'; mtp_use_repeated_layer)"),
     "deepseekv3": Card(DEEPSEEK, {**_preset("deepseek-v3"), **_latent_moe("deepseek-v3")}, "DeepSeek-V3 config.json"),
     "kimik2": Card(DEEPSEEK, {**_preset("deepseek-v3"), **_latent_moe("deepseek-v3"), "num_heads": 64,
                               "num_kv_heads": 64, "num_experts": 384, "router_groups": 1, "router_group_topk": 1,

@@ -418,6 +418,33 @@ def test_multi_token_prediction_adds_a_layer_projection_and_head_on_the_last_sta
     assert not any(op.name == "embedding_grad_allreduce" for op in build_programs(base, plan)[0].ops)
 
 
+def test_a_repeated_multi_token_prediction_layer_runs_each_depth_but_holds_its_weights_once() -> None:
+    """mtp_use_repeated_layer: two depths run one stored block, so the compute is two depths' and the parameters
+    and gradient synchronisation one depth's."""
+    base = replace(SMALL_MOE, name="mtp1", dense_layers=1, mtp_layers=1)
+    two = replace(base, name="mtp2", mtp_layers=2)
+    shared = replace(two, name="mtp2-shared", mtp_repeated_layer=True)
+    plan = ParallelPlan(dp=2, tp=2, pp=2, ep=2, num_micro_batches=2, sequence_parallel=True)
+    assert shared.total_params() == base.total_params() < two.total_params()
+    assert shared.active_params() == base.active_params()
+    assert shared.matmul_params() == two.matmul_params()
+    flops = {m.name: summarize(m, plan, build_programs(m, plan), RankMap(plan, m))["flops"] for m in (two, shared)}
+    assert {k: v for k, v in flops["mtp2"].items() if k not in ("optimizer", "total")} == \
+        {k: v for k, v in flops["mtp2-shared"].items() if k not in ("optimizer", "total")}
+    assert flops["mtp2-shared"]["optimizer"] < flops["mtp2"]["optimizer"]  # fewer parameters to update
+
+    def grad_bytes(model: ModelConfig) -> int:
+        last = build_programs(model, plan)[-1]
+        return sum(op.size_bytes for op in last.ops if "_grad_" in op.name and op.group in ("dp", "edp"))
+
+    assert grad_bytes(shared) == grad_bytes(base) < grad_bytes(two)
+    names = [op.name for op in build_programs(shared, plan)[-1].ops]
+    assert "mb1.fwd.mtp1.mtp_proj" in names and "mb1.bwd.mtp1.mtp_proj_wgrad" in names
+    with pytest.raises(InputError, match="mtp_repeated_layer shares one block") as e:
+        replace(SMALL, mtp_repeated_layer=True).validate()
+    assert "\n" not in str(e.value)
+
+
 def test_pipeline_layout_strings_as_megatron_writes_them() -> None:
     assert parse_pipeline_layout("Et*4|(t*4|)*14tmL") == ((4,) * 15 + (1,), 1)
     assert parse_pipeline_layout("Et|(tt|)*30mL") == ((1,) + (2,) * 30 + (0,), 1)

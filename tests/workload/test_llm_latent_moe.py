@@ -119,3 +119,5 @@ def test_the_super_preset_has_its_published_parameters() -> None:
     # state updated outside the optimizer, no gradient to synchronise)
     mtp = replace(super_, mtp_layers=1)
     assert mtp.total_params() == 123_611_033_088 - 41 * 512
+    # as Megatron-Bridge trains it: two depths running that one block (mtp_use_repeated_layer)
+    assert replace(super_, mtp_layers=2, mtp_repeated_layer=True).total_params() == mtp.total_params()

@@ -46,7 +46,7 @@ MODEL_INT_FLAGS = {"--layers": "num_layers", "--hidden": "hidden_size", "--heads
                    "--moe-latent-size": "moe_latent_size"}
 MODEL_BOOL_FLAGS = {"--gated-ffn": "gated_ffn", "--tied-embeddings": "tied_embeddings", "--bias": "bias",
                     "--rope-fused": "rope_fused", "--clamped-glu": "clamped_glu",
-                    "--qk-norm": "qk_norm"}
+                    "--qk-norm": "qk_norm", "--mtp-use-repeated-layer": "mtp_repeated_layer"}
 MODEL_CHOICE_FLAGS = {"--norm": ("norm", NORMS), "--position-embedding": ("position_embedding", POSITION_EMBEDDINGS)}
 
 

@@ -106,13 +106,22 @@ class GradientSync:
         index = int(unit.removeprefix("layer"))
         return self.m.layer_kind(index), index >= self.m.num_layers
 
+    def _shares_weights(self, unit: str) -> bool:
+        """Whether ``unit`` is a multi-token-prediction depth running the first depth's stored block (a repeated
+        layer): its gradient accumulates into that block's, complete after the first depth's backward (the
+        depths' backward runs last depth first)."""
+        return self.m.mtp_repeated_layer and int(unit.removeprefix("layer")) > self.m.num_layers
+
     def layer(self, unit: str) -> LayerParams:
         """The parameters of layer unit ``unit`` ("layerN"; N >= the model's layers: a multi-token-prediction
-        depth's layer with its projection and norms) on this rank."""
+        depth's layer with its projection and norms; none of its own for a repeated layer's later depths) on this
+        rank."""
         kind, mtp = self._kind(unit)
         layer = self.layers[kind]
         if not mtp:
             return layer
+        if self._shares_weights(unit):
+            return LayerParams(0, 0, 0, 0)
         proj, norms = self.m.mtp_params(self.p.tp)
         return replace(layer, dense=layer.dense + proj + norms, dense_matmul=layer.dense_matmul + proj,
                        replicated=layer.replicated + norms)
@@ -122,6 +131,8 @@ class GradientSync:
         kind, mtp = self._kind(unit)
         if not mtp:
             return self.tensor_sets[kind]
+        if self._shares_weights(unit):
+            return {}
         return {**self.tensor_sets[kind], "mtp_proj": ("dense", sum(self.m.mtp_params(self.p.tp)))}
 
     def _unit_fp8(self, unit: str, kind: str) -> int:

@@ -63,6 +63,9 @@ class ModelConfig:
     # the tokens shifted once more, norms them and the hidden states, projects the pair (2h -> h), runs one more
     # transformer layer and predicts through the shared output layer and a loss of its own, on the last stage
     mtp_layers: int = 0
+    # the depths share one stored block (Megatron-Core's mtp_use_repeated_layer; Nemotron 3 Super): each depth runs
+    # it (compute as before), its weights and their gradient are held once
+    mtp_repeated_layer: bool = False
     # a shared expert beside the routed ones: a dense FFN of this width every token passes through, tensor-parallel
     # like a dense layer's (Megatron-Core's moe_shared_expert_intermediate_size; 0 = none)
     shared_expert_ffn: int = 0
@@ -286,35 +289,43 @@ class ModelConfig:
         tp; its three norms, held whole)."""
         return 2 * self.hidden_size * self.hidden_size // tp, 3 * self.norm_params()
 
-    def _layers(self) -> list[tuple[int, LayerParams]]:
-        """(count, parameters) of the layers of each kind (a multi-token-prediction depth's layer has experts when
-        the model has, counted with them; its projection and norms are not)."""
-        kinds = [self.layer_kind(i) for i in range(self.num_layers + self.mtp_layers)]
+    @property
+    def stored_mtp_layers(self) -> int:
+        """Multi-token-prediction depths with weights of their own (one for a repeated layer)."""
+        return min(self.mtp_layers, 1) if self.mtp_repeated_layer else self.mtp_layers
+
+    def _layers(self, depths: int) -> list[tuple[int, LayerParams]]:
+        """(count, parameters) of the layers of each kind, with ``depths`` multi-token-prediction depths' layers
+        (which have experts when the model has, counted with them; their projections and norms are not)."""
+        kinds = [self.layer_kind(i) for i in range(self.num_layers + depths)]
         return [(kinds.count(kind), self.kind_params(kind)) for kind in sorted(set(kinds))]
 
-    @property
-    def _expert_layers(self) -> int:
-        """Layers with experts, multi-token-prediction depths' included."""
-        return sum(self.moe_at(i) for i in range(self.num_layers + self.mtp_layers))
+    def _expert_layers(self, depths: int) -> int:
+        """Layers with experts, ``depths`` multi-token-prediction depths' included."""
+        return sum(self.moe_at(i) for i in range(self.num_layers + depths))
 
     def total_params(self) -> int:
-        layers = sum(n * (layer.dense + layer.expert) for n, layer in self._layers())
-        return (layers + self.mtp_layers * sum(self.mtp_params()) + self.embedding_params() + self.norm_params()
+        depths = self.stored_mtp_layers
+        layers = sum(n * (layer.dense + layer.expert) for n, layer in self._layers(depths))
+        return (layers + depths * sum(self.mtp_params()) + self.embedding_params() + self.norm_params()
                 + self.head_params())
 
     def active_params(self) -> int:
-        """Parameters one token uses: all but the experts it is not routed to."""
+        """Parameters one token uses: all but the experts it is not routed to (a repeated multi-token-prediction
+        layer's once)."""
         if not self.is_moe:
             return self.total_params()
         per_expert = self.layer_params().expert // self.num_experts
-        return self.total_params() - self._expert_layers * (self.num_experts - self.top_k) * per_expert
+        unused = self._expert_layers(self.stored_mtp_layers) * (self.num_experts - self.top_k) * per_expert
+        return self.total_params() - unused
 
     def matmul_params(self) -> int:
         """Weights one token multiplies (active experts, router and output head; not the embedding lookup,
-        norms or biases): the N of the exact forward matmul count 2 x N x tokens."""
+        norms or biases), each multi-token-prediction depth's: the N of the exact forward matmul count
+        2 x N x tokens."""
         expert_matmul = self.top_k * self.ffn_params(self.ffn_hidden_size, self.expert_width)[1]
-        return (sum(n * layer.dense_matmul for n, layer in self._layers())
-                + self._expert_layers * expert_matmul
+        return (sum(n * layer.dense_matmul for n, layer in self._layers(self.mtp_layers))
+                + self._expert_layers(self.mtp_layers) * expert_matmul
                 + self.mtp_layers * self.mtp_params()[0] + (1 + self.mtp_layers) * self.vocab_size * self.hidden_size)
 
     def validate(self) -> None:
@@ -354,6 +365,9 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InputError(f"model {self.name}: {name} must be a whole number >= 0 (got {value!r})")
+        if self.mtp_repeated_layer and not self.mtp_layers:
+            raise InputError(f"model {self.name}: mtp_repeated_layer shares one block between multi-token-prediction "
+                             "depths: it needs mtp_layers >= 1")
         dense_ffn = self.dense_ffn_hidden_size
         if dense_ffn is not None and (isinstance(dense_ffn, bool) or not isinstance(dense_ffn, int) or dense_ffn < 1):
             raise InputError(f"model {self.name}: dense_ffn_hidden_size must be a whole number >= 1 (got "
@@ -442,7 +456,7 @@ def model_from_dict(data: dict[str, Any], where: str) -> ModelConfig:
     kw = dict(data)
     kw.setdefault("name", "custom")
     for key, value in kw.items():
-        want_bool = key in ("gated_ffn", "tied_embeddings", "bias", "rope_fused", "clamped_glu", "qk_norm")
+        want_bool = MODEL_FIELDS[key] == "bool"
         want_str = key in ("name", "norm", "position_embedding", "layer_pattern")
         if want_bool and not isinstance(value, bool):
             raise InputError(f"{where}: {key} must be true or false (got {value!r})")
