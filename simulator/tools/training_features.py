@@ -63,6 +63,8 @@ FEATURES: dict[str, Feature] = {
     "megatron_buckets": Feature("Megatron-Core's gradient bucket size", (("ddp_bucket_size", "megatron"),),
                                 minor=True),
     "grad_reduce_in_fp32": Feature("gradient reduction in fp32", (("grad_reduce_in_fp32", True),), minor=True),
+    "fp8_param_gather": Feature("the distributed optimizer's parameter all-gathers in FP8",
+                                (("fp8_param_gather", True),), minor=True),
     "unfused_attention": Feature("attention core without a fused kernel (scores materialised, before "
                                  "FlashAttention)", (("attention_backend", "unfused"),)),
     "unfused_cross_entropy": Feature("the loss in fp32 passes over the logits (no cross-entropy fusion)",
@@ -111,6 +113,8 @@ class Framework:
     attention: tuple[str, str] = ("flash", "fused FlashAttention-style kernels (Transformer Engine)")
     cross_entropy: tuple[str, str] = ("fused", "NeMo/Megatron-Bridge: cross_entropy_loss_fusion on")
     fp8_recipe: tuple[str, str] = ("delayed", "Transformer Engine's default FP8 recipe: delayed scaling")
+    # FP8 (per-tensor) GEMM weights kept and all-gathered in FP8 by the distributed optimizer
+    fp8_param_gather: tuple[bool, str] = (False, "")
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -128,7 +132,11 @@ _BRIDGE = replace(_NEMO, fp8_recipe=("tensorwise", "Megatron-Bridge's performanc
                   precision=("fp8", "Megatron-Bridge 25.09 states no precision; its values in parentheses are "
                                            "another FP8 quantization granularity (MXFP8), so the others are FP8"),
                   grad_reduce_in_fp32=(False, "Megatron-Bridge's performance recipes: grad_reduce_in_fp32 False "
-                                              "(scripts/performance, every release 25.09-26.08)"))
+                                              "(scripts/performance, every release 25.09-26.08)"),
+                  fp8_param_gather=(True, "Megatron-Bridge's fp8_cs precision config "
+                                          "(bf16_with_fp8_current_scaling_mixed): fp8_param_gather on; its MXFP8 "
+                                          "config gathers 16-bit values through the gradient buffer and casts them "
+                                          "after (reuse_grad_buf_for_mxfp8_param_ag)"))
 _CE_UNFUSED = ("unfused", "Megatron-LM default: no --cross-entropy-loss-fusion; the vocabulary-parallel cross entropy "
                           "in fp32 over the logits")
 _MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM default: off"), _NONE,

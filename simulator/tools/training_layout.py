@@ -213,6 +213,9 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
         precision = fw.precision[0]
         plan.defaults_used.append(f"precision {precision} ({fw.precision[1]})")
     reqs += _low_precision(precision.split("(")[0], fw, plan)
+    if ("fp8_tensorwise", True) in reqs and fw.fp8_param_gather[0] and {"distributed_optimizer", "fsdp"} & set(zero):
+        reqs.append(("fp8_param_gather", True))
+        plan.defaults_used.append(f"parameter all-gathers in FP8 ({fw.fp8_param_gather[1]})")
     low = ("fp8", True) in reqs or ("fp4", True) in reqs
     if recipe is not None and low and (any(recipe.bf16_layers) or recipe.bf16_gemms):
         start, end = recipe.bf16_layers
