@@ -183,3 +183,14 @@ def test_nemotron_3_super_rows_take_the_latent_moe_and_their_16_bit_gemms() -> N
                in nvfp4.defaults_used)
     mxfp8 = plan_row(rows["mbridge_26.08_Pre-Training_DGX-GB300_Nemotron_3_Super_64_MXFP8_12"])
     assert mxfp8.status == READY and not {"bf16_layers_at_start", "bf16_gemms"} & set(mxfp8.spec)
+
+
+@pytest.mark.parametrize(("precision", "gathered_in_fp8"), [("FP8-CS", True), ("FP8", True), ("MXFP8", False),
+                                                            ("NVFP4", False), ("BF16", False)])
+def test_bridge_fp8_cs_runs_gather_their_parameters_in_fp8(precision: str, gathered_in_fp8: bool) -> None:
+    """Megatron-Bridge's fp8_cs precision config sets fp8_param_gather (the distributed optimizer gathers FP8
+    weights); its MXFP8 config gathers 16-bit values through the gradient buffer; a plain FP8 is fp8_cs there."""
+    plan = plan_row(row({**BASE, "row_id": f"gather_{precision}", "precision": precision}))
+    assert plan.status == READY, plan.reason
+    assert plan.spec.get("fp8_param_gather", False) is gathered_in_fp8
+    assert any(d.startswith("parameter all-gathers in FP8") for d in plan.defaults_used) is gathered_in_fp8
