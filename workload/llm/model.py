@@ -457,7 +457,7 @@ def model_from_dict(data: dict[str, Any], where: str) -> ModelConfig:
     kw.setdefault("name", "custom")
     for key, value in kw.items():
         want_bool = MODEL_FIELDS[key] == "bool"
-        want_str = key in ("name", "norm", "position_embedding", "layer_pattern")
+        want_str = MODEL_FIELDS[key] == "str"
         if want_bool and not isinstance(value, bool):
             raise InputError(f"{where}: {key} must be true or false (got {value!r})")
         if want_str and not isinstance(value, str):
