@@ -3,7 +3,8 @@
 and the plot of predicted vs published step time.
 
     python benchmarks/training_validation.py [--shared ../shared] [--unseen] [--rows REGEX] [--time-limit S]
-                                             [--save FILE.json] [--resume FILE.json] [--plot docs/FILE.png]
+                                             [--save FILE.json] [--resume FILE.json] [--jobs N]
+                                             [--plot docs/FILE.png]
     python benchmarks/training_validation.py --from-json benchmarks/data/training_validation.json [--plot ...]
 
 The run committed in benchmarks/data/training_validation.json (rows that fit the limits of one run here: 300 s of
@@ -108,7 +109,9 @@ def status_line(rows: Sequence[dict[str, Any]]) -> str:
 def save(path: str, rows: Sequence[dict[str, Any]]) -> None:
     """The rows without what depends on the machine that ran them (CPU time) or is only detail (collectives)."""
     kept = [{k: v for k, v in r.items() if k not in ("run", "collectives")} for r in rows]
-    Path(path).write_text(json.dumps({"rows": kept}, indent=1) + "\n")
+    partial = Path(f"{path}.partial")  # replaced whole: a run stopped while saving keeps the last save
+    partial.write_text(json.dumps({"rows": kept}, indent=1) + "\n")
+    os.replace(partial, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--time-limit", type=float, default=300.0, help="CPU seconds per row (default 300)")
     p.add_argument("--save", metavar="FILE.json", help="keep the run's rows")
     p.add_argument("--from-json", metavar="FILE.json", nargs="+", help="reprint saved runs instead of simulating")
-    p.add_argument("--resume", metavar="FILE.json", help="keep the rows a saved run simulated, simulate the others")
+    p.add_argument("--resume", metavar="FILE.json",
+                   help="keep the rows a saved run simulated as they would be now, simulate the others")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="rows simulated at once (default 1)")
     p.add_argument("--plot", metavar="FILE.png", help="predicted vs published step time (needs matplotlib)")
     args = p.parse_args(argv)
     if args.from_json:
@@ -133,15 +138,18 @@ def main(argv: list[str] | None = None) -> int:
         chosen = read_tables(tables(Path(args.shared), args.unseen))
         if args.rows:
             chosen = [r for r in chosen if re.search(args.rows, r.row_id)]
-        kept = {r["row_id"]: r for r in json.loads(Path(args.resume).read_text())["rows"]
-                if r["status"] == SIMULATED} if args.resume else {}
-        rows = []
-        for i, row in enumerate(chosen):  # one at a time, saved as it goes: a long run can be stopped and reread
-            print(f"[{i + 1}/{len(chosen)}]", end=" ", file=sys.stderr)
-            rows += [kept[row.row_id]] if row.row_id in kept else evaluate_rows([row], time_limit_s=args.time_limit,
-                                                                              quiet=False)
-            if args.save:
-                save(args.save, rows)
+        saved = {r["row_id"]: r for r in json.loads(Path(args.resume).read_text())["rows"]} if args.resume else {}
+        finished: dict[int, dict[str, Any]] = {}
+
+        def keep(i: int, row: dict[str, Any]) -> None:  # saved as it goes: a long run can be stopped and resumed
+            finished[i] = row
+            if args.save and row["status"] == SIMULATED:
+                save(args.save, [finished[k] for k in sorted(finished)])
+
+        rows = evaluate_rows(chosen, time_limit_s=args.time_limit, quiet=False, jobs=args.jobs, saved=saved,
+                             on_row=keep)
+        if args.save:
+            save(args.save, rows)
     runnable = [r for r in rows if r["status"] not in ("needs", "unsupported")]
     print("\n".join(row_lines(runnable)))
     print()

@@ -79,11 +79,8 @@ def run_inline(points: Iterable[Point]) -> Iterator[tuple[Point, Outcome]]:
         yield point, _call(point)
 
 
-def _worker_init(memory_limit_bytes: int | None) -> None:
-    # Ctrl-C is the driver's to handle (it stops the workers); and a worker must not outlive a killed driver.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)  # not the driver's handlers, inherited through fork
+def die_with_parent() -> None:
+    """This child process is killed when its parent ends, however it ends (Linux; elsewhere nothing)."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -91,6 +88,14 @@ def _worker_init(memory_limit_bytes: int | None) -> None:
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
+
+
+def _worker_init(memory_limit_bytes: int | None) -> None:
+    # Ctrl-C is the driver's to handle (it stops the workers); and a worker must not outlive a killed driver.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)  # not the driver's handlers, inherited through fork
+    die_with_parent()
     if memory_limit_bytes:
         import resource
 

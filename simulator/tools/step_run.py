@@ -24,6 +24,7 @@ from network.config import NetworkConfig
 from simulator.config import MemoryConfig, default_system
 from simulator.node_table import COMMUNICATOR_STREAMS
 from simulator.simulation import RunOptions, Simulation
+from simulator.sweep.executors import die_with_parent
 from simulator.tools.step_breakdown import NodeKinds, slowest_rank_breakdown
 from workload.errors import InputError
 from workload.generated import llm_plan, llm_programs, llm_workload
@@ -110,6 +111,7 @@ def _over_cpu_time(signum: int, frame: Any) -> None:
 def _child(conn: Any, memory_bytes: int, cpu_s: float, args: tuple[Any, ...]) -> None:
     """Runs in the child: limit its address space and CPU time, simulate, send back an Iteration or the reason it
     stopped."""
+    die_with_parent()  # a run nobody waits for any more (its driver killed) stops too
     try:
         if memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
@@ -145,11 +147,33 @@ def default_memory_gib() -> float:
     return max(1.0, round(0.75 * total / 2**30, 1))
 
 
-def run_limited(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str, label: str,
-                cpu_s: float, memory_bytes: int) -> Iteration | str:
-    """``simulate_iteration`` in a child process limited to ``cpu_s`` seconds of CPU time (a limit that means the
-    same on a busy machine) and ``memory_bytes`` of address space (0: no limit); a text saying why when it did not
-    finish."""
+class LimitedRun:
+    """A simulation running in a child process under limits (``start_limited``); ``result`` waits for it."""
+
+    __slots__ = ("connection", "process")
+
+    def __init__(self, process: Any, connection: Any) -> None:
+        self.process = process
+        self.connection = connection  # readable when the child has answered or ended (multiprocessing's wait)
+
+    def result(self) -> Iteration | str:
+        """The Iteration, or a text saying why the run did not finish; the child is gone afterwards."""
+        try:
+            return self.connection.recv()  # type: ignore[no-any-return]
+        except EOFError:
+            self.process.join()
+            return f"the simulation process ended without a result (exit code {self.process.exitcode}; out of memory?)"
+        finally:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join()
+            self.connection.close()
+
+
+def start_limited(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str, label: str,
+                  cpu_s: float, memory_bytes: int) -> LimitedRun:
+    """Start ``simulate_iteration`` in a child process limited to ``cpu_s`` seconds of CPU time (a limit that means
+    the same on a busy machine) and ``memory_bytes`` of address space (0: no limit)."""
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     parent, child = ctx.Pipe(duplex=False)
@@ -157,13 +181,10 @@ def run_limited(spec: dict[str, Any], network: NetworkConfig, profile: str, devi
                           daemon=True)  # ends with this process
     process.start()
     child.close()
-    try:
-        return parent.recv()  # type: ignore[no-any-return]
-    except EOFError:
-        process.join()
-        return f"the simulation process ended without a result (exit code {process.exitcode}; out of memory?)"
-    finally:
-        if process.is_alive():
-            process.kill()
-        process.join()
-        parent.close()
+    return LimitedRun(process, parent)
+
+
+def run_limited(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str, label: str,
+                cpu_s: float, memory_bytes: int) -> Iteration | str:
+    """``start_limited`` and wait: the Iteration, or a text saying why it did not finish."""
+    return start_limited(spec, network, profile, device, label, cpu_s, memory_bytes).result()

@@ -15,13 +15,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from multiprocessing.connection import wait
 from typing import Any
 
+from simulator.sweep.executors import capped_jobs
 from simulator.tools.step_breakdown import PP
-from simulator.tools.step_run import Iteration, check_layout, default_memory_gib, iteration_nodes, run_limited
+from simulator.tools.step_run import (
+    Iteration,
+    LimitedRun,
+    check_layout,
+    default_memory_gib,
+    iteration_nodes,
+    start_limited,
+)
 from simulator.tools.training_consistency import disagreements, format_disagreements
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, RowPlan, plan_row
 from simulator.tools.training_metrics import METRICS
@@ -49,8 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPU-time limit of each row's simulation (default 600; 0 = none)")
     p.add_argument("--memory-limit", type=float, default=None, metavar="GiB",
                    help="address-space limit per row's simulation (default: three quarters of this machine's "
-                        f"memory, here {default_memory_gib():g}; 0 = none)")
-    p.add_argument("--json", metavar="FILE", help="write rows and per-table summaries as JSON")
+                        f"memory, here {default_memory_gib():g}, over --jobs; 0 = none)")
+    p.add_argument("--json", metavar="FILE", help="write rows and per-table summaries as JSON (rewritten as each row "
+                                                  "finishes: an interrupted run keeps the rows it did)")
+    p.add_argument("--resume", metavar="FILE", help="keep the rows a previous --json FILE simulated exactly as they "
+                                                    "would be now (same layout, profile and device); simulate the rest")
+    p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
+                   help="rows simulated at once, each in its own process (default 1; at most the cores here); "
+                        "the default memory limit is shared between them")
     p.add_argument("--plot", metavar="FILE.png", help="draw predicted vs published step time (needs matplotlib)")
     p.add_argument("-v", "--verbose", action="store_true", help="list every row's defaults and notes")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -210,45 +226,112 @@ def draw(path: str, rows: Sequence[dict[str, Any]]) -> None:
     plt.close(fig)
 
 
+def same_run(saved: Mapping[str, Any], plan: RowPlan) -> bool:
+    """Whether a saved report row was simulated as ``plan`` would be: same generator mapping, profile and device."""
+    def canonical(value: object) -> str:
+        return json.dumps(value, sort_keys=True)
+
+    return (saved.get("status") in (SIMULATED, APPROXIMATE) and saved.get("hw_profile") == (plan.profile or None)
+            and saved.get("device") == (plan.device or None)
+            and canonical(saved.get("generator")) == canonical(json.loads(json.dumps(plan.spec))))
+
+
 def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *, approximate: bool = False,
                   plan_only: bool = False, time_limit_s: float = 600.0, memory_gib: float | None = None,
-                  quiet: bool = True, devices: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-    """Plan and (unless ``plan_only``) simulate every row; the report's rows. ``memory_gib`` None: three quarters
-    of the machine's memory. ``devices`` maps a shipped device name to a device file to use instead (a calibration
-    trying other device-level knobs)."""
+                  quiet: bool = True, devices: Mapping[str, str] | None = None, jobs: int = 1,
+                  saved: Mapping[str, Mapping[str, Any]] | None = None,
+                  on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Plan and (unless ``plan_only``) simulate every row; the report's rows, in the tables' order.
+
+    ``jobs`` rows simulate at once, each in its own process; ``memory_gib`` is each one's limit (None: three
+    quarters of the machine's memory shared between the ``jobs``). A row of ``saved`` (report rows by row_id) that
+    was simulated exactly as planned now is kept instead of simulated again. ``on_row(index, row)`` hears of each
+    row as it is done (for saving as the run goes). ``devices`` maps a shipped device name to a device file to use
+    instead (a calibration trying other device-level knobs)."""
     if memory_gib is None:
-        memory_gib = default_memory_gib()
-    results = []
+        memory_gib = default_memory_gib() / max(1, jobs)
+    results: list[dict[str, Any] | None] = [None] * len(rows)
+
+    def done(i: int, row: dict[str, Any]) -> None:
+        results[i] = row
+        if on_row is not None:
+            on_row(i, row)
+
+    pending: list[tuple[int, RowPlan]] = []
     for i, row in enumerate(rows):
         plan = plan_row(row, hw_profile)
         runnable = plan.status == READY or (approximate and plan.status == NEEDS and plan.approximable)
-        status, reason, iteration = plan.status, plan.reason, None
+        status, reason = plan.status, plan.reason
         if runnable:
             try:
                 check_layout(plan.spec, row.row_id)
                 status = "planned" if plan.status == READY else "planned (approximate)"
             except InputError as e:  # the generator refuses the layout (e.g. layers that do not split evenly)
                 runnable, status, reason = False, UNSUPPORTED, str(e)
-        nodes = None
-        if runnable and not plan_only:
+        kept = (saved or {}).get(row.row_id)
+        if runnable and not plan_only and kept is not None and same_run(kept, plan):
+            done(i, dict(kept))
+        elif runnable and not plan_only:
+            pending.append((i, plan))
+        else:
+            done(i, row_json(plan, status, reason, None) | {"trace_nodes": None})
+    running: dict[Any, tuple[int, RowPlan, LimitedRun]] = {}
+    while pending or running:
+        while pending and len(running) < max(1, jobs):
+            i, plan = pending.pop(0)
             if not quiet:
-                print(f"[{i + 1}/{len(rows)}] {row.row_id}: simulating {plan.n_gpus} ranks ...", file=sys.stderr)
+                print(f"[{i + 1}/{len(rows)}] {plan.row.row_id}: simulating {plan.n_gpus} ranks ...", file=sys.stderr)
             device = (devices or {}).get(plan.device, plan.device)
-            got = run_limited(plan.spec, plan.network, plan.profile, device, row.row_id,  # type: ignore[arg-type]
-                              time_limit_s, int(memory_gib * 2**30))
-            if isinstance(got, str):
-                status, reason = FAILED, got
-                if "limit" in got:
-                    nodes, folded = iteration_nodes(plan.spec, row.row_id)
-                    reason += (f" ({plan.n_gpus} ranks, {nodes:,} trace nodes, {folded:,} of them in one rank per "
-                               "pipeline stage: beyond what one run simulates here)")
-            else:
-                iteration = got
-                nodes = got.trace_nodes
-                status = SIMULATED if plan.status == READY else APPROXIMATE
-        results.append(row_json(plan, status, reason if iteration is None else "", iteration))
-        results[-1]["trace_nodes"] = nodes
-    return results
+            run = start_limited(plan.spec, plan.network, plan.profile, device, plan.row.row_id,  # type: ignore[arg-type]
+                                time_limit_s, int(memory_gib * 2**30))
+            running[run.connection] = (i, plan, run)
+        for connection in wait(list(running)):
+            i, plan, run = running.pop(connection)
+            done(i, _simulated_row(plan, run.result()))
+    return [r for r in results if r is not None]
+
+
+def _simulated_row(plan: RowPlan, got: Iteration | str) -> dict[str, Any]:
+    """The report row of a simulation that ran (``got``: its Iteration, or why it did not finish)."""
+    if isinstance(got, str):
+        reason = got
+        nodes = None
+        if "limit" in got:
+            nodes, folded = iteration_nodes(plan.spec, plan.row.row_id)
+            reason += (f" ({plan.n_gpus} ranks, {nodes:,} trace nodes, {folded:,} of them in one rank per pipeline "
+                       "stage: beyond what one run simulates here)")
+        return row_json(plan, FAILED, reason, None) | {"trace_nodes": nodes}
+    status = SIMULATED if plan.status == READY else APPROXIMATE
+    return row_json(plan, status, "", got) | {"trace_nodes": got.trace_nodes}
+
+
+def write_report(path: str, results: Sequence[dict[str, Any]], rows: Sequence[TrainingRow]) -> None:
+    """The report as JSON: rows, per-table summaries, and where published rows disagree; replaced whole, so that a
+    reader never sees half a file."""
+    by_id = {r["row_id"]: r["published_step_time_s"] for r in results}
+    conflicts = disagreements([row for row in rows if row.row_id in by_id], by_id)
+    doc = {"rows": list(results), "tables": summarize(results),
+           "disagreements": [{"row_ids": list(d.row_ids), "published_step_time_s": list(d.published_step_time_s),
+                              "least_error": _sig(d.least_error)} for d in conflicts]}
+    partial = f"{path}.partial"
+    with open(partial, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, allow_nan=False)
+        f.write("\n")
+    os.replace(partial, path)
+
+
+def read_report(path: str) -> list[dict[str, Any]]:
+    """The rows of a report ``--json`` wrote; a one-line error when it is not one."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)["rows"]
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and "row_id" in r for r in rows):
+            raise ValueError("rows without row_id")
+    except OSError as e:
+        raise InputError(f"--resume {path}: cannot read it: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"--resume {path}: not a validate-training --json report ({e})") from None
+    return rows
 
 
 def run(argv: list[str], warn: Callable[[str], None]) -> int:
@@ -266,8 +349,20 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         rows = [r for r in rows if pattern.search(r.row_id)]
         if not rows:
             raise InputError(f"--rows {args.rows!r} matches no row")
+    jobs = capped_jobs(args.jobs, False, warn)
+    saved: dict[str, dict[str, Any]] = {}
+    if args.resume:
+        saved = {r["row_id"]: r for r in read_report(args.resume)}
+    finished: dict[int, dict[str, Any]] = {}
+
+    def keep(i: int, row: dict[str, Any]) -> None:  # the report so far, in the tables' order, after each simulation
+        finished[i] = row
+        if args.json and row["status"] in (SIMULATED, APPROXIMATE, FAILED):
+            write_report(args.json, [finished[k] for k in sorted(finished)], rows)
+
     results = evaluate_rows(rows, args.hw_profile, approximate=args.approximate, plan_only=args.plan_only,
-                            time_limit_s=args.time_limit, memory_gib=args.memory_limit, quiet=args.quiet)
+                            time_limit_s=args.time_limit, memory_gib=args.memory_limit, quiet=args.quiet, jobs=jobs,
+                            saved=saved, on_row=keep)
     tables = summarize(results)
     print("error = predicted / published - 1 in the row's metric; step: published (or derived) -> predicted step time")
     width = min(64, max(len(r["row_id"]) for r in results))
@@ -281,13 +376,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
         print()
         print("\n".join(format_disagreements(conflicts)))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"rows": results, "tables": tables,
-                       "disagreements": [{"row_ids": list(d.row_ids),
-                                          "published_step_time_s": list(d.published_step_time_s),
-                                          "least_error": _sig(d.least_error)} for d in conflicts]},
-                      f, indent=1, allow_nan=False)
-            f.write("\n")
+        write_report(args.json, results, rows)
     if args.plot:
         draw(args.plot, results)
         print(args.plot)

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +21,7 @@ from simulator.tools.training_hardware import choose_hardware, network_for, stat
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, plan_row
 from simulator.tools.training_metrics import megatron_core_flops, sc21_flops
 from simulator.tools.training_table import COLUMNS, TrainingRow, leading_number, read_tables
-from tests.conftest import SHARED, run_cli
+from tests.conftest import REPO, SHARED, run_cli
 from workload.errors import InputError
 
 A100 = {"gpu": "A100-SXM4-80GB", "gpus_per_node": "8", "intra_node": "NVLink3 + NVSwitch (DGX A100)",
@@ -348,3 +353,64 @@ def test_the_default_memory_limit_is_three_quarters_of_the_machine(monkeypatch: 
     monkeypatch.undo()
     help_text = run_cli("validate-training", "--help").stdout
     assert f"here {step_run.default_memory_gib():g}" in " ".join(help_text.split())
+
+
+def _without_run(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "run"} for r in rows]
+
+
+def test_rows_run_at_once_give_the_same_report_in_the_tables_order(tmp_path: Path, report: dict[str, Any]) -> None:
+    """--jobs 2 simulates two rows at a time in their own processes; the report is the one --jobs 1 writes."""
+    table = write_table(tmp_path / "small.tsv", ROWS)
+    out = run_cli("validate-training", "--tables", str(table), "--json", str(tmp_path / "j2.json"), "--jobs", "2",
+                  "--quiet")
+    assert out.returncode == 0, out.stderr
+    again = json.loads((tmp_path / "j2.json").read_text())
+    assert _without_run(again["rows"]) == _without_run(report["rows"])
+    assert again["tables"] == report["tables"]
+    assert out.stdout == report["stdout"]
+    bad = run_cli("validate-training", "--tables", str(table), "--jobs", "0")
+    assert bad.returncode != 0 and "--jobs must be at least 1" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_an_interrupted_run_keeps_its_finished_rows_and_resume_reuses_them(tmp_path: Path,
+                                                                          report: dict[str, Any]) -> None:
+    """The --json report is rewritten as each simulated row finishes: a run stopped during a long row keeps the
+    rows before it, and --resume keeps those (as saved) while simulating the rows it lacks or that would now run
+    differently."""
+    long = {**ROWS[0], "row_id": "long", "TP": "2", "DP": "32", "n_gpus": "64", "global_batch": "4096",
+            "layers": "64"}
+    table = write_table(tmp_path / "small.tsv", [ROWS[0], long])
+    path = tmp_path / "r.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    run = subprocess.Popen([sys.executable, "-m", "simulator", "validate-training", "--tables", str(table),
+                            "--json", str(path), "--quiet"], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not path.exists() and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.2)
+        assert run.poll() is None, "the long row finished before it could be interrupted"
+        run.send_signal(signal.SIGINT)
+        run.communicate(timeout=60)
+    finally:
+        run.kill()
+    saved = json.loads(path.read_text())
+    (first,) = saved["rows"]  # the long row was not finished: not in the report
+    assert _without_run([first]) == _without_run(report["rows"][:1])
+    # resume: the saved row is kept as saved (its prediction marked to show it), a changed layout is simulated
+    first["predicted_step_time_s"] = 1234.5
+    kept, changed = dict(first), dict(report["rows"][1])
+    changed["generator"] = {**changed["generator"], "micro_batch_size": 2}
+    changed["predicted_step_time_s"] = 1234.5
+    path.write_text(json.dumps({"rows": [kept, changed]}))
+    table = write_table(tmp_path / "small.tsv", ROWS[:2])
+    out = run_cli("validate-training", "--tables", str(table), "--resume", str(path), "--json",
+                  str(tmp_path / "again.json"), "--quiet")
+    assert out.returncode == 0, out.stderr
+    again = {r["row_id"]: r for r in json.loads((tmp_path / "again.json").read_text())["rows"]}
+    assert again["tiny_tp2"]["predicted_step_time_s"] == 1234.5
+    assert again["tiny_defaults"]["predicted_step_time_s"] == report["rows"][1]["predicted_step_time_s"]
+    path.write_text("{}")
+    bad = run_cli("validate-training", "--tables", str(table), "--resume", str(path))
+    assert bad.returncode != 0 and "not a validate-training --json report" in bad.stderr
