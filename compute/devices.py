@@ -12,6 +12,7 @@ everything. A device is named case- and punctuation-insensitively ("h100", "TPU 
     peak_tflops: {fp32: 66.9, tf32: 494.7, bf16: 989.4, fp16: 989.4, fp8: 1978.9}   # dense, 10^12 FLOP/s
     memory_bw_GBps: 3350                  # HBM, 10^9 B/s
     compute_units: 132                    # SMs (NVIDIA) or CUs (AMD)
+    block_scaled: [mxfp8, nvfp4]          # block-scaled formats its tensor cores run (Blackwell); none on H100
     kernels: {...}                        # compute/kernel_params.py
     calibration: {...}                    # data sets, fitted values, residuals (benchmarks/fit_kernel_model.py)
     training_calibration: {...}           # kernels.efficiency_scale fitted on training steps, where any
@@ -35,13 +36,14 @@ from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
 
 DEVICES_DIR = Path(__file__).resolve().parents[1] / "configs" / "devices"
-_TOP = {"name", "description", "aliases", "peak_tflops", "memory_bw_GBps", "compute_units", "kernels", "calibration",
-        "training_calibration", "sources", "assumptions"}
+_TOP = {"name", "description", "aliases", "peak_tflops", "memory_bw_GBps", "compute_units", "block_scaled", "kernels",
+        "calibration", "training_calibration", "sources", "assumptions"}
 _REQUIRED = ("name", "peak_tflops", "memory_bw_GBps", "compute_units", "kernels")
 ROOFLINE_DTYPE = "bf16"  # the roofline model's peak: dense BF16/FP16 tensor math
 # Keys device files of earlier versions used -> their current names (as simulator/units.py LEGACY_KEYS for results):
 # "gbps" reads as gigabits; the figure is GB/s with GB = 10^9 B.
 RENAMED_KEYS = {"memory_bw_gbps": "memory_bw_GBps"}
+BLOCK_SCALED = ("mxfp8", "mxfp4", "nvfp4")  # OCP microscaling formats and NVIDIA's FP4 with FP8 block scales
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,7 @@ class Device:
     memory_bw_GBps: float  # GB/s (1e9 bytes), as ASTRA-sim's local-mem-bw
     compute_units: int
     kernels: KernelParams
+    block_scaled: tuple[str, ...] = ()  # block-scaled formats (BLOCK_SCALED) the hardware runs; none: not one
     description: str = ""
     aliases: tuple[str, ...] = ()
     calibration: dict[str, Any] = field(default_factory=dict)
@@ -215,6 +218,7 @@ def parse_device(data: Any, where: str, path: str = "") -> Device:
         name=name, peaks_tflops=checked,
         memory_bw_GBps=number(data["memory_bw_GBps"], "memory_bw_GBps", where, high=MAX_RATE, positive=True),
         compute_units=whole(data["compute_units"], "compute_units", where, high=1 << 20),
+        block_scaled=_formats(data.get("block_scaled"), where),
         kernels=parse_kernel_params(data["kernels"], where),
         description=_text(data.get("description", ""), "description", where),
         aliases=texts(data.get("aliases"), "aliases", where),
@@ -234,6 +238,15 @@ def _current_keys(data: dict[str, Any], where: str) -> dict[str, Any]:
                 raise ConfigError(f"{where}: both '{old}' (its earlier name) and '{new}'; keep '{new}'")
             data = {(new if k == old else k): v for k, v in data.items()}
     return data
+
+
+def _formats(value: Any, where: str) -> tuple[str, ...]:
+    formats = texts(value, "block_scaled", where)
+    bad = set(formats) - set(BLOCK_SCALED)
+    if bad:
+        raise ConfigError(f"{where}: unknown format(s) in 'block_scaled': {key_names(bad)}; valid: "
+                          f"{', '.join(BLOCK_SCALED)}")
+    return formats
 
 
 def _text(value: Any, key: str, where: str) -> str:

@@ -238,6 +238,15 @@ def test_devices_by_name_alias_and_file(tmp_path: Path) -> None:
         device(str(tmp_path / "nope.yml"))
 
 
+def test_block_scaled_formats_are_the_hardwares() -> None:
+    """MXFP8 and NVFP4 on Blackwell, MXFP8 and MXFP4 on CDNA 4, none before them."""
+    for name in ("B200", "B300", "GB200", "GB300"):
+        assert device(name).block_scaled == ("mxfp8", "mxfp4", "nvfp4"), name
+    assert device("MI355X").block_scaled == ("mxfp8", "mxfp4")
+    for name in ("A100", "H100", "H200", "MI300X", "MI325X", "TPUv5p"):
+        assert device(name).block_scaled == (), name
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda t: t.replace("memory_bw_GBps: 3350.0", "memory_bw_GBps: -1"), "'memory_bw_GBps' must be above 0"),
     (lambda t: t.replace("efficiency: 0.", "efficiency: 1.", 1), "'kernels.gemm.efficiency' must be above 0 and at "
@@ -245,6 +254,7 @@ def test_devices_by_name_alias_and_file(tmp_path: Path) -> None:
     (lambda t: t.replace("fp8: 1978.9", "int4: 1978.9"), "unknown precision"),
     (lambda t: t.replace("compute_units: 132", "compute_units: many"), "'compute_units' must be a whole number"),
     (lambda t: t + "colour: blue\n", "unknown key"),
+    (lambda t: t + "block_scaled: [mxfp9]\n", "unknown format"),
 ])
 def test_bad_device_files_say_file_and_key(tmp_path: Path, edit: object, message: str) -> None:
     text = Path(device("H100").path).read_text()

@@ -76,3 +76,18 @@ def test_device_and_hardware_profile_of_different_gpus_warn(tmp_path: Path,
     assert "--hw-profile aws-p4d-a100 or" in said[0] and said[0].endswith("or --device H100")
     for device, profile in (("H100", "hgx-h100"), ("A100", "aws-p4d-a100"), ("A100", "dgx-a100")):
         assert _warnings(capsys, *run, "--device", device, "--hw-profile", profile) == [], (device, profile)
+
+
+def test_mxfp8_on_a_device_without_it_warns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """MXFP8 runs only where the device file lists it (Blackwell, CDNA 4): elsewhere the generator says its GEMMs
+    are timed as a run the GPU cannot make, and what it would run instead."""
+    argv = ["trace", "generate", "llm", *SMALL, "-o", str(tmp_path)]
+    mxfp8 = ["--precision", "fp8", "--fp8-recipe", "mxfp8"]
+    said = _warnings(capsys, *argv, *mxfp8, "--device", "H100")
+    assert len(said) == 1 and "MXFP8 GEMMs with --device H100, which has no MXFP8 math" in said[0], said
+    assert "--fp8-recipe tensorwise or delayed" in said[0] and "e.g. --device B200" in said[0]
+    for gpu in ("B200", "GB300", "MI355X"):
+        assert _warnings(capsys, *argv, *mxfp8, "--device", gpu) == [], gpu
+    assert _warnings(capsys, *argv, "--precision", "fp8", "--fp8-recipe", "tensorwise", "--device", "H100") == []
+    said = _warnings(capsys, *argv, "--precision", "fp4", "--mxfp8-gemms", "qkv", "--device", "B200")
+    assert said == []

@@ -391,6 +391,13 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
              f"GEMMs run at the {device.math_dtype(low).upper()} rate, in the durations written here and when "
              f"simulated with --device {device.name}; a GPU with {low.upper()} (e.g. --device {better}) runs them "
              "faster")
+    mxfp8 = options.recipe() == "mxfp8" or bool(options.mxfp8_gemm_names())
+    if device is not None and mxfp8 and "mxfp8" not in device.block_scaled:
+        # Transformer Engine refuses MXFP8 on a GPU without it: no run on one has these durations
+        warn(f"MXFP8 GEMMs with --device {device.name}, which has no MXFP8 math (its device file's block_scaled): "
+             f"they are timed at its {device.math_dtype('fp8').upper()} rate with MXFP8's quantization, a run its "
+             "GPUs cannot make; --fp8-recipe tensorwise or delayed is what they run (or give a GPU with MXFP8, e.g. "
+             "--device B200)")
     started = time.perf_counter()
     programs = build_programs(model, plan, options)
     ranks = options.rank_map(plan, model)
