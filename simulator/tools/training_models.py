@@ -91,6 +91,14 @@ def _preset(name: str) -> dict[str, int]:
             "num_kv_heads": m.kv_heads, "ffn_hidden_size": m.ffn_hidden_size, "vocab_size": m.vocab_size}
 
 
+def _moe(name: str) -> dict[str, int]:
+    """A mixture-of-experts preset's dimensions without its vocabulary (the family's tokenizer gives it)."""
+    m = PRESETS[name]
+    keys = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "num_experts", "top_k",
+            "ffn_hidden_size")
+    return {k: m.kv_heads if k == "num_kv_heads" else getattr(m, k) for k in keys}
+
+
 def _latent_moe(name: str) -> dict[str, int]:
     """A preset's latent-attention, expert and dense-layer fields (beside _preset's)."""
     m = PRESETS[name]
@@ -116,15 +124,10 @@ CARDS: dict[str, Card] = {
     "llama213b": Card(LLAMA, {"vocab_size": 32000}, "Llama 2 (vocabulary 32,000)"),
     "nemotron8b": Card(NEMOTRON, {"num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 16384, "num_heads": 32,
                                   "num_kv_heads": 32}, "NeMo Nemotron3Config8B"),
-    "qwen330ba3b": Card(QWEN3_MOE, {"num_layers": 48, "hidden_size": 2048, "num_heads": 32, "num_kv_heads": 4,
-                                    "head_dim": 128, "num_experts": 128, "top_k": 8, "ffn_hidden_size": 768},
-                        "Qwen3-30B-A3B config.json"),
-    "qwen3235ba22b": Card(QWEN3_MOE, {"num_layers": 94, "hidden_size": 4096, "num_heads": 64, "num_kv_heads": 4,
-                                      "head_dim": 128, "num_experts": 128, "top_k": 8, "ffn_hidden_size": 1536},
-                          "Qwen3-235B-A22B config.json"),
-    "gptoss120b": Card(GPT_OSS, {"num_layers": 36, "hidden_size": 2880, "num_heads": 64, "num_kv_heads": 8,
-                                 "head_dim": 64, "num_experts": 128, "top_k": 4, "ffn_hidden_size": 2880},
-                       "Megatron-Bridge GPTOSSProvider120B"),
+    "qwen330ba3b": Card(QWEN3_MOE, _moe("qwen3-30b-a3b"), "Qwen3-30B-A3B config.json"),
+    "qwen3235ba22b": Card(QWEN3_MOE, _moe("qwen3-235b-a22b"), "Qwen3-235B-A22B config.json"),
+    "gptoss120b": Card(GPT_OSS, _moe("gpt-oss-120b"), "Megatron-Bridge GPTOSSProvider120B"),
+    "gptoss20b": Card(GPT_OSS, _moe("gpt-oss-20b"), "GPT-OSS 20B config.json"),
     "nemotron3nano": Card(NEMOTRON_H, _hybrid("nemotron-3-nano"), "Megatron-Bridge's Nemotron 3 Nano recipe"),
     "nemotron35lightning": Card(NEMOTRON_H, {**_hybrid("nemotron-3-nano"), "mtp_layers": 2,
                                              "mtp_repeated_layer": True},

@@ -142,8 +142,12 @@ def test_flops_per_iteration_against_6pt(name: str) -> None:
     assert flops["matmul"] == 6 * (model.matmul_params() + padded) * tokens
     # exact: causal attention scores, s(s+1)/2 pairs per head and sequence, forward + backward (latent attention:
     # query/key heads of head_size + RoPE dims, value heads of value_head_size)
-    attention_width = model.num_heads * (model.head_size + model.qk_rope_head_dim + model.value_head_size) // 2
-    assert flops["attention"] == 6 * model.attention_layers * attention_width * (model.seq_len + 1) * tokens
+    # (sliding-window layers: each query sees its last ``window_size`` keys)
+    attention_width = model.num_heads * (model.head_size + model.qk_rope_head_dim + model.value_head_size)
+    s, w = model.seq_len, model.window_size or 0
+    windowed = sum(model.windowed(layer) for layer in range(model.num_layers))
+    pairs = (model.attention_layers - windowed) * s * (s + 1) // 2 + windowed * (w * (w + 1) // 2 + (s - w) * w)
+    assert flops["attention"] == 6 * attention_width * pairs * plan.global_batch
     assert flops["elementwise"] + flops["optimizer"] < 0.005 * flops["total"]
     # 6PT counts the untied input embedding (a lookup, no FLOPs) as a matmul: 6.5% of Llama-3 8B's parameters
     lookup = model.embedding_params() if not model.tied_embeddings else model.embedding_params() - \

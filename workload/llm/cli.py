@@ -338,12 +338,13 @@ def plan_text(plan: ParallelPlan) -> str:
 
 
 def list_presets() -> str:
-    rows = ["name           layers  hidden  heads/kv  ffn     gated  vocab   seq    experts  params"]
+    width = max(len(m.name) for m in PRESETS.values())
+    rows = [f"{'name':{width}s} layers  hidden  heads/kv  ffn     gated  vocab   seq    experts     params"]
     for m in PRESETS.values():
         experts = f"{m.num_experts} top-{m.top_k}" if m.is_moe else "-"
-        rows.append(f"{m.name:14s} {m.num_layers:6d}  {m.hidden_size:6d}  {m.num_heads:3d}/{m.kv_heads:<4d} "
+        rows.append(f"{m.name:{width}s} {m.num_layers:6d}  {m.hidden_size:6d}  {m.num_heads:3d}/{m.kv_heads:<4d} "
                     f"{m.ffn_hidden_size:6d}  {'yes' if m.gated_ffn else 'no':5s}  {m.vocab_size:6d}  "
-                    f"{m.seq_len:5d}  {experts:8s} {m.total_params() / 1e9:.2f}B")
+                    f"{m.seq_len:5d}  {experts:11s} {m.total_params() / 1e9:.2f}B")
     return "\n".join(rows)
 
 
