@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -375,7 +374,7 @@ def test_rows_run_at_once_give_the_same_report_in_the_tables_order(tmp_path: Pat
 
 def test_an_interrupted_run_keeps_its_finished_rows_and_resume_reuses_them(tmp_path: Path,
                                                                           report: dict[str, Any]) -> None:
-    """The --json report is rewritten as each simulated row finishes: a run stopped during a long row keeps the
+    """The --json report is rewritten as each simulated row finishes: a run killed during a long row keeps the
     rows before it, and --resume keeps those (as saved) while simulating the rows it lacks or that would now run
     differently."""
     long = {**ROWS[0], "row_id": "long", "TP": "2", "DP": "32", "n_gpus": "64", "global_batch": "4096",
@@ -391,7 +390,7 @@ def test_an_interrupted_run_keeps_its_finished_rows_and_resume_reuses_them(tmp_p
         while not path.exists() and time.monotonic() < deadline and run.poll() is None:
             time.sleep(0.2)
         assert run.poll() is None, "the long row finished before it could be interrupted"
-        run.send_signal(signal.SIGINT)
+        run.kill()  # however it ends (SIGINT may be ignored where the tests run in the background)
         run.communicate(timeout=60)
     finally:
         run.kill()
