@@ -12,7 +12,8 @@ everything. A device is named case- and punctuation-insensitively ("h100", "TPU 
     peak_tflops: {fp32: 66.9, tf32: 494.7, bf16: 989.4, fp16: 989.4, fp8: 1978.9}   # dense, 10^12 FLOP/s
     memory_bw_GBps: 3350                  # HBM, 10^9 B/s
     compute_units: 132                    # SMs (NVIDIA) or CUs (AMD)
-    block_scaled: [mxfp8, nvfp4]          # block-scaled formats its tensor cores run (Blackwell); none on H100
+    block_scaled: []                      # block-scaled formats its tensor cores run ([mxfp8, mxfp4, nvfp4] on
+                                          # Blackwell); optional, none by default
     kernels: {...}                        # compute/kernel_params.py
     calibration: {...}                    # data sets, fitted values, residuals (benchmarks/fit_kernel_model.py)
     training_calibration: {...}           # kernels.efficiency_scale fitted on training steps, where any

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPU-time limit of each row's simulation (default 600; 0 = none)")
     p.add_argument("--memory-limit", type=float, default=None, metavar="GiB",
                    help="address-space limit per row's simulation (default: three quarters of this machine's "
-                        f"memory, here {default_memory_gib():g}, over --jobs; 0 = none)")
+                        f"memory, here {default_memory_gib():g}, shared by the --jobs; 0 = none)")
     p.add_argument("--json", metavar="FILE", help="write rows and per-table summaries as JSON (rewritten as each row "
                                                   "finishes: an interrupted run keeps the rows it did)")
     p.add_argument("--resume", metavar="FILE", help="keep the rows a previous --json FILE simulated exactly as they "
