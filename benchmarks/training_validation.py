@@ -139,12 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.rows:
             chosen = [r for r in chosen if re.search(args.rows, r.row_id)]
         saved = {r["row_id"]: r for r in json.loads(Path(args.resume).read_text())["rows"]} if args.resume else {}
-        finished: dict[int, dict[str, Any]] = {}
 
-        def keep(i: int, row: dict[str, Any]) -> None:  # saved as it goes: a long run can be stopped and resumed
-            finished[i] = row
+        def keep(row: dict[str, Any], done: list[dict[str, Any]]) -> None:  # saved as it goes: stop and resume
             if args.save and row["status"] == SIMULATED:
-                save(args.save, [finished[k] for k in sorted(finished)])
+                save(args.save, done)
 
         rows = evaluate_rows(chosen, time_limit_s=args.time_limit, quiet=False, jobs=args.jobs, saved=saved,
                              on_row=keep)

@@ -41,6 +41,7 @@ from workload.optional import pyplot
 
 PROG = "astrasim-py validate-training"
 SIMULATED, APPROXIMATE, FAILED = "simulated", "approximate", "not finished"
+RowDone = Callable[[dict[str, Any], list[dict[str, Any]]], None]  # a row done, and every row done so far
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -240,14 +241,14 @@ def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *,
                   plan_only: bool = False, time_limit_s: float = 600.0, memory_gib: float | None = None,
                   quiet: bool = True, devices: Mapping[str, str] | None = None, jobs: int = 1,
                   saved: Mapping[str, Mapping[str, Any]] | None = None,
-                  on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                  on_row: RowDone | None = None) -> list[dict[str, Any]]:
     """Plan and (unless ``plan_only``) simulate every row; the report's rows, in the tables' order.
 
     ``jobs`` rows simulate at once, each in its own process; ``memory_gib`` is each one's limit (None: three
     quarters of the machine's memory shared between the ``jobs``). A row of ``saved`` (report rows by row_id) that
-    was simulated exactly as planned now is kept instead of simulated again. ``on_row(index, row)`` hears of each
-    row as it is done (for saving as the run goes). ``devices`` maps a shipped device name to a device file to use
-    instead (a calibration trying other device-level knobs)."""
+    was simulated exactly as planned now is kept instead of simulated again. ``on_row(row, done)`` hears of each
+    row as it is done, with every row done so far in the tables' order (for saving as the run goes). ``devices``
+    maps a shipped device name to a device file to use instead (a calibration trying other device-level knobs)."""
     if memory_gib is None:
         memory_gib = default_memory_gib() / max(1, jobs)
     results: list[dict[str, Any] | None] = [None] * len(rows)
@@ -255,7 +256,7 @@ def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *,
     def done(i: int, row: dict[str, Any]) -> None:
         results[i] = row
         if on_row is not None:
-            on_row(i, row)
+            on_row(row, [r for r in results if r is not None])
 
     pending: list[tuple[int, RowPlan]] = []
     for i, row in enumerate(rows):
@@ -353,12 +354,10 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
     saved: dict[str, dict[str, Any]] = {}
     if args.resume:
         saved = {r["row_id"]: r for r in read_report(args.resume)}
-    finished: dict[int, dict[str, Any]] = {}
 
-    def keep(i: int, row: dict[str, Any]) -> None:  # the report so far, in the tables' order, after each simulation
-        finished[i] = row
+    def keep(row: dict[str, Any], done: list[dict[str, Any]]) -> None:  # the report so far, after each simulation
         if args.json and row["status"] in (SIMULATED, APPROXIMATE, FAILED):
-            write_report(args.json, [finished[k] for k in sorted(finished)], rows)
+            write_report(args.json, done, rows)
 
     results = evaluate_rows(rows, args.hw_profile, approximate=args.approximate, plan_only=args.plan_only,
                             time_limit_s=args.time_limit, memory_gib=args.memory_limit, quiet=args.quiet, jobs=jobs,
