@@ -2,8 +2,9 @@
 exposed (not hidden under compute) by communicator kind, and the pipeline bubble.
 
 The generator names every node, and its stage programs say what each name is (a kernel of class matmul,
-attention, elementwise or optimizer; a collective on a tp/dp/ep/edp/emb/cp group; a pipeline send or
-receive). The run's per-node spans (kept when a run records a timeline) are grouped by those names:
+attention, elementwise or optimizer; a collective on a tp/dp/ep/edp/emb/cp group; a step of a cp or tp ring,
+whose sends and receives are that group's communication; a pipeline send or receive). The run's per-node spans
+(kept when a run records a timeline) are grouped by those names:
 
 - compute of a class = the summed time of its kernels (kernels run one at a time on a rank's stream), and
   their number;
@@ -30,7 +31,10 @@ HOST = "host"
 
 @dataclass(frozen=True, slots=True)
 class NodeKinds:
-    """Node name -> what it is: ("compute", kernel class) or ("comm", group kind, "pp" for sends/receives)."""
+    """Node name -> what it is: ("compute", kernel class), ("comm", group kind) or ("host", "").
+
+    Sends and receives carry their group too: "pp" for the pipeline's transfers (a wait there is the bubble), the
+    group kind for a ring's steps (context-parallel K/V, tensor-parallel overlap), which are communication."""
 
     kinds: dict[str, tuple[str, str]]
 
@@ -44,7 +48,7 @@ class NodeKinds:
                 elif op.node_type == NodeType.COMP_NODE:
                     kinds[op.name] = ("compute", op.kernel.category if op.kernel is not None else "other")
                 elif op.node_type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
-                    kinds[op.name] = ("comm", PP)
+                    kinds[op.name] = ("comm", op.group or PP)
                 elif op.node_type == NodeType.COMM_COLL_NODE:
                     kinds[op.name] = ("comm", op.group or "world")
         return cls(kinds)

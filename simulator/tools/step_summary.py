@@ -68,6 +68,6 @@ def format_prediction(it: Iteration, summary: dict[str, Any], device_name: str, 
         f"{summary['tokens'] / (step_s * npus):,.0f} tokens/s per GPU",
         f"  slowest rank {b['rank']}: compute {_s(b['compute_busy_ns'])} ({classes}); exposed communication "
         f"{_s(b['exposed_collectives_ns'])}" + (f" (by group: {comm})" if comm else "")
-        + f"; pipeline bubble and send/receive waits {_s(b['bubble_ns'])}",
+        + f"; pipeline bubble and pipeline send/receive waits {_s(b['bubble_ns'])}",
         f"  engine: {it.simulated_ranks} of {npus} rank(s) simulated ({it.engine_reason})",
     ])

@@ -28,7 +28,7 @@ def test_summary_with_a_device_predicts_the_step() -> None:
                       r"([0-9.]+) ms", text)
     assert found and float(found.group(1)) > 0
     for expected in ("6PT estimate:", "counting 6PT (MFU", "HFU", "tokens/s per GPU", "slowest rank",
-                     "exposed communication", "tp ", "pipeline bubble and send/receive waits",
+                     "exposed communication", "tp ", "pipeline bubble and pipeline send/receive waits",
                      "of 8 rank(s) simulated"):
         assert expected in text
 
@@ -82,3 +82,15 @@ def test_an_iteration_keeps_the_simulators_warnings_where_nobody_prints_them() -
     assert any("no kernel measurements calibrate" in w for w in iteration.warnings)
     printed: list[str] = []
     assert not simulate_iteration(SPEC, network, "dgx-a100", "TPUv4", warn=printed.append).warnings and printed
+
+
+def test_ring_steps_count_as_their_groups_communication_not_as_the_pipeline_bubble() -> None:
+    # one pipeline stage: nothing of the step is a pipeline bubble; the context-parallel K/V ring and the
+    # tensor-parallel overlap ring are sends and receives of the cp and tp groups
+    spec = {**SPEC, "pp": 1, "dp": 1, "cp": 2, "seq_len": 256, "global_batch": 2, "sequence_parallel": True,
+            "tp_comm_overlap": True}
+    b = predict(spec, 4, "H100", None)[0].breakdown
+    assert b["exposed_comm_ns_by_kind"]["cp"] > 0 and "tp" in b["exposed_comm_ns_by_kind"]
+    assert "pp" not in b["exposed_comm_ns_by_kind"]
+    assert b["compute_busy_ns"] + b["exposed_collectives_ns"] + b["exposed_host_ns"] + b["bubble_ns"] == b["step_ns"]
+    assert b["bubble_ns"] == 0
