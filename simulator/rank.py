@@ -34,7 +34,7 @@ from workload.errors import InputError, TraceError, shown
 from workload.feeder import Feeder
 from workload.graph import TraceGraph
 from workload.groups import metadata_groups, missing_groups_hint
-from workload.schema import CollectiveType, NodeType
+from workload.schema import COMM_LIBRARY, CollectiveType, NodeType
 from workload.validate import Dependencies
 
 if TYPE_CHECKING:
@@ -231,7 +231,8 @@ class RankWorkload:
         self.collectives[i] = dataset
         members = group.members if group else self.nccl.world
         try:
-            self.nccl.issue(self.rank, gid, members, kind, size, self._nccl_done, i, lambda: self._where(i))
+            self.nccl.issue(self.rank, gid, members, kind, size, self._nccl_done, i, lambda: self._where(i),
+                            exchange_libraries(self.graph).get(i, ""))
         except InputError as e:
             raise self._error(i, str(e)) from None
         if self.sms is not None:
@@ -376,3 +377,11 @@ class RankWorkload:
         from simulator.results import rank_stats
 
         return rank_stats(self)
+
+
+def exchange_libraries(graph: TraceGraph) -> dict[int, str]:
+    """Per collective node naming the library that runs it instead of NCCL (comm_library): the name; cached."""
+    cached = graph.cache.get(COMM_LIBRARY)
+    if cached is None:
+        cached = graph.cache[COMM_LIBRARY] = graph.attrs.strings(COMM_LIBRARY) if graph.attrs.has(COMM_LIBRARY) else {}
+    return cached  # type: ignore[no-any-return]

@@ -17,6 +17,9 @@ MESSAGES = ("Node", "GlobalMetadata", "AttributeProto", "IOInfo", "Tensor")
 # A node attribute of astrasim-py's own (ASTRA-sim ignores it): the SMs a collective's kernel occupies when it is
 # not NCCL's (Transformer Engine's userbuffers); read by --sm-sharing (simulator/sm_sharing.py)
 COMM_SMS = "comm_sms"
+# Another of its own: the library that runs a collective when it is not NCCL (an expert-parallel exchange's DeepEP or
+# HybridEP); read by the NCCL-like collective model (simulator/collectives/exchange.py)
+COMM_LIBRARY = "comm_library"
 
 
 class NodeType(enum.IntEnum):

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 
 from simulator.collectives.algorithms import ALL_REDUCE
 from simulator.collectives.estimate import LibraryEstimate
+from simulator.collectives.exchange import exchange_library
 from simulator.collectives.hardware import HardwareProfile
 from simulator.collectives.library import (
     ALGORITHMS,
@@ -156,7 +157,7 @@ class CollectiveModel(LibraryEstimate):
         self.constants = CONSTANTS[profile.arch]  # the newest release's: the timing's priors
         self.tuning = tuning_constants(profile.arch, profile.library, profile.library_version)  # its release's choice
         self.parameters = profile.parameters()
-        self._cache: dict[tuple[str, int, Communicator, str | None], Plan] = {}
+        self._cache: dict[tuple[str, int, Communicator, str | None, str], Plan] = {}
         self._fixed_cache: dict[tuple[str, str, str, Communicator], _Fixed] = {}
         # (kind, communicator) -> the enabled (algorithm, protocol) pairs, in the library's order, and their terms
         self._enabled_cache: dict[tuple[str, Communicator], dict[tuple[str, str], _Fixed | None]] = {}
@@ -296,9 +297,12 @@ class CollectiveModel(LibraryEstimate):
             return any(m.runs(kind, size_bytes, comm.ranks, comm.nodes) for m in self.profile.msccl)
         return any(a == name for a, _ in self.enabled(kind, comm))
 
-    def plan(self, kind: str, size_bytes: int, comm: Communicator, algorithm: str | None = None) -> Plan:
-        """The library's choice for one call (or its best protocol for a forced ``algorithm``), timed."""
-        cache_key = (kind, size_bytes, comm, algorithm)
+    def plan(self, kind: str, size_bytes: int, comm: Communicator, algorithm: str | None = None,
+             library: str = "") -> Plan:
+        """The library's choice for one call (or its best protocol for a forced ``algorithm``), timed.
+        ``library``: an expert-parallel exchange library (exchange.py) runs the call; across nodes its network
+        stage runs at that library's measured efficiency."""
+        cache_key = (kind, size_bytes, comm, algorithm, library)
         cached = self._cache.get(cache_key)
         if cached is not None:
             return cached
@@ -317,7 +321,7 @@ class CollectiveModel(LibraryEstimate):
             if terms is None:
                 enabled[pair] = self._fixed(*pair, kind, comm)
         program = next((m for m in self.profile.msccl if m.runs(kind, size_bytes, comm.ranks, comm.nodes)),
-                       None) if self.profile.msccl else None
+                       None) if self.profile.msccl and not library else None
         if program is not None:  # the library runs a loaded MSCCL program before consulting its tuning model
             pairs = [(MSCCL, program.protocol), *pairs]
         if algorithm is not None:
@@ -328,7 +332,13 @@ class CollectiveModel(LibraryEstimate):
                 raise InputError(f"algorithm {algorithm!r} cannot run {kind} on {comm.ranks} GPU(s) over "
                                  f"{comm.nodes} node(s) with profile {self.profile.name}; valid: {', '.join(valid)}")
             pairs = forced
-        candidates = sorted((self.candidate(a, p, kind, size_bytes, comm, fixed=enabled.get((a, p))) for a, p in pairs),
+        fixed = {pair: enabled.get(pair) for pair in pairs}
+        exchange = exchange_library(library) if library else None
+        if exchange is not None and comm.nodes > 1:
+            efficiency = exchange.network_efficiency(comm.nodes)
+            fixed = {pair: replace(terms, params={**terms.params, "efficiency": efficiency})
+                     if terms is not None and terms.net_raw > 0 else terms for pair, terms in fixed.items()}
+        candidates = sorted((self.candidate(a, p, kind, size_bytes, comm, fixed=fixed[(a, p)]) for a, p in pairs),
                             key=lambda c: (c.algorithm != MSCCL, c.library_us, ALGORITHMS.index(c.algorithm),
                                            PROTOCOL_INDEX[c.protocol]))
         if program is not None and candidates[0].algorithm == MSCCL:

@@ -29,7 +29,7 @@ from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import Group, ParallelPlan, RankMap
 from workload.llm.program import Op, StageProgram
-from workload.schema import COMM_SMS, NodeType
+from workload.schema import COMM_LIBRARY, COMM_SMS, NodeType
 from workload.traceset import Pace
 from workload.wire import frame_payloads
 from workload.writer import make_metadata, make_node, serialize
@@ -101,6 +101,8 @@ class TraceEmitter:
                 attrs.append(("pg_name", group.pg_name))
             if op.sms:
                 attrs.append((COMM_SMS, op.sms))
+            if op.library:
+                attrs.append((COMM_LIBRARY, op.library))
             data = serialize(make_node(node_id, op.name, NodeType.COMM_COLL_NODE, data_deps=op.deps,
                                        ctrl_deps=op.ctrl, attrs=attrs))
             self._collectives[key] = data

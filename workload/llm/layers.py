@@ -289,11 +289,11 @@ class LayerPasses:
         """One expert-parallel exchange (dispatch, combine or either's gradient): an all-to-all over the ep group,
         or, for the flex dispatcher across NVLink domains, its two stages at once (they pipeline in DeepEP's and
         HybridEP's kernels): the copies across domains over epx, the forwarding inside each domain over epd."""
-        z, coll = self.z, self.prog.coll
+        z, coll, library = self.z, self.prog.coll, self.z.exchange_library
         if z.expert_domains is None:
-            return coll(name, "ep", A2A, z.dispatch_bytes, deps, phase)
-        across = coll(name + "_across", "epx", A2A, z.dispatch_domain_bytes, deps, phase)
-        within = coll(name + "_within", "epd", A2A, z.dispatch_bytes, deps, phase)
+            return coll(name, "ep", A2A, z.dispatch_bytes, deps, phase, library=library)
+        across = coll(name + "_across", "epx", A2A, z.dispatch_domain_bytes, deps, phase, library=library)
+        within = coll(name + "_within", "epd", A2A, z.dispatch_bytes, deps, phase, library=library)
         return sorted(set(across + within))
 
     def _moe_forward(self, pre: str, x: list[int], phase: str, routing_issued: int | None) -> Steps:

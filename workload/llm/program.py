@@ -39,6 +39,7 @@ class Op:
     tag: int = 0
     host_us: int | None = None
     sms: int = 0  # a collective run by a kernel on this many SMs rather than NCCL's (Transformer Engine userbuffers)
+    library: str = ""  # a collective run by another library than NCCL (an expert-parallel exchange's DeepEP/HybridEP)
 
 
 @dataclass(slots=True)
@@ -90,17 +91,17 @@ class Program:
             self.ops[self.last_compute - 1].deps.append(host_node)
 
     def coll_id(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str,
-                sms: int = 0) -> int | None:
+                sms: int = 0, library: str = "") -> int | None:
         """A collective on this rank's ``kind`` group; None without such a group (size 1) or data."""
         if kind not in self.kinds or size_bytes == 0:
             return None
         return self.add(Op(name, NodeType.COMM_COLL_NODE, phase, list(deps), comm_type=comm_type,
-                           size_bytes=size_bytes, group=kind, sms=sms))
+                           size_bytes=size_bytes, group=kind, sms=sms, library=library))
 
     def coll(self, name: str, kind: str, comm_type: int, size_bytes: int, deps: list[int], phase: str,
-             sms: int = 0) -> list[int]:
+             sms: int = 0, library: str = "") -> list[int]:
         """Like coll_id; returns what the next node depends on (the collective, or else ``deps``)."""
-        got = self.coll_id(name, kind, comm_type, size_bytes, deps, phase, sms)
+        got = self.coll_id(name, kind, comm_type, size_bytes, deps, phase, sms, library)
         return deps if got is None else [got]
 
     def p2p(self, name: str, send: bool, peer: Peer, tag: int, size_bytes: int, deps: list[int], phase: str,

@@ -180,6 +180,8 @@ class StageSizes:
             # the flex dispatcher across NVLink domains: a token crosses to each other domain holding one of its
             # experts once (to the rank at its own place there), which forwards it to the others over NVLink
             self.expert_domains = options.expert_domains(p)
+            # the library running the flex dispatcher's exchange (its network leg's efficiency differs from NCCL's)
+            self.exchange_library = options.moe_flex_backend if flex else ""
             self.dispatch_domain_bytes = 0
             if self.expert_domains is not None:
                 domains = self.expert_domains[0]
