@@ -11,7 +11,9 @@ NCCL-like collectives on the system's shipped profile, and the script prints the
 spans on rank 0 against the measured microseconds (benchmarks/data/moe_dispatch/table7.tsv). Nothing here is
 fitted: the alltoall rows are the NCCL all-to-all the profiles were fitted on (README there); the flex rows check
 the flex dispatcher's bytes and, across NVLink domains, its two-stage exchange (a token once per other domain,
-forwarded over NVLink). Routing is DeepSeek-V3's, balanced: a token's 8 experts from its best 4 of 8 expert groups
+forwarded over NVLink) with HybridEP's measured network efficiency across nodes (configs/collectives/ep_exchange.yml,
+taken from the README table below: its H100 rows are where that efficiency comes from, not a test of it). Routing
+is DeepSeek-V3's, balanced: a token's 8 experts from its best 4 of 8 expert groups
 (at EP 64 on H100 a node holds one group, so a token reaches at most 4 nodes).
 """
 
@@ -43,6 +45,8 @@ def exchange_spans_us(system: str, ep: int, dispatcher: str, domains: bool = Tru
     over the group, every destination rank's copy crossing the network)."""
     profile_name, device = SYSTEMS[system]
     spec = {**(layer or LAYER), "dp": ep, "ep": ep, "global_batch": ep, "moe_dispatcher": dispatcher}
+    if dispatcher == "flex":  # the measurements are HybridEP's: its network efficiency across nodes
+        spec["moe_flex_backend"] = "hybridep"
     if domains:
         spec["nvlink_domain"] = load_profile(profile_name).for_job(ep).gpus_per_node
     spans = rank0_spans(spec, profile_name, device, ep)
