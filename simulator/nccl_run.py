@@ -154,10 +154,10 @@ class NcclRun:
             self._comms[comm_id] = comm
         return comm
 
-    def _timing(self, comm: _Comm, kind: str, size: int, library: str = "") -> tuple[Plan, int, int]:
-        """(plan, latency ns, transfer ns at full rate); alone, the two add up to plan.time_ns. ``library``: the
-        exchange library running the call instead of NCCL (simulator/collectives/exchange.py)."""
-        key = (kind, size, library)
+    def _timing(self, comm: _Comm, kind: str, size: int, exchange: str = "") -> tuple[Plan, int, int]:
+        """(plan, latency ns, transfer ns at full rate); alone, the two add up to plan.time_ns. ``exchange``: the
+        expert-parallel exchange library running the call instead of NCCL (simulator/collectives/exchange.py)."""
+        key = (kind, size, exchange)
         found = comm.timings.get(key)
         if found is None:
             forced = self.algorithm
@@ -168,7 +168,7 @@ class NcclRun:
                     self.warn(f"NCCL algorithm {forced} cannot run {kind} on {c.ranks} GPU(s) over {c.nodes} "
                               f"node(s) with profile {self.profile.name} (at {size} bytes); the library's choice ran")
                 forced = None
-            plan = self.model.plan(kind, size, comm.communicator, forced, library)
+            plan = self.model.plan(kind, size, comm.communicator, forced, exchange)
             latency = round(plan.chosen.latency_us * 1e3)
             found = (plan, latency, max(0, plan.time_ns - latency))
             if len(comm.timings) < 100_000:
@@ -177,9 +177,9 @@ class NcclRun:
 
     # --- collectives -------------------------------------------------------------------------------------
     def issue(self, rank: int, comm_id: int, members: tuple[int, ...], kind: str, size_bytes: int, fn: Done,
-              arg: Any, where: Callable[[], str], library: str = "") -> None:
+              arg: Any, where: Callable[[], str], exchange: str = "") -> None:
         """``rank`` issues a collective of ``size_bytes`` (nccl-tests size) on communicator ``comm_id``;
-        ``fn(arg, chosen candidate)`` runs when it completes on every member. ``library``: the exchange library
+        ``fn(arg, chosen candidate)`` runs when it completes on every member. ``exchange``: the exchange library
         that runs it instead of NCCL (its trace node's comm_library)."""
         key = (rank, comm_id)
         seq = self._seq.get(key, 0)
@@ -206,7 +206,7 @@ class NcclRun:
         if len(call.arrived) >= call.comm.expected:
             del self._pending[call_key]
             self.collectives += 1
-            plan, latency, transfer = self._timing(call.comm, kind, size_bytes, library)
+            plan, latency, transfer = self._timing(call.comm, kind, size_bytes, exchange)
             done: list[Completion] = [(r, c, f, (a, plan.chosen), None) for r, c, f, a in call.arrived]
             self.engine.call_later(latency, self._begin, (transfer, call.comm, done), **self._later)
 

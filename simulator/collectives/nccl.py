@@ -298,11 +298,11 @@ class CollectiveModel(LibraryEstimate):
         return any(a == name for a, _ in self.enabled(kind, comm))
 
     def plan(self, kind: str, size_bytes: int, comm: Communicator, algorithm: str | None = None,
-             library: str = "") -> Plan:
+             exchange: str = "") -> Plan:
         """The library's choice for one call (or its best protocol for a forced ``algorithm``), timed.
-        ``library``: an expert-parallel exchange library (exchange.py) runs the call; across nodes its network
-        stage runs at that library's measured efficiency."""
-        cache_key = (kind, size_bytes, comm, algorithm, library)
+        ``exchange``: an expert-parallel exchange library (exchange.py) runs the call instead; across nodes its
+        network stage runs at that library's measured efficiency."""
+        cache_key = (kind, size_bytes, comm, algorithm, exchange)
         cached = self._cache.get(cache_key)
         if cached is not None:
             return cached
@@ -321,7 +321,7 @@ class CollectiveModel(LibraryEstimate):
             if terms is None:
                 enabled[pair] = self._fixed(*pair, kind, comm)
         program = next((m for m in self.profile.msccl if m.runs(kind, size_bytes, comm.ranks, comm.nodes)),
-                       None) if self.profile.msccl and not library else None
+                       None) if self.profile.msccl and not exchange else None
         if program is not None:  # the library runs a loaded MSCCL program before consulting its tuning model
             pairs = [(MSCCL, program.protocol), *pairs]
         if algorithm is not None:
@@ -333,9 +333,9 @@ class CollectiveModel(LibraryEstimate):
                                  f"{comm.nodes} node(s) with profile {self.profile.name}; valid: {', '.join(valid)}")
             pairs = forced
         fixed = {pair: enabled.get(pair) for pair in pairs}
-        exchange = exchange_library(library) if library else None
-        if exchange is not None and comm.nodes > 1:
-            efficiency = exchange.network_efficiency(comm.nodes)
+        runs_it = exchange_library(exchange) if exchange else None
+        if runs_it is not None and comm.nodes > 1:
+            efficiency = runs_it.network_efficiency(comm.nodes)
             fixed = {pair: replace(terms, params={**terms.params, "efficiency": efficiency})
                      if terms is not None and terms.net_raw > 0 else terms for pair, terms in fixed.items()}
         candidates = sorted((self.candidate(a, p, kind, size_bytes, comm, fixed=fixed[(a, p)]) for a, p in pairs),

@@ -47,7 +47,7 @@ def test_efficiency_between_and_beyond_the_measurements(name: str) -> None:
 
 def test_an_unknown_library_is_an_error_naming_the_known_ones() -> None:
     with pytest.raises(InputError, match=r"unknown expert-parallel exchange library 'nope'; valid: deepep, hybridep"):
-        MODEL.plan(ALL_TO_ALL, 1 << 20, Communicator.packed(8, 1), library="nope")
+        MODEL.plan(ALL_TO_ALL, 1 << 20, Communicator.packed(8, 1), exchange="nope")
 
 
 @pytest.mark.parametrize("name", ["hybridep", "deepep"])
@@ -56,7 +56,7 @@ def test_across_two_nodes_the_exchange_crosses_the_nics_at_the_measured_share(na
     size = 512 << 20
     two_nodes = Communicator.packed(2, 2)
     nccl = MODEL.plan(ALL_TO_ALL, size, two_nodes)
-    plan = MODEL.plan(ALL_TO_ALL, size, two_nodes, library=name)
+    plan = MODEL.plan(ALL_TO_ALL, size, two_nodes, exchange=name)
     nic_GBps = size / 2 / plan.time_ns
     assert nic_GBps == pytest.approx(exchange_library(name).network_efficiency(2) * LINE_GBps, rel=0.03)
     assert plan.time_ns > nccl.time_ns
@@ -65,7 +65,7 @@ def test_across_two_nodes_the_exchange_crosses_the_nics_at_the_measured_share(na
 def test_within_a_node_nccls_timing_holds() -> None:
     one_node = Communicator.packed(8, 1)
     for size in (1 << 20, 256 << 20):
-        assert MODEL.plan(ALL_TO_ALL, size, one_node, library="hybridep").time_ns == \
+        assert MODEL.plan(ALL_TO_ALL, size, one_node, exchange="hybridep").time_ns == \
             MODEL.plan(ALL_TO_ALL, size, one_node).time_ns
 
 
