@@ -42,6 +42,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from workload.llm.model import ModelConfig
 from workload.llm.presets import PRESETS
 
 GPT2_VOCAB = 50257
@@ -201,5 +202,24 @@ def model_for(name: str, row_dims: dict[str, int], tp: int) -> ModelChoice:
                if k not in fields]
     if missing:
         choice.problem = (f"model {name!r}: the table gives no {', '.join(missing)} and no model card has them")
+    elif fields.get("tied_embeddings"):
+        _untie_for_stated_size(name, fields, choice)
     choice.fields = fields
     return choice
+
+
+def _untie_for_stated_size(name: str, fields: dict[str, Any], choice: ModelChoice) -> None:
+    """Untie the output layer of a model whose name states a parameter count ("GPT 32B") that only a separate
+    output layer reaches: the tied count misses it by more than 0.5% and the untied one by less than half that
+    (the Megatron-LM README's weak-scaling models count one, SC'21's and GPT-3's do not)."""
+    stated = re.search(r"(\d+(?:\.\d+)?)B(?![A-Za-z0-9])", name)
+    if stated is None:
+        return
+    billions = float(stated.group(1)) * 1e9
+    tied = ModelConfig(name=name, **fields).total_params()
+    untied = ModelConfig(name=name, **{**fields, "tied_embeddings": False}).total_params()
+    tied_miss, untied_miss = abs(tied / billions - 1), abs(untied / billions - 1)
+    if tied_miss > 0.005 and untied_miss < tied_miss / 2:
+        fields["tied_embeddings"] = False
+        choice.defaults_used.append(f"untied output layer: the stated {stated.group(0)} parameters count one (tied "
+                                    f"{tied / 1e9:.2f}B, untied {untied / 1e9:.2f}B)")
