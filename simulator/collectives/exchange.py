@@ -2,7 +2,7 @@
 
 Megatron-Core's flex MoE dispatcher exchanges tokens with DeepEP's or HybridEP's kernels rather than NCCL's
 all-to-all. Across nodes their RDMA leg reaches a fraction of the NICs' line rate that depends on how many nodes the
-exchange spans: on H100/H800 with 400 Gb/s NICs both measure about 87-89% over 4 to 8 nodes, but only 63-72%
+exchange spans: on H100/H800 with 400 Gb/s NICs both measure 86-88% over 4 to 8 nodes, but only 63-72%
 (HybridEP) and 43% (DeepEP V1) over 2. ``configs/collectives/ep_exchange.yml`` holds the measurements and their
 sources; a collective whose trace node carries ``comm_library`` runs its network stage at that efficiency
 (``simulator/collectives/nccl.py``), interpolated linearly in the node count and held beyond the last measurement.
