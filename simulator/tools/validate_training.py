@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "would be now (same layout, profile and device); simulate the rest")
     p.add_argument("-j", "--jobs", type=int, default=1, metavar="N",
                    help="rows simulated at once, each in its own process (default 1; at most the cores here); "
-                        "the default memory limit is shared between them")
+                        "the default memory limit is shared between them, and a row over its share runs again "
+                        "alone with all of it")
     p.add_argument("--plot", metavar="FILE.png", help="draw predicted vs published step time (needs matplotlib)")
     p.add_argument("-v", "--verbose", action="store_true", help="list every row's defaults and notes")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -245,12 +246,15 @@ def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *,
     """Plan and (unless ``plan_only``) simulate every row; the report's rows, in the tables' order.
 
     ``jobs`` rows simulate at once, each in its own process; ``memory_gib`` is each one's limit (None: three
-    quarters of the machine's memory shared between the ``jobs``). A row of ``saved`` (report rows by row_id) that
+    quarters of the machine's memory shared between the ``jobs``, and a row over its share runs again alone, with
+    all of it, once the others are done). A row of ``saved`` (report rows by row_id) that
     was simulated exactly as planned now is kept instead of simulated again. ``on_row(row, done)`` hears of each
     row as it is done, with every row done so far in the tables' order (for saving as the run goes). ``devices``
     maps a shipped device name to a device file to use instead (a calibration trying other device-level knobs)."""
+    alone_gib = None  # the limit of a row that went over its share of the default one, run again by itself
     if memory_gib is None:
         memory_gib = default_memory_gib() / max(1, jobs)
+        alone_gib = default_memory_gib() if jobs > 1 else None
     results: list[dict[str, Any] | None] = [None] * len(rows)
 
     def done(i: int, row: dict[str, Any]) -> None:
@@ -276,19 +280,30 @@ def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *,
             pending.append((i, plan))
         else:
             done(i, row_json(plan, status, reason, None) | {"trace_nodes": None})
+    def start(i: int, plan: RowPlan, gib: float, again: str = "") -> LimitedRun:
+        if not quiet:
+            print(f"[{i + 1}/{len(rows)}] {plan.row.row_id}: simulating {plan.n_gpus} ranks{again} ...",
+                  file=sys.stderr)
+        device = (devices or {}).get(plan.device, plan.device)
+        return start_limited(plan.spec, plan.network, plan.profile, device, plan.row.row_id,  # type: ignore[arg-type]
+                             time_limit_s, int(gib * 2**30))
+
     running: dict[Any, tuple[int, RowPlan, LimitedRun]] = {}
+    over_share: list[tuple[int, RowPlan]] = []
     while pending or running:
         while pending and len(running) < max(1, jobs):
             i, plan = pending.pop(0)
-            if not quiet:
-                print(f"[{i + 1}/{len(rows)}] {plan.row.row_id}: simulating {plan.n_gpus} ranks ...", file=sys.stderr)
-            device = (devices or {}).get(plan.device, plan.device)
-            run = start_limited(plan.spec, plan.network, plan.profile, device, plan.row.row_id,  # type: ignore[arg-type]
-                                time_limit_s, int(memory_gib * 2**30))
+            run = start(i, plan, memory_gib)
             running[run.connection] = (i, plan, run)
         for connection in wait(list(running)):
             i, plan, run = running.pop(connection)
-            done(i, _simulated_row(plan, run.result()))
+            got = run.result()
+            if alone_gib is not None and isinstance(got, str) and got.startswith("over the memory limit"):
+                over_share.append((i, plan))
+            else:
+                done(i, _simulated_row(plan, got))
+    for i, plan in over_share:
+        done(i, _simulated_row(plan, start(i, plan, alone_gib, f" alone ({alone_gib:g} GiB)").result()))  # type: ignore[arg-type]
     return [r for r in results if r is not None]
 
 

@@ -413,3 +413,30 @@ def test_an_interrupted_run_keeps_its_finished_rows_and_resume_reuses_them(tmp_p
     path.write_text("{}")
     bad = run_cli("validate-training", "--tables", str(table), "--resume", str(path))
     assert bad.returncode != 0 and "not a validate-training --json report" in bad.stderr
+
+
+def test_a_row_over_its_share_of_the_default_memory_runs_again_alone(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --jobs 2 each row may use half the default limit; a row over it is not reported as beyond what one run
+    simulates: once the others are done it runs again alone, with the whole limit. (The limits are scaled down so
+    that the share really fails here and the whole does not.)"""
+    from simulator.tools import validate_training
+
+    monkeypatch.setattr(validate_training, "default_memory_gib", lambda: 8.0)
+    asked: list[float] = []
+    real_start = validate_training.start_limited
+
+    def start(*args: Any) -> Any:
+        asked.append(args[-1] / 2**30)
+        return real_start(*args[:-1], int(0.05 * 2**30) if args[-1] < 8 * 2**30 else 0)
+
+    monkeypatch.setattr(validate_training, "start_limited", start)
+    rows = read_tables([str(write_table(tmp_path / "two.tsv", ROWS[:2]))])
+    got = validate_training.evaluate_rows(rows, jobs=2)
+    assert [r["status"] for r in got] == ["simulated", "simulated"]
+    assert asked == [4.0, 4.0, 8.0, 8.0]
+    # a limit the user gives is each row's and final
+    asked.clear()
+    got = validate_training.evaluate_rows(rows, jobs=2, memory_gib=4.0)
+    assert asked == [4.0, 4.0] and all(r["status"] == "not finished" for r in got)
+    assert all("over the memory limit of 0.05 GiB" in r["reason"] for r in got)
