@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from simulator.tools.step_breakdown import PP
 from simulator.tools.training_table import read_tables
-from simulator.tools.validate_training import SIMULATED, draw, evaluate_rows
+from simulator.tools.validate_training import SIMULATED, draw, evaluate_rows, read_report
+from workload.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = (("matmul", "mm"), ("attention", "at"), ("elementwise", "el"), ("optimizer", "op"))
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = read_tables(tables(Path(args.shared), args.unseen))
         if args.rows:
             chosen = [r for r in chosen if re.search(args.rows, r.row_id)]
-        saved = {r["row_id"]: r for r in json.loads(Path(args.resume).read_text())["rows"]} if args.resume else {}
+        saved = {r["row_id"]: r for r in read_report(args.resume)} if args.resume else {}
 
         def keep(row: dict[str, Any], done: list[dict[str, Any]]) -> None:  # saved as it goes: stop and resume
             if args.save and row["status"] == SIMULATED:
@@ -160,4 +161,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except InputError as e:  # a file that is not a saved run, a pattern matching nothing: one line, no traceback
+        sys.exit(f"training_validation.py: error: {e}")
