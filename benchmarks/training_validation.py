@@ -84,7 +84,8 @@ def moe(r: dict[str, Any]) -> bool:
 
 
 def error_lines(rows: Sequence[dict[str, Any]], key: str = "step_time_error") -> list[str]:
-    """Mean and max |error| by source and over all simulated rows."""
+    """Mean and max |error| by source and over all simulated rows, and apart those whose release's code states
+    other values than they print."""
     done = [r for r in rows if r["status"] == SIMULATED]
     groups: dict[str, list[float]] = {}
     for r in done:
@@ -92,6 +93,10 @@ def error_lines(rows: Sequence[dict[str, Any]], key: str = "step_time_error") ->
     groups["dense models"] = [r[key] for r in done if not moe(r)]
     groups["mixture-of-experts"] = [r[key] for r in done if moe(r)]
     groups["all simulated rows"] = [r[key] for r in done]
+    # rows whose release's code states another layout or batch than they print (configs/recipes, code_states)
+    groups["code states otherwise"] = [r[key] for r in done if r.get("code_states")]
+    if groups["code states otherwise"]:
+        groups["the other rows"] = [r[key] for r in done if not r.get("code_states")]
     lines = [f"{'source':<24} {'rows':>4} {'mean|err|':>9} {'max|err|':>9} {'mean err':>9}"]
     for name, errs in groups.items():
         if errs:

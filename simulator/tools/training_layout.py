@@ -45,11 +45,25 @@ class RowPlan:
     left_out: list[str] = field(default_factory=list)  # minor features the generator has no option for
     approximable: bool = False  # --approximate may simulate it without what it needs
     metric: Metric | None = None
+    code_states: dict[str, str] = field(default_factory=dict)  # what the release's code states otherwise (recipe)
 
     def refuse(self, status: str, reason: str) -> RowPlan:
         if self.status == READY:
             self.status, self.reason = status, reason
         return self
+
+
+def code_states_differing(row: TrainingRow, recipe: Recipe) -> dict[str, str]:
+    """The values the release's code states (``recipe.code_states``) that ``row`` prints otherwise."""
+    return {column: value for column, value in recipe.code_states if row.text(column) != value}
+
+
+def code_states_note(row: TrainingRow, recipe: Recipe, differing: dict[str, str]) -> str:
+    """The note on a row whose release's code states other values (``differing``) than the row prints."""
+    code = ", ".join(f"{column} {value}" for column, value in differing.items())
+    printed = ", ".join(f"{column} {row.text(column) or 'blank'}" for column in differing)
+    return (f"{recipe.where} states {code} where the table prints {printed}: the table's values are simulated, "
+            "and the published number may be of the code's run")
 
 
 def _framework(row: TrainingRow, plan: RowPlan) -> Framework:
@@ -335,6 +349,9 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
         return plan
     recipe = recipe_for(row.source_id, row.text("source_section"), row.text("model"), row.text("gpu"),
                         row.text("precision"))
+    plan.code_states = code_states_differing(row, recipe) if recipe is not None else {}
+    if recipe is not None and plan.code_states:
+        plan.notes.append(code_states_note(row, recipe, plan.code_states))
     if recipe is not None and recipe.vp and not row.text("VP") and dims["pp"] > 1:
         dims["vp"] = recipe.vp
         plan.defaults_used.append(f"VP {recipe.vp} ({recipe.where}; the table leaves VP blank)")

@@ -3,7 +3,9 @@
 release (configs/recipes/*.yml, one file per framework, each entry with the release's commit).
 
 A recipe fills only what the row leaves unstated; a value the row states wins, and the report names every
-value taken from a recipe (``defaults_used``).
+value taken from a recipe (``defaults_used``). Where the release's code states another value than the row prints
+(``code_states``: a stale layout or batch copied into the table), the row's value is still the one simulated, and
+the report says so in a note: the published number may be of the code's run.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table sour
 COMM_OVERLAPS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")  # on unless a recipe says off
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
         "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp", "fp8_attention",
-        "bf16_layers", "bf16_gemms", "mxfp8_gemms", *COMM_OVERLAPS}
+        "bf16_layers", "bf16_gemms", "mxfp8_gemms", "code_states", *COMM_OVERLAPS}
+# the table columns a recipe's code_states may name (what the release's code sets and the row prints otherwise)
+CODE_STATES_COLUMNS = ("TP", "PP", "VP", "CP", "EP", "seq_len", "global_batch", "micro_batch", "zero_or_dist_opt",
+                       "recompute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,7 @@ class Recipe:
     bf16_layers: tuple[int, int] = (0, 0)  # with FP8/FP4: decoder layers at the start and at the end kept 16-bit
     bf16_gemms: str = ""  # with FP8/FP4: GEMM groups kept 16-bit in every layer (TrainingOptions.bf16_gemms)
     mxfp8_gemms: str = ""  # with FP4: GEMM groups run in MXFP8 (TrainingOptions.mxfp8_gemms)
+    code_states: tuple[tuple[str, str], ...] = ()  # (table column, the release's code's value) the row prints otherwise
 
 
 @cache
@@ -59,6 +65,11 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
         where = f"{data['framework']} {r['release']} recipe ({release['ref']} @{str(release['commit'])[:8]})"
         key = (r["release"], r["model"], r["gpu"], r.get("precision", ""))
         dispatcher, _, backend = str(r.get("moe_dispatcher", "")).partition("-")  # flex-hybridep: flex, hybridep
+        code_states = r.get("code_states") or {}
+        wrong = sorted(set(code_states) - set(CODE_STATES_COLUMNS))
+        if wrong:
+            raise ConfigError(f"{RECIPES_DIR / file}: recipe {n}: code_states column(s) {', '.join(wrong)} unknown; "
+                              f"valid are {', '.join(CODE_STATES_COLUMNS)}")
         if backend and backend not in MOE_FLEX_BACKENDS:
             raise ConfigError(f"{RECIPES_DIR / file}: recipe {n}: flex backend {backend!r} is not one of "
                               f"{', '.join(MOE_FLEX_BACKENDS)}")
@@ -68,7 +79,8 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
                           backend, bool(r.get("fp8_attention", False)),
                           tuple(k for k in COMM_OVERLAPS if r.get(k) is False),
                           tuple(r.get("bf16_layers", (0, 0))), str(r.get("bf16_gemms", "")),
-                          str(r.get("mxfp8_gemms", "")))
+                          str(r.get("mxfp8_gemms", "")),
+                          tuple((c, str(code_states[c])) for c in CODE_STATES_COLUMNS if c in code_states))
     return out
 
 

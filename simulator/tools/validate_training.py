@@ -86,6 +86,7 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
         "published_step_time_s": _sig(m.published_step_time_s) if m else None,
         "published_step_time_note": m.step_note if m else "", "predicted_step_time_s": None,
         "step_time_error": None, "defaults_used": plan.defaults_used, "notes": plan.notes,
+        "code_states": plan.code_states,
         "hw_profile": plan.profile or None, "device": plan.device or None, "collective_model": "nccl",
         "generator": plan.spec,
     }

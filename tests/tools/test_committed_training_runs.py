@@ -1,8 +1,8 @@
 """The committed validation runs (benchmarks/data/training_validation.json and unseen_training_validation.json,
 which the README and docs/compute-model.md quote) are runs of what validate-training plans now: every simulated
-row's generator mapping and defaults are the ones the current tables, cards and recipes give. A change to a
-default, a card or a recipe fails here until the rows it touches are run again (benchmarks/training_validation.py
---resume keeps the others)."""
+row's generator mapping, defaults and the values its release's code states otherwise are the ones the current
+tables, cards and recipes give. A change to a default, a card or a recipe fails here until the rows it touches are
+run again (benchmarks/training_validation.py --resume keeps the others)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ def test_committed_rows_are_runs_of_the_current_plans(run: str, folder: Path) ->
         if got["status"] != "simulated":
             continue
         plan = plan_row(row)
-        if json.loads(json.dumps(plan.spec)) != got["generator"] or plan.defaults_used != got["defaults_used"]:
+        if (json.loads(json.dumps(plan.spec)) != got["generator"] or plan.defaults_used != got["defaults_used"]
+                or plan.code_states != got.get("code_states", {})):
             stale.append(row.row_id)
     assert not stale, f"{len(stale)} committed rows were run with other settings than planned now: {stale[:5]}"

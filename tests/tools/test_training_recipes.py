@@ -99,17 +99,49 @@ def test_ep_overlap_needs_virtual_stages_with_a_pipeline() -> None:
     assert any("EP A2A overlap" in n and "runs without" in n for n in without.notes)
 
 
-def test_a_misspelled_recipe_key_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A typo in the recipes file must not silently turn a setting off."""
+def test_code_states_are_what_the_rows_print_otherwise_and_the_printed_values_run() -> None:
+    """A recipe's code_states name values its release's code sets where its rows print others (never a stale
+    entry): the row's printed values are simulated and its report carries a note and the code's values."""
+    tables = [SHARED / "megatron_bridge_perf.tsv", *sorted(HOLD_OUT.glob("megatron_bridge*.tsv"))]
+    rows = read_tables([str(t) for t in tables])
+    stating = {key: r for key, r in _recipes("megatron_bridge.yml").items() if r.code_states}
+    assert len(stating) >= 10
+    for key, recipe in stating.items():
+        matched = [r for r in rows if (r.text("source_section").split()[0], r.text("model"), r.text("gpu"),
+                                       r.text("precision")) == key]
+        assert matched, key
+        for r in matched:
+            for column, value in recipe.code_states:
+                assert r.text(column) != value, (r.row_id, column)
+            plan = plan_row(r)
+            assert plan.code_states == dict(recipe.code_states)
+            assert [n for n in plan.notes if n.startswith(f"{recipe.where} states ")], r.row_id
+    b200 = plan_row(next(r for r in rows if r.row_id.endswith("DGX-B200_GPT_OSS_120B_64_BF16_252")))
+    assert b200.code_states == {"EP": "64"} and b200.spec["ep"] == 8  # the printed EP8 runs
+    assert any(n.startswith("Megatron-Bridge 25.11 recipe (v0.2.0 @7af9601c) states EP 64 where the table prints EP 8")
+               for n in b200.notes)
+    # a row that prints what the code states (the 26.02.01 GB300 MXFP8 recipe's micro-batch 1) gets no note
+    same = plan_row(row({**BASE, "row_id": "same"}))
+    assert not same.code_states and not any(" states " in n for n in same.notes)
+    assert plan_row(row({**BASE, "row_id": "two", "micro_batch": "2"})).code_states == {"micro_batch": "1"}
+
+
+@pytest.mark.parametrize(("good", "typo", "message"), [
+    ("moe_a2a_overlap: true", "moe_a2a_overlpa: true", "moe_a2a_overlpa"),
+    ("code_states: {EP: 64}", "code_states: {ep: 64}", r"code_states column\(s\) ep unknown; valid are TP, PP"),
+])
+def test_a_misspelled_recipe_key_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, good: str, typo: str,
+                                             message: str) -> None:
+    """A typo in the recipes file must not silently turn a setting off (or a note into nothing)."""
     import simulator.tools.training_recipes as recipes
 
     text = (RECIPES_DIR / "megatron_bridge.yml").read_text()
-    text = text.replace("moe_a2a_overlap: true", "moe_a2a_overlpa: true", 1)
-    (tmp_path / "megatron_bridge.yml").write_text(text)
+    assert good in text
+    (tmp_path / "megatron_bridge.yml").write_text(text.replace(good, typo, 1))
     monkeypatch.setattr(recipes, "RECIPES_DIR", tmp_path)
     _recipes.cache_clear()
     try:
-        with pytest.raises(ConfigError, match="moe_a2a_overlpa"):
+        with pytest.raises(ConfigError, match=message):
             _recipes("megatron_bridge.yml")
     finally:
         _recipes.cache_clear()
