@@ -177,8 +177,12 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
                          f"{run['engine_reason']}")
         lines += [f"{'':>8}default: {d}" for d in r["defaults_used"]]
         lines += [f"{'':>8}note: {n}" for n in r["notes"]]
-    elif r["defaults_used"] and r["predicted"] is not None:
-        lines.append(f"{'':>8}{len(r['defaults_used'])} default(s) used (-v lists them)")
+    else:
+        if r["defaults_used"] and r["predicted"] is not None:
+            lines.append(f"{'':>8}{len(r['defaults_used'])} default(s) used (-v lists them)")
+        if r.get("code_states"):  # the published number may be of another run than the row prints
+            code = ", ".join(f"{k} {v}" for k, v in r["code_states"].items())
+            lines.append(f"{'':>8}its release's code states {code}, not the printed values (-v: the note)")
     return lines
 
 

@@ -11,6 +11,7 @@ import pytest
 from simulator.tools.training_layout import READY, plan_row
 from simulator.tools.training_recipes import RECIPES_DIR, _recipes, recipe_for
 from simulator.tools.training_table import read_tables
+from simulator.tools.validate_training import format_row, row_json
 from tests.tools.test_validate_training import row
 from workload.errors import ConfigError
 from workload.files import read_yaml
@@ -120,6 +121,10 @@ def test_code_states_are_what_the_rows_print_otherwise_and_the_printed_values_ru
     assert b200.code_states == {"EP": "64"} and b200.spec["ep"] == 8  # the printed EP8 runs
     assert any(n.startswith("Megatron-Bridge 25.11 recipe (v0.2.0 @7af9601c) states EP 64 where the table prints EP 8")
                for n in b200.notes)
+    shown = row_json(b200, "planned", "", None)
+    assert shown["code_states"] == {"EP": "64"}  # in the JSON, and in the report without -v
+    assert "its release's code states EP 64, not the printed values (-v: the note)" in "\n".join(
+        format_row(shown, False, 40))
     # a row that prints what the code states (the 26.02.01 GB300 MXFP8 recipe's micro-batch 1) gets no note
     same = plan_row(row({**BASE, "row_id": "same"}))
     assert not same.code_states and not any(" states " in n for n in same.notes)
