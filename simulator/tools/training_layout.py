@@ -54,8 +54,13 @@ class RowPlan:
 
 
 def code_states_differing(row: TrainingRow, recipe: Recipe) -> dict[str, str]:
-    """The values the release's code states (``recipe.code_states``) that ``row`` prints otherwise."""
-    return {column: value for column, value in recipe.code_states if row.text(column) != value}
+    """The values the release's code states (``recipe.code_states``) that ``row`` prints otherwise (a VP blank, 1 or
+    none alike: no virtual stages)."""
+    def plain(column: str, value: str) -> str:
+        return "1" if column == "VP" and value.lower() in ("", "1", "none") else value
+
+    return {column: value for column, value in recipe.code_states
+            if plain(column, row.text(column)) != plain(column, value)}
 
 
 def code_states_note(row: TrainingRow, recipe: Recipe, differing: dict[str, str]) -> str:
