@@ -17,7 +17,7 @@ from compute.devices import device as device_preset
 from simulator.collectives.hardware import load_profile
 from simulator.tools.step_breakdown import PP
 from simulator.tools.step_run import Iteration, simulate_iteration
-from simulator.tools.training_hardware import network_for
+from simulator.tools.training_hardware import gpu_model, network_for
 from workload.errors import InputError
 
 # the hardware profile a device's summary uses unless --hw-profile names one (the vendor's reference system)
@@ -27,6 +27,16 @@ DEVICE_PROFILES = {"A100": "dgx-a100", "H100": "hgx-h100", "H200": "hgx-h200", "
 
 def _s(ns: float) -> str:
     return f"{ns / 1e9:.3f} s" if ns >= 1e8 else f"{ns / 1e6:.2f} ms"
+
+
+def profile_device(hw_profile: str) -> str | None:
+    """The compute device of the GPU hardware profile ``hw_profile`` names (None: no device model for that GPU; an
+    unknown profile is an error)."""
+    gpu = load_profile(hw_profile).gpu
+    try:
+        return device_preset(gpu_model(gpu)).name
+    except InputError:
+        return None
 
 
 def predict(spec: dict[str, Any], npus: int, device_name: str, hw_profile: str | None,

@@ -38,6 +38,16 @@ def test_summary_without_a_device_says_how_to_get_a_prediction() -> None:
     assert out.returncode == 0 and "predicted step: give --device NAME" in out.stdout
 
 
+def test_summary_with_a_profile_predicts_on_its_gpu() -> None:
+    """--hw-profile alone: the device is the GPU the profile names, as --device would give it."""
+    out = run_cli("trace", "generate", "llm", *SMALL, "--hw-profile", "dgx-b200", "--summary")
+    assert out.returncode == 0, out.stderr
+    assert "predicted step (one simulated iteration) on 8 x B200, hardware profile dgx-b200 (--hw-profile)" in \
+        out.stdout
+    both = run_cli("trace", "generate", "llm", *SMALL, "--hw-profile", "dgx-b200", "--device", "B200", "--summary")
+    assert both.stdout == out.stdout  # the same prediction as naming the device
+
+
 def test_unknown_profile_is_a_one_line_error() -> None:
     out = run_cli("trace", "generate", "llm", *SMALL, "--device", "H100", "--summary", "--hw-profile", "nope")
     assert out.returncode == 1 and "unknown hardware profile" in out.stderr and "hgx-h100" in out.stderr

@@ -214,12 +214,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "--comm-group-configuration) instead of a METADATA node in every trace: ASTRA-sim 2.x stops "
                         "at METADATA nodes; simulate here with --comm-groups OUT/<name>.comm_groups.json")
     o.add_argument("--summary", action="store_true",
-                   help="print parameters, FLOPs, bytes per communicator group kind and node counts; with --device, "
-                        "also the predicted step time, TFLOP/s per GPU, MFU and where the time goes (one simulated "
-                        "iteration)")
+                   help="print parameters, FLOPs, bytes per communicator group kind and node counts; with --device "
+                        "or --hw-profile, also the predicted step time, TFLOP/s per GPU, MFU and where the time goes "
+                        "(one simulated iteration)")
     o.add_argument("--hw-profile", metavar="NAME|FILE.yml",
-                   help="with --summary --device: the hardware profile of the predicted step (default: the device's "
-                        "reference system, e.g. hgx-h100 for H100)")
+                   help="with --summary: the hardware profile of the predicted step (default: the device's reference "
+                        "system, e.g. hgx-h100 for H100); without --device, the device is the profile's GPU")
     o.add_argument("--quiet", action="store_true", help="no progress lines while the traces are written")
     add_output_limits(o)
 
@@ -418,11 +418,19 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
                  "--device H100), or they take about 0 time; or generate with --device NAME to record durations")
     elapsed = time.perf_counter() - started
     if args.summary:
+        if device is None and args.hw_profile:  # the profile's GPU, as --device would name it
+            from simulator.tools.step_summary import profile_device
+
+            inferred = profile_device(args.hw_profile)
+            device = device_preset(inferred) if inferred else None
         roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_GBps * 1e9) if device else None
         summary = summarize(model, plan, programs, ranks, roofline, options)
         text = format_summary(summary)
         if device is not None:
-            text += "\n" + _prediction(args, summary, warn)
+            text += "\n" + _prediction(args, summary, device.name, warn)
+        elif args.hw_profile:
+            text += (f"\npredicted step: no compute device model for the GPU of hardware profile {args.hw_profile}: "
+                     "give --device NAME")
         else:
             text += "\npredicted step: give --device NAME (and --hw-profile) to simulate one iteration"
         print("\n".join(printable(line) for line in text.split("\n")))  # the model name is the user's
@@ -430,15 +438,16 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
             print(f"generated {plan.world_size} trace files in {elapsed:.2f} s")
 
 
-def _prediction(args: argparse.Namespace, summary: dict[str, Any], warn: Callable[[str], None]) -> str:
-    """The predicted-step lines of the summary (simulator/tools/step_summary.py)."""
+def _prediction(args: argparse.Namespace, summary: dict[str, Any], device_name: str,
+                warn: Callable[[str], None]) -> str:
+    """The predicted-step lines of the summary on ``device_name`` (simulator/tools/step_summary.py)."""
     from simulator.tools.step_summary import format_prediction, predict
     from workload.generated import llm_keys
 
     given = {k: getattr(args, k) for k in llm_keys() if k != "device" and getattr(args, k) is not None}
     spec = {"generate": "llm", **given}
-    iteration, profile, why = predict(spec, summary["plan"]["world_size"], args.device, args.hw_profile, warn)
-    return format_prediction(iteration, summary, args.device, profile, why)
+    iteration, profile, why = predict(spec, summary["plan"]["world_size"], device_name, args.hw_profile, warn)
+    return format_prediction(iteration, summary, device_name, profile, why)
 
 
 def estimated_bytes(model: ModelConfig, plan: ParallelPlan, options: TrainingOptions | None = None) -> int:
