@@ -9,7 +9,7 @@ model without a card, or numbers that do not add up make it ``unsupported`` with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from network.config import NetworkConfig
@@ -46,6 +46,7 @@ class RowPlan:
     approximable: bool = False  # --approximate may simulate it without what it needs
     metric: Metric | None = None
     code_states: dict[str, str] = field(default_factory=dict)  # what the release's code states otherwise (recipe)
+    code_values: dict[str, str] = field(default_factory=dict)  # of those, what plan_row(code_values=True) ran
 
     def refuse(self, status: str, reason: str) -> RowPlan:
         if self.status == READY:
@@ -61,6 +62,25 @@ def code_states_differing(row: TrainingRow, recipe: Recipe) -> dict[str, str]:
 
     return {column: value for column, value in recipe.code_states
             if plain(column, row.text(column)) != plain(column, value)}
+
+
+# the columns of a row's layout and batch that its release's code values can replace (plan_row's code_values)
+CODE_VALUE_COLUMNS = ("TP", "PP", "VP", "CP", "EP", "seq_len", "global_batch", "micro_batch")
+
+
+def with_code_values(row: TrainingRow) -> tuple[TrainingRow, dict[str, str]]:
+    """``row`` with the layout and batch its release's code states where it prints others (the recipe's
+    code_states), and the values taken. DP then follows from the GPUs (GPUs / (TP x PP x CP))."""
+    recipe = recipe_for(row.source_id, row.text("source_section"), row.text("model"), row.text("gpu"),
+                        row.text("precision"))
+    taken = {c: v for c, v in code_states_differing(row, recipe).items() if c in CODE_VALUE_COLUMNS} \
+        if recipe is not None else {}
+    if not taken:
+        return row, {}
+    fields = {**row.fields, **{c: "" if c == "VP" and v.lower() == "none" else v for c, v in taken.items()}}
+    if {"TP", "PP", "CP"} & set(taken):
+        fields["DP"] = ""
+    return replace(row, fields=fields), taken
 
 
 def code_states_note(row: TrainingRow, recipe: Recipe, differing: dict[str, str]) -> str:
@@ -342,10 +362,18 @@ def _graphs(plan: RowPlan, recipe: Recipe | None) -> None:
     plan.defaults_used.append(f"CUDA graphs on {scope} ({recipe.where})")
 
 
-def plan_row(row: TrainingRow, hw_profile: str | None = None) -> RowPlan:
-    """What it takes to simulate ``row`` (``hw_profile`` overrides the matched profile)."""
+def plan_row(row: TrainingRow, hw_profile: str | None = None, code_values: bool = False) -> RowPlan:
+    """What it takes to simulate ``row`` (``hw_profile`` overrides the matched profile; ``code_values``: the layout
+    and batch its release's code states where the row prints others, rather than the printed ones)."""
+    printed = row
+    taken: dict[str, str] = {}
+    if code_values:
+        row, taken = with_code_values(row)
     n = whole(row, "n_gpus")
-    plan = RowPlan(row, n_gpus=n or 0)
+    plan = RowPlan(row, n_gpus=n or 0, code_values=taken)
+    if taken:
+        plan.notes.append("simulated with its release's code values " + ", ".join(f"{c} {v}" for c, v in taken.items())
+                          + " instead of the printed " + ", ".join(f"{c} {printed.text(c) or 'blank'}" for c in taken))
     if not n:
         return plan.refuse(UNSUPPORTED, f"n_gpus {row.text('n_gpus')!r} is not a whole number")
     fw = _framework(row, plan)

@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also simulate rows that need generator features not available yet, without them (reported "
                         "as approximate, kept out of the exact statistics)")
     p.add_argument("--plan-only", action="store_true", help="only show how each row would be run")
+    p.add_argument("--code-values", action="store_true",
+                   help="where a row prints another layout or batch than its release's code states (the recipes' "
+                        "code_states), simulate the code's (default: the printed ones, as the row states them)")
     p.add_argument("--time-limit", type=float, default=600.0, metavar="SECONDS",
                    help="CPU-time limit of each row's simulation (default 600; 0 = none)")
     p.add_argument("--memory-limit", type=float, default=None, metavar="GiB",
@@ -86,7 +89,7 @@ def row_json(plan: RowPlan, status: str, reason: str, iteration: Iteration | Non
         "published_step_time_s": _sig(m.published_step_time_s) if m else None,
         "published_step_time_note": m.step_note if m else "", "predicted_step_time_s": None,
         "step_time_error": None, "defaults_used": plan.defaults_used, "notes": plan.notes,
-        "code_states": plan.code_states,
+        "code_states": plan.code_states, "code_values": plan.code_values,
         "hw_profile": plan.profile or None, "device": plan.device or None, "collective_model": "nccl",
         "generator": plan.spec,
     }
@@ -247,7 +250,7 @@ def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *,
                   plan_only: bool = False, time_limit_s: float = 600.0, memory_gib: float | None = None,
                   quiet: bool = True, devices: Mapping[str, str] | None = None, jobs: int = 1,
                   saved: Mapping[str, Mapping[str, Any]] | None = None,
-                  on_row: RowDone | None = None) -> list[dict[str, Any]]:
+                  on_row: RowDone | None = None, code_values: bool = False) -> list[dict[str, Any]]:
     """Plan and (unless ``plan_only``) simulate every row; the report's rows, in the tables' order.
 
     ``jobs`` rows simulate at once, each in its own process; ``memory_gib`` is each one's limit (None: three
@@ -255,7 +258,8 @@ def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *,
     all of it, once the others are done). A row of ``saved`` (report rows by row_id) that
     was simulated exactly as planned now is kept instead of simulated again. ``on_row(row, done)`` hears of each
     row as it is done, with every row done so far in the tables' order (for saving as the run goes). ``devices``
-    maps a shipped device name to a device file to use instead (a calibration trying other device-level knobs)."""
+    maps a shipped device name to a device file to use instead (a calibration trying other device-level knobs).
+    ``code_values``: plan_row's (the release's code's layout and batch where the row prints others)."""
     alone_gib = None  # the limit of a row that went over its share of the default one, run again by itself
     if memory_gib is None:
         memory_gib = default_memory_gib() / max(1, jobs)
@@ -269,7 +273,7 @@ def evaluate_rows(rows: Sequence[TrainingRow], hw_profile: str | None = None, *,
 
     pending: list[tuple[int, RowPlan]] = []
     for i, row in enumerate(rows):
-        plan = plan_row(row, hw_profile)
+        plan = plan_row(row, hw_profile, code_values)
         runnable = plan.status == READY or (approximate and plan.status == NEEDS and plan.approximable)
         status, reason = plan.status, plan.reason
         if runnable:
@@ -381,7 +385,7 @@ def run(argv: list[str], warn: Callable[[str], None]) -> int:
 
     results = evaluate_rows(rows, args.hw_profile, approximate=args.approximate, plan_only=args.plan_only,
                             time_limit_s=args.time_limit, memory_gib=args.memory_limit, quiet=args.quiet, jobs=jobs,
-                            saved=saved, on_row=keep)
+                            saved=saved, on_row=keep, code_values=args.code_values)
     tables = summarize(results)
     print("error = predicted / published - 1 in the row's metric; step: published (or derived) -> predicted step time")
     width = min(64, max(len(r["row_id"]) for r in results))

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from simulator.tools.training_layout import READY, plan_row
+from simulator.tools.training_layout import READY, RowPlan, plan_row
 from simulator.tools.training_recipes import RECIPES_DIR, _recipes, recipe_for
 from simulator.tools.training_table import read_tables
 from simulator.tools.validate_training import format_row, row_json
+from tests.conftest import run_cli
 from tests.tools.test_validate_training import row
 from workload.errors import ConfigError
 from workload.files import read_yaml
@@ -130,6 +131,38 @@ def test_code_states_are_what_the_rows_print_otherwise_and_the_printed_values_ru
     b300 = {**BASE, "model": "Qwen3_235B_a22B", "gpu": "B300", "PP": "8", "EP": "8", "DP": "32", "n_gpus": "256"}
     assert plan_row(row({**b300, "row_id": "vp4", "VP": "4"})).code_states == {"VP": "none"}
     assert not plan_row(row({**b300, "row_id": "vp1", "VP": "1"})).code_states  # no virtual stages either way
+
+
+def test_code_values_run_the_layout_and_batch_the_release_states() -> None:
+    """validate-training --code-values: where a row prints another layout or batch than its release's code, the
+    code's is simulated (DP from the GPUs), the published throughput turned into a step of the code's batch, and a
+    note says so; other columns (FSDP, recompute) stay noted, and rows without code_states plan as before."""
+    rows = {r.row_id: r for r in read_tables([str(SHARED / "megatron_bridge_perf.tsv")])}
+
+    def one(suffix: str, code_values: bool = True) -> RowPlan:
+        return plan_row(next(r for i, r in rows.items() if i.endswith(suffix)), code_values=code_values)
+
+    b200 = one("DGX-B200_GPT_OSS_120B_64_BF16_252")
+    assert b200.status == READY and b200.spec["ep"] == 64 and b200.code_values == {"EP": "64"}
+    assert not b200.code_states and "simulated with its release's code values EP 64 instead of the printed EP 8" in \
+        b200.notes
+    h100 = one("DGX-H100_Qwen3_30B_a3B_16_FP8_190")
+    assert (h100.spec.get("pp", 1), h100.spec.get("vp", 1), h100.spec["ep"], h100.spec["dp"]) == (1, 1, 16, 16)
+    assert "DP = GPUs / (TP x PP x CP) = 16" in h100.defaults_used
+    gb300 = one("DGX-GB300_GPT_OSS_120B_64_BF16_238")
+    printed = one("DGX-GB300_GPT_OSS_120B_64_BF16_238", code_values=False)
+    assert (gb300.spec["seq_len"], gb300.spec["global_batch"], gb300.spec["micro_batch_size"]) == (4096, 512, 4)
+    tokens_per_s = float(gb300.row.text("tokens_per_s_per_gpu"))
+    assert gb300.metric.published_step_time_s == pytest.approx(512 * 4096 / (tokens_per_s * 64))  # type: ignore[union-attr]
+    assert printed.metric.published_step_time_s == pytest.approx(1280 * 8192 / (tokens_per_s * 64))  # type: ignore[union-attr]
+    fsdp = one("DGX-H100_LLAMA3_8B_8_FP8-CS_255")  # no layout or batch to take: only noted
+    assert not fsdp.code_values and set(fsdp.code_states) == {"zero_or_dist_opt", "recompute"}
+    plain = one("DGX-GB200_LLAMA3_70B_64_MXFP8_167")
+    assert plain.spec == one("DGX-GB200_LLAMA3_70B_64_MXFP8_167", code_values=False).spec and not plain.code_values
+    out = run_cli("validate-training", "--tables", str(SHARED / "megatron_bridge_perf.tsv"), "--rows",
+                  "GPT_OSS_120B_64_BF16_252", "--plan-only", "--code-values", "-v")
+    assert out.returncode == 0, out.stderr
+    assert "TP1 PP1 EP64 DP64" in out.stdout and "code values EP 64 instead of the printed EP 8" in out.stdout
 
 
 @pytest.mark.parametrize(("good", "typo", "message"), [

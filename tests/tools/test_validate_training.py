@@ -108,7 +108,8 @@ def test_blank_fields_take_documented_defaults_and_are_listed(report: dict[str, 
 
 def test_json_schema(report: dict[str, Any]) -> None:
     required = {"row_id": str, "table": str, "status": str, "reason": str, "defaults_used": list, "needs": list,
-                "n_gpus": int, "layout": str, "notes": list, "code_states": dict}
+                "n_gpus": int, "layout": str, "notes": list, "code_states": dict,
+                "code_values": dict}
     numbers = ("published_step_time_s", "predicted_step_time_s", "error", "step_time_error", "published",
                "predicted")
     for r in report["rows"]:
