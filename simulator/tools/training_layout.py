@@ -77,7 +77,8 @@ def with_code_values(row: TrainingRow) -> tuple[TrainingRow, dict[str, str]]:
         if recipe is not None else {}
     if not taken:
         return row, {}
-    fields = {**row.fields, **{c: "" if c == "VP" and v.lower() == "none" else v for c, v in taken.items()}}
+    # VP "none": 1, not blank, which a recipe's VP would fill
+    fields = {**row.fields, **{c: "1" if c == "VP" and v.lower() == "none" else v for c, v in taken.items()}}
     if {"TP", "PP", "CP"} & set(taken):
         fields["DP"] = ""
     return replace(row, fields=fields), taken
