@@ -232,7 +232,7 @@ class RankWorkload:
         members = group.members if group else self.nccl.world
         try:
             self.nccl.issue(self.rank, gid, members, kind, size, self._nccl_done, i, lambda: self._where(i),
-                            exchange_libraries(self.graph).get(i, ""))
+                            comm_libraries(self.graph).get(i, ""))
         except InputError as e:
             raise self._error(i, str(e)) from None
         if self.sms is not None:
@@ -379,7 +379,7 @@ class RankWorkload:
         return rank_stats(self)
 
 
-def exchange_libraries(graph: TraceGraph) -> dict[int, str]:
+def comm_libraries(graph: TraceGraph) -> dict[int, str]:
     """Per collective node naming the library that runs it instead of NCCL (comm_library): the name; cached."""
     cached = graph.cache.get(COMM_LIBRARY)
     if cached is None:

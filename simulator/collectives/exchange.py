@@ -14,9 +14,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from workload.errors import InputError
+from workload.files import read_yaml
 
 EXCHANGE_FILE = Path(__file__).resolve().parents[2] / "configs" / "collectives" / "ep_exchange.yml"
 
@@ -56,8 +55,7 @@ def _library(name: str, entry: dict) -> ExchangeLibrary:
 @functools.cache
 def exchange_libraries() -> dict[str, ExchangeLibrary]:
     """The shipped libraries by name."""
-    with EXCHANGE_FILE.open(encoding="utf-8") as f:
-        data = yaml.safe_load(f)
+    data = read_yaml(str(EXCHANGE_FILE), "expert-parallel exchange libraries")
     return {name: _library(name, entry) for name, entry in sorted(data["libraries"].items())}
 
 
