@@ -186,6 +186,9 @@ def format_row(r: dict[str, Any], verbose: bool, width: int) -> list[str]:
         if r.get("code_states"):  # the published number may be of another run than the row prints
             code = ", ".join(f"{k} {v}" for k, v in r["code_states"].items())
             lines.append(f"{'':>8}its release's code states {code}, not the printed values (-v: the note)")
+        if r.get("code_values"):  # --code-values: not the row as printed
+            code = ", ".join(f"{k} {v}" for k, v in r["code_values"].items())
+            lines.append(f"{'':>8}simulated with its release's code values {code} (-v: the printed ones)")
     return lines
 
 

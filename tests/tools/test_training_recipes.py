@@ -163,6 +163,9 @@ def test_code_values_run_the_layout_and_batch_the_release_states() -> None:
                   "GPT_OSS_120B_64_BF16_252", "--plan-only", "--code-values", "-v")
     assert out.returncode == 0, out.stderr
     assert "TP1 PP1 EP64 DP64" in out.stdout and "code values EP 64 instead of the printed EP 8" in out.stdout
+    short = run_cli("validate-training", "--tables", str(SHARED / "megatron_bridge_perf.tsv"), "--rows",
+                    "GPT_OSS_120B_64_BF16_252", "--plan-only", "--code-values")
+    assert "simulated with its release's code values EP 64 (-v: the printed ones)" in short.stdout
 
 
 @pytest.mark.parametrize(("good", "typo", "message"), [
