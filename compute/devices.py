@@ -11,6 +11,7 @@ everything. A device is named case- and punctuation-insensitively ("h100", "TPU 
     aliases: [H100-SXM5-80GB]
     peak_tflops: {fp32: 66.9, tf32: 494.7, bf16: 989.4, fp16: 989.4, fp8: 1978.9}   # dense, 10^12 FLOP/s
     memory_bw_GBps: 3350                  # HBM, 10^9 B/s
+    memory_GiB: 80                        # HBM capacity (the datasheets' HBM "GB" are 2^30 B; optional)
     compute_units: 132                    # SMs (NVIDIA) or CUs (AMD)
     block_scaled: []                      # block-scaled formats its tensor cores run ([mxfp8, mxfp4, nvfp4] on
                                           # Blackwell); optional, none by default
@@ -37,8 +38,8 @@ from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
 
 DEVICES_DIR = Path(__file__).resolve().parents[1] / "configs" / "devices"
-_TOP = {"name", "description", "aliases", "peak_tflops", "memory_bw_GBps", "compute_units", "block_scaled", "kernels",
-        "calibration", "training_calibration", "sources", "assumptions"}
+_TOP = {"name", "description", "aliases", "peak_tflops", "memory_bw_GBps", "memory_GiB", "compute_units",
+        "block_scaled", "kernels", "calibration", "training_calibration", "sources", "assumptions"}
 _REQUIRED = ("name", "peak_tflops", "memory_bw_GBps", "compute_units", "kernels")
 ROOFLINE_DTYPE = "bf16"  # the roofline model's peak: dense BF16/FP16 tensor math
 # Keys device files of earlier versions used -> their current names (as simulator/units.py LEGACY_KEYS for results):
@@ -64,6 +65,12 @@ class Device:
     sources: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
     path: str = ""
+    memory_GiB: float = 0.0  # HBM capacity; 0: unknown
+
+    @property
+    def memory_bytes(self) -> int:
+        """The capacity the memory estimate (workload/llm/memory.py) is held against; 0: unknown."""
+        return int(self.memory_GiB * 2**30)
 
     @property
     def peak_tflops(self) -> float:
@@ -219,6 +226,8 @@ def parse_device(data: Any, where: str, path: str = "") -> Device:
         name=name, peaks_tflops=checked,
         memory_bw_GBps=number(data["memory_bw_GBps"], "memory_bw_GBps", where, high=MAX_RATE, positive=True),
         compute_units=whole(data["compute_units"], "compute_units", where, high=1 << 20),
+        memory_GiB=number(data["memory_GiB"], "memory_GiB", where, high=1e6, positive=True) if "memory_GiB" in data
+        else 0.0,
         block_scaled=_formats(data.get("block_scaled"), where),
         kernels=parse_kernel_params(data["kernels"], where),
         description=_text(data.get("description", ""), "description", where),

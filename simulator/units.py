@@ -92,6 +92,8 @@ def column_units(names: list[str]) -> dict[str, str]:
             units[name] = "ns"
         elif name.endswith("_GBps"):
             units[name] = REPORTED_GB
+        elif name == "device_memory_bytes":
+            units[name] = "B"
         elif setting_unit(name):
             units[name] = str(setting_unit(name))
     return units

@@ -198,6 +198,15 @@ def llm_plan(spec: dict[str, Any], where: str) -> tuple[Any, Any]:
     return model, plan
 
 
+def llm_peak_memory(spec: dict[str, Any], where: str) -> Any:
+    """The StageMemory of the pipeline stage needing the most device memory per rank under a ``generate: llm``
+    mapping (workload/llm/memory.py; an InputError says why the generator refuses the mapping)."""
+    from workload.llm.memory import peak_memory
+
+    _, model, plan, options = _llm_parts(spec, where)
+    return peak_memory(model, plan, options)
+
+
 def llm_programs(spec: dict[str, Any], where: str) -> tuple[Any, Any, list[Any]]:
     """(model, validated plan, stage programs) of a ``generate: llm`` mapping: what its traces are built from, for
     tools that need to know what each generated node is."""

@@ -10,6 +10,7 @@ import time
 import traceback
 from typing import Any
 
+from compute.devices import device as device_preset
 from network.config import network_from_dict
 from simulator.config import MemoryConfig, memory_from_dict, system_from_dict
 from simulator.results import SimulationResult
@@ -17,7 +18,7 @@ from simulator.simulation import RunOptions, Simulation, WallTimeExceeded
 from simulator.sweep import scratch
 from workload.errors import InputError
 from workload.files import contained_path
-from workload.generated import generated_traces, workload_traces
+from workload.generated import generated_traces, llm_peak_memory, workload_traces
 from workload.groups import comm_groups_from_dict
 from workload.tools import generate
 from workload.traceset import TraceSet, resolve_workload
@@ -44,6 +45,8 @@ METRICS: dict[str, str] = {
     "events": "INTEGER",
     "messages": "INTEGER",
     "collectives": "TEXT",  # JSON: per collective type, as in the results JSON
+    # a generated LLM iteration's device memory per rank at its peak (workload/llm/memory.py's estimate); else NULL
+    "device_memory_bytes": "INTEGER",
 }
 
 _scratch_parent: str | None = None  # in a pool worker: the driver's scratch folder (the driver removes it)
@@ -61,8 +64,8 @@ def run_point(run: dict[str, Any] | None, root: str, sources: dict[str, str], er
     if run is not None:
         try:
             result = _simulate(run, root, sources, notes.append)
-            outcome = {"status": "ok", "error": None, "metrics": metrics(result),
-                       "compute": result.config.get("compute")}
+            found = metrics(result) | _memory(run, root, sources, notes.append)
+            outcome = {"status": "ok", "error": None, "metrics": found, "compute": result.config.get("compute")}
         except InputError as e:
             outcome["error"] = str(e)
         except WallTimeExceeded as e:
@@ -109,6 +112,23 @@ def _simulate(run: dict[str, Any], root: str, sources: dict[str, str], warn: Any
         run = {**run, "options": {**run["options"], "hw_profile": os.path.normpath(os.path.join(root, profile))}}
     options = RunOptions(**run["options"], progress=False)
     return Simulation(traces, network, system, memory, groups, options, warn).run()
+
+
+def _memory(run: dict[str, Any], root: str, sources: dict[str, str], warn: Any) -> dict[str, int]:
+    """The device memory a generated LLM iteration needs per rank (none for other workloads), with a warning when
+    it is more than the run's --device has."""
+    workload = run["workload"]
+    if not (isinstance(workload, dict) and workload.get("generate") == "llm"):
+        return {}
+    need = llm_peak_memory(workload, sources.get("workload", "<sweep workload>")).total_bytes
+    name = run["options"].get("device")
+    if isinstance(name, str):  # a device file beside the sweep file, or a shipped device's name
+        found = device_preset(os.path.join(root, name) if name.endswith((".yml", ".yaml")) else name)
+        capacity, name = found.memory_bytes, found.name
+        if capacity and need > capacity:
+            warn(f"the estimated device memory per rank, {need / 2**30:.1f} GiB, is more than the {name}'s "
+                 f"{capacity / 2**30:g} GiB")
+    return {"device_memory_bytes": need}
 
 
 def _without(warn: Any, prefix: str) -> Any:

@@ -115,6 +115,8 @@ class Framework:
     fp8_recipe: tuple[str, str] = ("delayed", "Transformer Engine's default FP8 recipe: delayed scaling")
     # FP8 (per-tensor) GEMM weights kept and all-gathered in FP8 by the distributed optimizer
     fp8_param_gather: tuple[bool, str] = (False, "")
+    # no default micro-batch size: without a pipeline, the largest that fits in the GPU's memory (else micro_batch)
+    micro_batch_fit: bool = False
 
 
 _MEGATRON_MBS = (1, "Megatron-LM requires --micro-batch-size and has no default; 1 as in its GPT-3 175B example")
@@ -142,7 +144,8 @@ _CE_UNFUSED = ("unfused", "Megatron-LM default: no --cross-entropy-loss-fusion; 
 _MEGATRON = Framework("Megatron-LM", _MEGATRON_MBS, _NONE, (False, "Megatron-LM default: off"), _NONE,
                       ("none", "Megatron-LM default: no recompute"),
                       ("bf16", "16-bit mixed precision (the MFU/peak the source quotes is the BF16/FP16 one)"),
-                      (True, "Megatron-LM reduces bf16 gradients in fp32"), True, cross_entropy=_CE_UNFUSED)
+                      (True, "Megatron-LM reduces bf16 gradients in fp32"), True, cross_entropy=_CE_UNFUSED,
+                      micro_batch_fit=True)
 _FP16_GRADS = (False, "Megatron-LM of the time: 16-bit gradients")
 _UNFUSED = ("unfused", "Megatron-LM before FlashAttention (2021-2022): QK^T and AV as batched GEMMs around a fused "
                        "scaled-masked softmax")
@@ -150,11 +153,11 @@ FRAMEWORKS: dict[str, Framework] = {
     "megatron_sc21_t1": Framework("Megatron-LM (2021)", _MEGATRON_MBS,
                                   (False, "not in Megatron-LM in 2021"), (False, "not in Megatron-LM in 2021"),
                                   (False, "not in Megatron-LM in 2021"), _MEGATRON.recompute, _MEGATRON.precision,
-                                  _FP16_GRADS, False, _UNFUSED, _CE_UNFUSED),
+                                  _FP16_GRADS, False, _UNFUSED, _CE_UNFUSED, micro_batch_fit=True),
     "korthikanti22_t5": Framework("Megatron-LM (2022)", _MEGATRON_MBS, (False, "Megatron-LM (2022) default: off"),
                                   _MEGATRON.sequence_parallel, (False, "Megatron-LM (2022): not used"),
                                   _MEGATRON.recompute, _MEGATRON.precision, _FP16_GRADS, False, _UNFUSED,
-                                  _CE_UNFUSED),
+                                  _CE_UNFUSED, micro_batch_fit=True),
     "megatron_readme_h100": _MEGATRON,
     "nemo_2407": _NEMO,
     "nemo_2412": _NEMO,

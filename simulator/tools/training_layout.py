@@ -20,7 +20,7 @@ from simulator.tools.training_models import ROW_DIMS, model_for
 from simulator.tools.training_recipes import Recipe, recipe_for
 from simulator.tools.training_table import TrainingRow, alternative_note, flag, leading_number, number, whole
 from workload.errors import InputError
-from workload.generated import llm_plan
+from workload.generated import llm_peak_memory, llm_plan
 from workload.llm.plan import parse_pipeline_layout
 
 READY, NEEDS, UNSUPPORTED = "ready", "needs", "unsupported"
@@ -322,8 +322,10 @@ def _pipeline_split(row: TrainingRow, plan: RowPlan, dims: dict[str, int], layer
     return [("account_for_embedding", True), ("account_for_loss", True)]
 
 
-def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int, recipe: Recipe | None = None
+def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str, int], recipe: Recipe | None = None
            ) -> tuple[int, int] | None:
+    """(global batch, micro-batch size); a micro-batch size of 0 is chosen later by memory (_fit_micro_batch)."""
+    dp = dims["dp"]
     gbs = whole(row, "global_batch")
     if gbs is None:
         plan.refuse(UNSUPPORTED, "no global batch size")
@@ -332,6 +334,8 @@ def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int, recipe: Reci
     if mbs is None and recipe is not None and recipe.micro_batch:
         mbs = recipe.micro_batch
         plan.defaults_used.append(f"micro-batch size {mbs} ({recipe.where}; the table leaves it blank)")
+    if mbs is None and fw.micro_batch_fit and dims["pp"] == 1 and gbs % dp == 0:
+        return gbs, 0
     if mbs is None:
         mbs = fw.micro_batch[0]
         plan.defaults_used.append(f"micro-batch size {mbs} ({fw.micro_batch[1]})")
@@ -339,6 +343,37 @@ def _batch(row: TrainingRow, fw: Framework, plan: RowPlan, dp: int, recipe: Reci
         plan.refuse(UNSUPPORTED, f"global batch {gbs} is not a whole number of micro-batches of {mbs} on DP = {dp}")
         return None
     return gbs, mbs
+
+
+def _fit_micro_batch(plan: RowPlan, fw: Framework, dp: int, device_name: str) -> None:
+    """The micro-batch size of a row that states none, of a framework without a default, with no pipeline: the
+    largest dividing the data-parallel rank's sequences whose estimated memory (workload/llm/memory.py) fits the
+    GPU's. A run without a pipeline has no bubble that smaller micro-batches would shrink, while larger ones run
+    larger GEMMs and leave the gradient reduction a longer last backward to overlap; tuned runs take the largest
+    that fits."""
+    from compute.devices import device as device_preset
+
+    spec = plan.spec
+    per_rank = spec["global_batch"] // dp
+    capacity = device_preset(device_name).memory_bytes if device_name else 0
+    if not capacity:
+        spec["micro_batch_size"] = fw.micro_batch[0]
+        plan.defaults_used.append(f"micro-batch size {fw.micro_batch[0]} ({fw.micro_batch[1]})")
+        return
+    for size in sorted((d for d in range(1, per_rank + 1) if per_rank % d == 0), reverse=True):
+        try:
+            need = llm_peak_memory(spec | {"micro_batch_size": size}, plan.row.row_id).total_bytes
+        except InputError:
+            continue
+        if need <= capacity or size == 1:
+            spec["micro_batch_size"] = size
+            fits = (f"the largest dividing its {per_rank} sequences per data-parallel rank that fits in the "
+                    f"{device_name}'s {capacity / 2**30:g} GiB" if need <= capacity
+                    else "none fits by the estimate, so the smallest")
+            plan.defaults_used.append(
+                f"micro-batch size {size} ({fw.name} has no default; without a pipeline {fits}: "
+                f"{need / 2**30:.1f} GiB per GPU by the memory estimate)")
+            return
 
 
 def _add(plan: RowPlan, feature: str, value: Any) -> None:
@@ -408,7 +443,7 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None, code_values: bool 
                                   + (f", {mtp} multi-token-prediction depth(s)" if mtp else ""))
     else:
         reqs += _pipeline_split(row, plan, dims, chosen.fields.get("num_layers"))
-    batch = _batch(row, fw, plan, dims["dp"], recipe)
+    batch = _batch(row, fw, plan, dims, recipe)
     if batch is None:
         return plan
     missing: list[str] = []
@@ -438,6 +473,8 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None, code_values: bool 
         if spec.get("moe_dispatcher") == "flex":  # the flex dispatcher's inter-domain stage needs the domains
             spec["nvlink_domain"] = hardware.profile.for_job(n).gpus_per_node
     _graphs(plan, recipe)
+    if spec["micro_batch_size"] == 0:
+        _fit_micro_batch(plan, fw, dims["dp"], plan.device)
     values = {c: number(row, c) for c in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")}
     from compute.devices import device as device_preset
 

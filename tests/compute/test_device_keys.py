@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compute.devices import RENAMED_KEYS, device
+from compute.devices import RENAMED_KEYS, device, device_names, load_device_file
 from tests.conftest import REPO, run_cli
 from workload.errors import ConfigError
 
@@ -57,3 +57,19 @@ def test_a_run_with_an_earlier_device_file_matches_the_preset(tmp_path: Path) ->
         docs.append(json.loads(out.read_text()))
     assert docs[0]["ranks"] == docs[1]["ranks"] and docs[0]["collectives"] == docs[1]["collectives"]
     assert docs[1]["config"]["compute"]["memory_bw_GBps"] == 3350.0
+
+
+def test_every_shipped_device_states_its_memory_and_a_file_may_leave_it_out(tmp_path: Path) -> None:
+    sizes = {name: device(name).memory_GiB for name in device_names()}
+    assert sizes["H100"] == sizes["A100"] == 80 and sizes["B200"] == 180 and sizes["MI300X"] == 192
+    assert all(v > 0 for v in sizes.values())
+    assert device("H100").memory_bytes == 80 * 2**30
+    text = "\n".join(line for line in Path(device("H100").path).read_text().splitlines()
+                     if not line.startswith("memory_GiB:"))
+    bare = tmp_path / "bare.yml"
+    bare.write_text(text)
+    assert load_device_file(str(bare)).memory_bytes == 0  # unknown: nothing is checked against it
+    bad = tmp_path / "bad.yml"
+    bad.write_text(text + "\nmemory_GiB: -1\n")
+    with pytest.raises(ConfigError, match=r"bad\.yml.*memory_GiB"):
+        load_device_file(str(bad))

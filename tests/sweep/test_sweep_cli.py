@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import signal
 import sqlite3
@@ -226,3 +227,23 @@ def test_sweep_says_which_points_ran_with_warnings(tmp_path: Path) -> None:
     assert "2 of the points ok ran with warnings (the 'warnings' column has every one):" in said[0]
     assert "  #0: " in said[0] and "have no recorded duration" in said[0]
     assert "ran with warnings" not in said[1]
+    # each generated point has its device-memory estimate, larger for the larger micro-batch
+    with sqlite3.connect(tmp_path / "device" / "results.db") as db:
+        need = [row[0] for row in db.execute('SELECT device_memory_bytes FROM points ORDER BY '
+                                             '"workload.micro_batch_size"')]
+        units = json.loads(db.execute("SELECT value FROM meta WHERE name = 'units'").fetchone()[0])
+    assert len(need) == 2 and 0 < need[0] < need[1] and units["device_memory_bytes"] == "B"
+
+
+def test_a_generated_point_over_its_devices_memory_says_so(tmp_path: Path) -> None:
+    sweep = tmp_path / "big.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "name": "big",
+        "base": {"workload": {"generate": "llm", "preset": "llama3-70b", "num_layers": 2, "tp": 2, "pp": 1, "dp": 1,
+                              "global_batch": 64, "micro_batch_size": 64},
+                 "network": {"topology": ["Switch"], "npus_count": [2], "bandwidth": [400.0], "latency": [500.0]},
+                 "options": {"device": "H100"}},
+        "axes": {"workload.seq_len": [8192]}}))
+    done = run_cli("sweep", str(sweep), "--out", str(tmp_path / "big"), "--jobs", "1")
+    assert done.returncode == 0, done.stderr
+    assert "estimated device memory per rank" in done.stderr and "more than the H100's 80 GiB" in done.stderr

@@ -29,8 +29,20 @@ def test_summary_with_a_device_predicts_the_step() -> None:
     assert found and float(found.group(1)) > 0
     for expected in ("6PT estimate:", "counting 6PT (MFU", "HFU", "tokens/s per GPU", "slowest rank",
                      "exposed communication", "tp ", "pipeline bubble and pipeline send/receive waits",
-                     "of 8 rank(s) simulated"):
+                     "of 8 rank(s) simulated", "device memory per rank (estimate):", "on stage 0",
+                     "device memory per rank by stage:", "fits in the H100's 80 GiB"):
         assert expected in text
+
+
+def test_a_layout_over_the_devices_memory_is_warned_about() -> None:
+    # two Llama 3 70B layers with 64 sequences of 8,192 tokens in one micro-batch: the activations alone are
+    # beyond 80 GiB
+    out = run_cli("trace", "generate", "llm", "--preset", "llama3-70b", "--tp", "8", "--npus", "8", "--layers", "2",
+                  "--global-batch", "64", "--micro-batch-size", "64", "--device", "H100", "--summary")
+    assert out.returncode == 0, out.stderr
+    assert "fits in" not in out.stdout
+    warned = [line for line in out.stderr.splitlines() if "estimated device memory per rank" in line]
+    assert len(warned) == 1 and "more than the H100's 80 GiB" in warned[0] and "--micro-batch-size" in warned[0]
 
 
 def test_summary_without_a_device_says_how_to_get_a_prediction() -> None:

@@ -441,3 +441,29 @@ def test_a_row_over_its_share_of_the_default_memory_runs_again_alone(tmp_path: P
     got = validate_training.evaluate_rows(rows, jobs=2, memory_gib=4.0)
     assert asked == [4.0, 4.0] and all(r["status"] == "not finished" for r in got)
     assert all("over the memory limit of 0.05 GiB" in r["reason"] for r in got)
+
+
+def test_megatron_lm_without_a_pipeline_takes_the_largest_micro_batch_that_fits() -> None:
+    # Megatron-LM has no default micro-batch size: with PP 1 the largest dividing a data-parallel rank's sequences
+    # whose memory estimate fits the GPU (80 GiB), with a pipeline 1 (smaller micro-batches shrink the bubble)
+    base = {"source_id": "megatron_sc21_t1", "model": "GPT", "layers": "24", "hidden": "2048", "heads": "16",
+            "seq_len": "2048", "TP": "1", "n_gpus": "8", **A100, "step_time_s": "1"}
+    small = plan_row(row(base | {"row_id": "fits", "PP": "1", "global_batch": "64"}))
+    assert small.status == READY, small.reason
+    assert small.spec["micro_batch_size"] == 8  # all 8 sequences of each data-parallel rank at once
+    assert any("micro-batch size 8" in d and "fits in the A100's 80 GiB" in d for d in small.defaults_used)
+    # 64 sequences per rank do not fit at once: the largest divisor that does
+    many = plan_row(row(base | {"row_id": "many", "PP": "1", "global_batch": "512"}))
+    from workload.generated import llm_peak_memory
+
+    size = many.spec["micro_batch_size"]
+    assert 1 < size < 64 and 64 % size == 0
+    capacity = 80 * 2**30
+    assert llm_peak_memory(many.spec, "many").total_bytes <= capacity
+    assert llm_peak_memory(many.spec | {"micro_batch_size": 2 * size}, "many").total_bytes > capacity
+    piped = plan_row(row(base | {"row_id": "piped", "PP": "2", "n_gpus": "16", "global_batch": "64"}))
+    assert piped.spec["micro_batch_size"] == 1
+    assert any(d.startswith("micro-batch size 1 (Megatron-LM requires --micro-batch-size") for d in piped.defaults_used)
+    # a stated micro-batch size is kept
+    stated = plan_row(row(base | {"row_id": "stated", "PP": "1", "global_batch": "64", "micro_batch": "2"}))
+    assert stated.spec["micro_batch_size"] == 2

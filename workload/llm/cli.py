@@ -426,6 +426,14 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
         roofline = Roofline(device.peak_tflops * 1e12, device.memory_bw_GBps * 1e9) if device else None
         summary = summarize(model, plan, programs, ranks, roofline, options)
         text = format_summary(summary)
+        if device is not None and device.memory_bytes:
+            need = max(m["total_bytes"] for m in summary["memory_by_stage"])
+            if need > device.memory_bytes:
+                warn(f"the estimated device memory per rank, {need / 2**30:.1f} GiB, is more than the "
+                     f"{device.name}'s {device.memory_GiB:g} GiB: a smaller --micro-batch-size, --recompute, more "
+                     "--tp/--pp or --zero/--use-distributed-optimizer would need less")
+            else:
+                text += f"\n  fits in the {device.name}'s {device.memory_GiB:g} GiB"
         if device is not None:
             text += "\n" + _prediction(args, summary, device.name, warn)
         elif args.hw_profile:

@@ -9,6 +9,7 @@ from typing import Any
 
 from compute.roofline import Roofline
 from workload.llm.build import StageProgram
+from workload.llm.memory import stage_memory
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import GROUP_DESCRIPTIONS, ParallelPlan, RankMap
@@ -76,6 +77,10 @@ def summarize(model: ModelConfig, plan: ParallelPlan, programs: list[StageProgra
         "flops_per_rank_by_stage": stage_totals,
         "comm_bytes": dict(comm_bytes),
         "comm_count": dict(comm_count),
+        "memory_by_stage": [{"stage": m.stage, "total_bytes": m.total_bytes, "weights_bytes": m.weights_bytes,
+                             "grads_bytes": m.grads_bytes, "optimizer_bytes": m.optimizer_bytes,
+                             "activations_bytes": m.activations_bytes, "runtime_bytes": m.runtime_bytes,
+                             "forward_passes_held": m.in_flight} for m in stage_memory(model, plan, options)],
         "nodes": {"total": sum(node_types.values()) + sum(1 for r in range(plan.world_size) if ranks.rank_groups(r)),
                   "per_rank_by_stage": [len(p.ops) for p in programs], "by_type": dict(node_types)},
     }
@@ -96,6 +101,20 @@ def _bytes(value: float) -> str:
         if value >= factor:
             return f"{value / factor:.2f} {unit}"
     return f"{value:.0f} B"
+
+
+def memory_lines(by_stage: list[dict[str, Any]]) -> list[str]:
+    """The device-memory estimate (workload/llm/memory.py) as text: the stage needing the most, and every stage's
+    total when there are several."""
+    top = max(by_stage, key=lambda m: m["total_bytes"])
+    lines = [f"device memory per rank (estimate): {_bytes(top['total_bytes'])} at most"
+             + (f", on stage {top['stage']}" if len(by_stage) > 1 else "")
+             + f": weights {_bytes(top['weights_bytes'])}, gradients {_bytes(top['grads_bytes'])}, optimizer states "
+             f"{_bytes(top['optimizer_bytes'])}, activations {_bytes(top['activations_bytes'])} "
+             f"({top['forward_passes_held']} forward pass(es) held), runtime {_bytes(top['runtime_bytes'])}"]
+    if len(by_stage) > 1:
+        lines.append("device memory per rank by stage: " + ", ".join(_bytes(m["total_bytes"]) for m in by_stage))
+    return lines
 
 
 def format_summary(s: dict[str, Any]) -> str:
@@ -151,4 +170,5 @@ def format_summary(s: dict[str, Any]) -> str:
     n = s["nodes"]
     lines.append(f"nodes: {n['total']} in all, per rank by stage " + ", ".join(map(str, n["per_rank_by_stage"]))
                  + " (" + ", ".join(f"{k} {v}" for k, v in sorted(n["by_type"].items())) + ")")
+    lines += memory_lines(s["memory_by_stage"])
     return "\n".join(lines)
