@@ -499,4 +499,18 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None, code_values: bool 
         llm_plan(spec, row.row_id)
     except InputError as e:
         return plan.refuse(UNSUPPORTED, f"the layout as printed does not run: {e}")
+    _memory_note(plan)
     return plan
+
+
+def _memory_note(plan: RowPlan) -> None:
+    """A note when the run as planned needs more device memory per GPU than its GPU has by the estimate
+    (workload/llm/memory.py): every published run fitted, so the estimate, or the layout as printed, is off."""
+    from compute.devices import device as device_preset
+
+    capacity = device_preset(plan.device).memory_bytes if plan.device else 0
+    need = llm_peak_memory(plan.spec, plan.row.row_id).total_bytes
+    if capacity and need > capacity:
+        plan.notes.append(f"the run as planned needs {need / 2**30:.0f} GiB per GPU by the memory estimate, more "
+                          f"than the {plan.device}'s {capacity / 2**30:g} GiB (the estimate leaves out activation "
+                          "offloading; a printed batch or layout the run did not use would explain it too)")

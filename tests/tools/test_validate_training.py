@@ -464,6 +464,9 @@ def test_megatron_lm_without_a_pipeline_takes_the_largest_micro_batch_that_fits(
     piped = plan_row(row(base | {"row_id": "piped", "PP": "2", "n_gpus": "16", "global_batch": "64"}))
     assert piped.spec["micro_batch_size"] == 1
     assert any(d.startswith("micro-batch size 1 (Megatron-LM requires --micro-batch-size") for d in piped.defaults_used)
-    # a stated micro-batch size is kept
+    # a stated micro-batch size is kept, and a run that would not fit says so (every published run fitted)
     stated = plan_row(row(base | {"row_id": "stated", "PP": "1", "global_batch": "64", "micro_batch": "2"}))
-    assert stated.spec["micro_batch_size"] == 2
+    assert stated.spec["micro_batch_size"] == 2 and not [n for n in stated.notes if "memory estimate" in n]
+    huge = plan_row(row(base | {"row_id": "huge", "PP": "1", "global_batch": "512", "micro_batch": "64"}))
+    assert huge.status == READY
+    assert [n for n in huge.notes if "by the memory estimate, more than the A100's 80 GiB" in n]
