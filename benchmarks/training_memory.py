@@ -8,6 +8,9 @@ capacity, the stage needing the most and what fills it, and why a run may be ove
 layout or batch than the table prints (validate-training's ``code_states``), or its recipe offloads activations to
 the host (Megatron-Bridge's ``cpu_offloading_num_layers``, not in the estimate). Then how many fit, in all and by
 source. The published runs are those of the shared tables and of benchmarks/data/unseen_training/.
+
+Last, the estimate against the peak memory measured runs report (``MEASURED``): the allocator's peak, so the
+estimate's runtime buffers are left out of the comparison.
 """
 
 from __future__ import annotations
@@ -28,6 +31,21 @@ from workload.generated import llm_peak_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 GiB = 2**30
+_CARDS = ("NVIDIA-NeMo/Megatron-Bridge skills/{} (commit 415e90afd, 2026-08-10; Apache-2.0)")
+_LLAMA_SFT = {"generate": "llm", "preset": "llama3-70b", "seq_len": 4096, "global_batch": 32, "micro_batch_size": 1,
+              "sequence_parallel": True, "use_distributed_optimizer": True, "precision": "fp8",
+              "fp8_recipe": "tensorwise", "fp8_param_gather": True, "vp": 5}
+# (what, generate: llm mapping, measured peak GiB, source)
+MEASURED = [
+    ("Qwen3 30B-A3B, 16 H100, TP1 EP16, BF16, MBS 1",
+     {"generate": "llm", "preset": "qwen3-30b-a3b", "tp": 1, "ep": 16, "dp": 16, "global_batch": 1024,
+      "micro_batch_size": 1, "use_distributed_optimizer": True}, 62.166,
+     _CARDS.format("nemo-mbridge-perf-moe-hardware-configs/SKILL.md: 'Rank-0 peak allocated memory: 62.166 GiB'")),
+    *((f"Llama 3 70B SFT, 32 H100, TP{tp} PP{pp} VP5 DP{32 // (tp * pp)}, FP8-CS, seq 4096, MBS 1",
+       _LLAMA_SFT | {"tp": tp, "pp": pp, "dp": 32 // (tp * pp)}, peak,
+       _CARDS.format("nemo-mbridge-perf-memory-tuning/SKILL.md, 'Measured Results' (Peak Mem (GB))"))
+      for tp, pp, peak in ((4, 4, 58.8), (4, 8, 53.2), (8, 4, 50.2))),
+]
 
 
 def main() -> None:
@@ -63,6 +81,12 @@ def main() -> None:
           f"({sum(1 for r in over if r <= 1.07)} by at most 7%)")
     for source in sorted({s for s, _ in by_source}):
         print(f"  {source:24s} {by_source[source, True]:4d} fit {by_source[source, False]:4d} over")
+    print("\nmeasured peak memory (the allocator's; GB read as GiB) against the estimate without its runtime buffers:")
+    for what, spec, measured, source in MEASURED:
+        peak = llm_peak_memory(spec, what)
+        estimate = (peak.total_bytes - peak.runtime_bytes) / GiB
+        print(f"  {what:60s} measured {measured:6.1f}  estimate {estimate:6.1f} GiB  {estimate / measured - 1:+6.1%}"
+              f"  ({source})")
 
 
 if __name__ == "__main__":
