@@ -4,10 +4,10 @@ GPUs, so an estimate above the GPU's memory is the estimate's error or something
     python benchmarks/training_memory.py [--shared ../shared] [--all]
 
 One line per run whose estimate is over its GPU's memory (``--all``: every run), with the estimate over the
-capacity, the stage needing the most and what fills it, and why a run may be over: its release's code runs another
-layout or batch than the table prints (validate-training's ``code_states``), or its recipe offloads activations to
-the host (Megatron-Bridge's ``cpu_offloading_num_layers``, not in the estimate). Then how many fit, in all and by
-source. The published runs are those of the shared tables and of benchmarks/data/unseen_training/.
+capacity, the stage needing the most and what fills it, and why a run may be over where the tool knows: its
+release's code runs another layout or batch than the table prints (validate-training's ``code_states``). Activation
+offloading a recipe sets (Megatron-Bridge's ``cpu_offloading_num_layers``) is in the estimate. Then how many fit, in
+all and by source. The published runs are those of the shared tables and of benchmarks/data/unseen_training/.
 
 Last, the estimate against the peak memory measured runs report (``MEASURED``): the allocator's peak, so the
 estimate's runtime buffers are left out of the comparison.

@@ -79,6 +79,9 @@ FEATURES: dict[str, Feature] = {
                                 (("moe_flex_backend", VALUE),), minor=True),
     "moe_fused_mlp": Feature("the experts' MLP as Transformer Engine's fused grouped MLP (one kernel per grouped "
                              "GEMM, the activation and casts inside them)", (("moe_fused_mlp", True),), minor=True),
+    "activation_offload_layers": Feature("the first layers' activations offloaded to host memory (Megatron-Core's "
+                                         "cpu_offloading_num_layers)", (("activation_offload_layers", VALUE),),
+                                         minor=True),
     "fp8_attention": Feature("the attention core in FP8 (Megatron-Core's fp8_dot_product_attention)",
                              (("fp8_attention", True),), minor=True),
     "bf16_layers_at_start": Feature("the first layers' GEMMs kept 16-bit under FP8/FP4",

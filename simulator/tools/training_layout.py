@@ -268,6 +268,11 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if recipe is not None and ("fp4", True) in reqs and recipe.mxfp8_gemms:
         reqs.append(("mxfp8_gemms", recipe.mxfp8_gemms))
         plan.defaults_used.append(f"the {recipe.mxfp8_gemms} GEMMs in MXFP8 ({recipe.where})")
+    if recipe is not None and recipe.activation_offload_layers and dims["pp"] == 1:
+        reqs.append(("activation_offload_layers", recipe.activation_offload_layers))
+        plan.defaults_used.append(f"activations of the first {recipe.activation_offload_layers} layers offloaded to "
+                                  f"host memory ({recipe.where}: cpu_offloading_num_layers; in the memory estimate, "
+                                  "the copies taken as hidden under compute)")
     if recipe is not None and recipe.fp8_attention and ("fp8", True) in reqs:
         reqs.append(("fp8_attention", True))
         plan.defaults_used.append(f"attention in FP8 ({recipe.where}: fp8_dot_product_attention)")
@@ -512,5 +517,6 @@ def _memory_note(plan: RowPlan) -> None:
     need = llm_peak_memory(plan.spec, plan.row.row_id).total_bytes
     if capacity and need > capacity:
         plan.notes.append(f"the run as planned needs {need / 2**30:.0f} GiB per GPU by the memory estimate, more "
-                          f"than the {plan.device}'s {capacity / 2**30:g} GiB (the estimate leaves out activation "
-                          "offloading; a printed batch or layout the run did not use would explain it too)")
+                          f"than the {plan.device}'s {capacity / 2**30:g} GiB (a printed batch or layout the run "
+                          "did not use, or memory-saving settings the row and its recipe do not state, would explain "
+                          "it)")

@@ -24,7 +24,7 @@ SOURCES = {"megatron_bridge_perf": "megatron_bridge.yml"}  # training-table sour
 COMM_OVERLAPS = ("tp_comm_overlap", "overlap_grad_reduce", "overlap_param_gather")  # on unless a recipe says off
 KEYS = {"release", "model", "gpu", "precision", "vp", "cuda_graph_scope", "moe_dispatcher", "moe_token_drop",
         "moe_a2a_overlap", "recompute_modules", "pipeline_layout", "micro_batch", "moe_fused_mlp", "fp8_attention",
-        "bf16_layers", "bf16_gemms", "mxfp8_gemms", "code_states", *COMM_OVERLAPS}
+        "bf16_layers", "bf16_gemms", "mxfp8_gemms", "code_states", "activation_offload_layers", *COMM_OVERLAPS}
 # the table columns a recipe's code_states may name (what the release's code sets and the row prints otherwise)
 CODE_STATES_COLUMNS = ("TP", "PP", "VP", "CP", "EP", "seq_len", "global_batch", "micro_batch", "zero_or_dist_opt",
                        "recompute")
@@ -49,6 +49,7 @@ class Recipe:
     bf16_gemms: str = ""  # with FP8/FP4: GEMM groups kept 16-bit in every layer (TrainingOptions.bf16_gemms)
     mxfp8_gemms: str = ""  # with FP4: GEMM groups run in MXFP8 (TrainingOptions.mxfp8_gemms)
     code_states: tuple[tuple[str, str], ...] = ()  # (table column, the release's code's value) the row prints otherwise
+    activation_offload_layers: int = 0  # Megatron-Core's cpu_offloading_num_layers (activations to host memory)
 
 
 @cache
@@ -80,7 +81,8 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
                           tuple(k for k in COMM_OVERLAPS if r.get(k) is False),
                           tuple(r.get("bf16_layers", (0, 0))), str(r.get("bf16_gemms", "")),
                           str(r.get("mxfp8_gemms", "")),
-                          tuple((c, str(code_states[c])) for c in CODE_STATES_COLUMNS if c in code_states))
+                          tuple((c, str(code_states[c])) for c in CODE_STATES_COLUMNS if c in code_states),
+                          int(r.get("activation_offload_layers", 0)))
     return out
 
 

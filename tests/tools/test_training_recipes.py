@@ -268,3 +268,22 @@ def test_bridge_fp8_cs_runs_gather_their_parameters_in_fp8(precision: str, gathe
     assert plan.status == READY, plan.reason
     assert plan.spec.get("fp8_param_gather", False) is gathered_in_fp8
     assert any(d.startswith("parameter all-gathers in FP8") for d in plan.defaults_used) is gathered_in_fp8
+
+
+def test_fsdp_runs_offload_the_activations_their_recipes_name_and_then_fit() -> None:
+    from compute.devices import device
+    from workload.generated import llm_peak_memory
+
+    rows = {r.row_id: r for r in read_tables([str(SHARED / "megatron_bridge_perf.tsv")])}
+    for row_id, layers, gpu in (("mbridge_26.02.01_Pre-Training_DGX-GB200_LLAMA3_70B_64_FP8_169", 40, "GB200"),
+                                ("mbridge_26.02.01_Pre-Training_DGX-GB300_LLAMA3_70B_64_FP8_168", 20, "GB300"),
+                                ("mbridge_25.09_Pre-Training_DGX-GB200_LLAMA3.1_405B_128_p_263", 95, "GB200")):
+        plan = plan_row(rows[row_id])
+        assert plan.spec["activation_offload_layers"] == layers
+        assert any("cpu_offloading_num_layers" in d for d in plan.defaults_used)
+        need = llm_peak_memory(plan.spec, row_id).total_bytes
+        assert need <= device(gpu).memory_bytes < llm_peak_memory(
+            {**plan.spec, "activation_offload_layers": 0}, row_id).total_bytes
+    # a pipelined layout of the same release offloads nothing (Megatron-Core offloads only without a pipeline)
+    piped = plan_row(rows["mbridge_26.02.01_Pre-Training_DGX-GB200_LLAMA3_70B_64_MXFP8_167"])
+    assert "activation_offload_layers" not in piped.spec

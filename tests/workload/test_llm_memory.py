@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -131,3 +132,29 @@ def test_memory_grows_with_the_micro_batch_and_shrinks_with_model_parallelism(mb
         assert peak_memory(model, replace(plan, sequence_parallel=True), options).total_bytes <= need
     assert peak_memory(model, replace(plan, tp=tp * 2, sequence_parallel=plan.sequence_parallel), options
                        ).total_bytes <= need
+
+
+def test_offloaded_layers_leave_one_layer_on_the_device() -> None:
+    model = replace(SMALL, num_layers=8)
+    plan = ParallelPlan()
+    kept = stage_memory(model, plan, TrainingOptions())[0].activations_bytes
+    layer = per_layer(plan, model=model)
+    offloaded = stage_memory(model, plan, TrainingOptions(activation_offload_layers=5))[0].activations_bytes
+    assert kept - offloaded == 4 * layer  # five layers on the host, one of them back on the device at a time
+
+
+def test_activation_offloading_is_megatrons_pp1_only_and_not_in_the_traces() -> None:
+    from workload.errors import InputError
+    from workload.generated import llm_peak_memory, llm_programs
+
+    spec = {"generate": "llm", "num_layers": 4, "hidden_size": 256, "num_heads": 8, "ffn_hidden_size": 512,
+            "vocab_size": 1000, "seq_len": 64, "dp": 2, "global_batch": 4}
+    with pytest.raises(InputError, match="needs --pp 1"):
+        llm_peak_memory(spec | {"pp": 2, "dp": 1, "activation_offload_layers": 2}, "t")
+    with pytest.raises(InputError, match="activation_offload_layers must be a whole number"):
+        llm_peak_memory(spec | {"activation_offload_layers": -1}, "t")
+    plain, offloaded = (llm_programs(spec | extra, "t")[2] for extra in ({}, {"activation_offload_layers": 2}))
+    assert [[(op.name, op.size_bytes) for op in p.ops] for p in plain] == \
+        [[(op.name, op.size_bytes) for op in p.ops] for p in offloaded]
+    assert llm_peak_memory(spec | {"activation_offload_layers": 2}, "t").total_bytes < \
+        llm_peak_memory(spec, "t").total_bytes

@@ -186,6 +186,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "--use-transformer-engine-op-fuser): each grouped GEMM one kernel for all local experts, "
                         "the activation (GPT-OSS's clamp, the scaled expert biases) and the casts between the "
                         "GEMMs inside them")
+    t.add_argument("--activation-offload-layers", type=int, default=0, metavar="N",
+                   help="Megatron-Core's --cpu-offloading-num-layers (activations): the first N layers' saved "
+                        "activations wait in host memory between forward and backward; the memory estimate counts "
+                        "it, the copies are taken as hidden under compute (needs --pp 1)")
     t.add_argument("--fp8-attention", action="store_true",
                    help="the attention core in FP8 (Megatron-Core's --fp8-dot-product-attention; needs --precision "
                         "fp8)")
@@ -326,8 +330,12 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               cuda_graph_scope=args.cuda_graph_scope,
                               bf16_layers_at_start=args.bf16_layers_at_start,
                               bf16_layers_at_end=args.bf16_layers_at_end, bf16_gemms=args.bf16_gemms,
-                              mxfp8_gemms=args.mxfp8_gemms)
+                              mxfp8_gemms=args.mxfp8_gemms,
+                              activation_offload_layers=args.activation_offload_layers)
     options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
+    if options.activation_offload_layers and plan.pp > 1:
+        raise InputError("activation offloading (--activation-offload-layers) needs --pp 1, as Megatron-Core's CPU "
+                         "offloading does")
     return options
 
 

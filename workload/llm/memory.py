@@ -14,7 +14,8 @@ An estimate for deciding whether a layout fits, not an allocator trace. Conventi
   (and, with the unfused backend, its softmax), the MLP activation's input, the routed tokens' expert inputs
   and outputs. Dropout masks are not counted (the shipped recipes train without dropout). Sequence parallelism
   divides the norms' tensors by tp, context parallelism every tensor by cp. Full recompute keeps each layer's
-  input and, while one layer is recomputed, that layer's tensors; selective recompute drops its modules'.
+  input and, while one layer is recomputed, that layer's tensors; selective recompute drops its modules'. Activation
+  offloading (``activation_offload_layers``) leaves one offloaded layer's tensors on the device at a time.
 - A stage holds its forward passes from each forward to its backward, in its schedule's order
   (workload/llm/schedules.py): at most pp - stage micro-batches with 1F1B, more chunks of fewer layers with the
   interleaved schedule. The last stage also holds one micro-batch's logits in fp32 for the loss.
@@ -195,7 +196,10 @@ class _Stage:
         layers = self.chunks[chunk]
         if self.p.recompute_mode == "full":
             return len(layers) * self.norm_tokens * self.m.hidden_size * self.a
-        return sum(self._layer_bytes(x) for x in layers)
+        offloaded = self.o.activation_offload_layers
+        kept = sum(self._layer_bytes(x) for x in layers[offloaded:])
+        # an offloaded layer's tensors are on the device while it saves them and again from its prefetch on
+        return kept + max((self._layer_bytes(x) for x in layers[:offloaded]), default=0)
 
     def _activations(self) -> tuple[int, int]:
         """(bytes, passes held) at the schedule's peak."""

@@ -95,6 +95,11 @@ Names and defaults follow Megatron-Core's DistributedDataParallelConfig and Tran
 - ``fp8_attention`` (False): the attention core in FP8 (Megatron-Core's --fp8-dot-product-attention, Transformer
   Engine's FP8 fused attention): its kernels timed at the device's FP8 attention efficiency. Needs precision fp8
   and the fused attention kernel.
+- ``activation_offload_layers`` (0): Megatron-Core's cpu_offloading_num_layers (activations only): the saved
+  activations of the first N layers go to host memory after their forward and come back before their backward,
+  on streams of their own. Only the device-memory estimate (workload/llm/memory.py) counts it: the copies are taken
+  as hidden under the compute, as Megatron-Core schedules them, and are not in the traces. Needs pp = 1
+  (Megatron-Core's condition).
 - ``bf16_layers_at_start`` / ``bf16_layers_at_end`` (0): with fp8 or fp4, that many decoder layers at the start
   and at the end of the model run their GEMMs in the model's 16-bit dtype, unquantized (Megatron-Core's
   first_last_layers_bf16 with num_layers_at_start_in_bf16 / num_layers_at_end_in_bf16, 1 and 1 by default there;
@@ -184,6 +189,7 @@ class TrainingOptions:
     bf16_layers_at_end: int = 0
     bf16_gemms: str = ""
     mxfp8_gemms: str = ""
+    activation_offload_layers: int = 0
 
     def fp8(self) -> bool:
         return self.precision == "fp8"
@@ -251,6 +257,10 @@ class TrainingOptions:
 
     def validate(self, zero_stage: int, sequence_parallel: bool, tp: int) -> None:
         """Raise InputError (one line) for settings that contradict each other or the plan."""
+        if isinstance(self.activation_offload_layers, bool) or not isinstance(self.activation_offload_layers, int) \
+                or self.activation_offload_layers < 0:
+            raise InputError(f"activation_offload_layers must be a whole number >= 0 (got "
+                             f"{self.activation_offload_layers!r})")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
         if self.fp8_recipe not in FP8_RECIPES:
