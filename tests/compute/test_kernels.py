@@ -225,6 +225,7 @@ def test_device_files_are_what_the_fit_writes() -> None:
         scales = {shipped.kernels.scale(f) for f in ("gemm", "attention", "memory")}
         assert scales == {shipped.training_calibration.get("efficiency_scale", 1.0)}, name
         assert shipped.kernels.launch_overhead_us == 0.0 and shipped.kernels.scale("fp8_gemm") == 1.0, name
+        assert not module.write(fitted, calibration, check=True), f"{name}: not in the form the fit writes"
 
 
 # --- device files -------------------------------------------------------------------------------------------------
