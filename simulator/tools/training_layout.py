@@ -379,6 +379,8 @@ def _fit_micro_batch(plan: RowPlan, fw: Framework, dp: int, device_name: str) ->
                 f"micro-batch size {size} ({fw.name} has no default; without a pipeline {fits}: "
                 f"{need / 2**30:.1f} GiB per GPU by the memory estimate)")
             return
+    spec["micro_batch_size"] = fw.micro_batch[0]  # no size runs: the layout's own error is reported later
+    plan.defaults_used.append(f"micro-batch size {fw.micro_batch[0]} ({fw.micro_batch[1]})")
 
 
 def _add(plan: RowPlan, feature: str, value: Any) -> None:

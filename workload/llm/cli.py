@@ -439,7 +439,7 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
             if need > device.memory_bytes:
                 warn(f"the estimated device memory per rank, {need / 2**30:.1f} GiB, is more than the "
                      f"{device.name}'s {device.memory_GiB:g} GiB: a smaller --micro-batch-size, --recompute, more "
-                     "--tp/--pp or --zero/--use-distributed-optimizer would need less")
+                     "--tp/--pp, --zero/--use-distributed-optimizer or --activation-offload-layers would need less")
             else:
                 text += f"\n  fits in the {device.name}'s {device.memory_GiB:g} GiB"
         if device is not None:

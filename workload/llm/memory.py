@@ -156,11 +156,12 @@ class _Stage:
         saved += t * heads * m.value_head_size * self.gemm_in  # the output projection's input
         saved += t * heads * FP32  # the softmax statistics
         if self.o.attention_backend == "unfused" and "core_attn" not in p.recomputed:
-            keys = min(m.window_size or m.seq_len, m.seq_len)
+            window = m.window_size if m.windowed(layer) else None
+            keys = min(window, m.seq_len) if window else m.seq_len
             saved += t * heads * keys * self.a
         return saved
 
-    def _ffn(self, tokens: int, width: int, tp: int, io: int) -> int:
+    def _ffn(self, tokens: int, width: int, tp: int) -> int:
         """An FFN's first GEMM output (the activation's input) and the second GEMM's input."""
         activation_in = tokens * width * (2 if self.m.gated_ffn else 1) // tp * self.a
         return activation_in + tokens * width // tp * self.gemm_in
@@ -168,8 +169,7 @@ class _Stage:
     def _mlp(self, layer: int) -> int:
         if "mlp" in self.p.recomputed:
             return self.norm_tokens * self.m.hidden_size * self.a
-        return self._norm_and_input(self.m.hidden_size) + self._ffn(self.tokens, self.m.dense_ffn, self.p.tp,
-                                                                    self.m.hidden_size)
+        return self._norm_and_input(self.m.hidden_size) + self._ffn(self.tokens, self.m.dense_ffn, self.p.tp)
 
     def _moe(self, layer: int) -> int:
         m, p = self.m, self.p
@@ -177,7 +177,7 @@ class _Stage:
             return self.norm_tokens * m.hidden_size * self.a
         saved = self._norm_and_input(m.hidden_size) + self.norm_tokens * m.num_experts * FP32  # router scores
         if m.shared_expert_ffn:
-            saved += self._ffn(self.tokens, m.shared_expert_ffn, p.tp, m.hidden_size)
+            saved += self._ffn(self.tokens, m.shared_expert_ffn, p.tp)
         routed = self.norm_tokens * m.top_k * p.expert_tp  # token copies this rank's experts run (balanced)
         io = m.expert_width
         saved += routed * io * (self.gemm_in + self.a)  # the experts' input and output (weighted by the router)
