@@ -72,6 +72,14 @@ class Device:
         """The capacity the memory estimate (workload/llm/memory.py) is held against; 0: unknown."""
         return int(self.memory_GiB * 2**30)
 
+    def memory_shortfall(self, need_bytes: int) -> str:
+        """How ``need_bytes`` per GPU (the memory estimate's) exceeds this device's memory, as a phrase ("needs 95.5
+        GiB per GPU by the memory estimate, more than the H100's 80 GiB"); "" when it fits or the size is unknown."""
+        if not self.memory_bytes or need_bytes <= self.memory_bytes:
+            return ""
+        return (f"needs {need_bytes / 2**30:.1f} GiB per GPU by the memory estimate, more than the {self.name}'s "
+                f"{self.memory_GiB:g} GiB")
+
     @property
     def peak_tflops(self) -> float:
         """Dense BF16 (else FP16) TFLOP/s: the roofline model's peak-perf."""

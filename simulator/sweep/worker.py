@@ -123,11 +123,10 @@ def _memory(run: dict[str, Any], root: str, sources: dict[str, str], warn: Any) 
     need = llm_peak_memory(workload, sources.get("workload", "<sweep workload>")).total_bytes
     name = run["options"].get("device")
     if isinstance(name, str):  # a device file beside the sweep file, or a shipped device's name
-        found = device_preset(os.path.join(root, name) if name.endswith((".yml", ".yaml")) else name)
-        capacity, name = found.memory_bytes, found.name
-        if capacity and need > capacity:
-            warn(f"the estimated device memory per rank, {need / 2**30:.1f} GiB, is more than the {name}'s "
-                 f"{capacity / 2**30:g} GiB")
+        short = device_preset(os.path.join(root, name) if name.endswith((".yml", ".yaml")) else name
+                              ).memory_shortfall(need)
+        if short:
+            warn(f"the generated workload {short}")
     return {"device_memory_bytes": need}
 
 

@@ -515,10 +515,9 @@ def _memory_note(plan: RowPlan) -> None:
     (workload/llm/memory.py): every published run fitted, so the estimate, or the layout as printed, is off."""
     from compute.devices import device as device_preset
 
-    capacity = device_preset(plan.device).memory_bytes if plan.device else 0
-    need = llm_peak_memory(plan.spec, plan.row.row_id).total_bytes
-    if capacity and need > capacity:
-        plan.notes.append(f"the run as planned needs {need / 2**30:.0f} GiB per GPU by the memory estimate, more "
-                          f"than the {plan.device}'s {capacity / 2**30:g} GiB (a printed batch or layout the run "
-                          "did not use, or memory-saving settings the row and its recipe do not state, would explain "
-                          "it)")
+    if not plan.device:
+        return
+    short = device_preset(plan.device).memory_shortfall(llm_peak_memory(plan.spec, plan.row.row_id).total_bytes)
+    if short:
+        plan.notes.append(f"the run as planned {short} (a printed batch or layout the run did not use, or "
+                          "memory-saving settings the row and its recipe do not state, would explain it)")

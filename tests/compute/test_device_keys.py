@@ -73,3 +73,11 @@ def test_every_shipped_device_states_its_memory_and_a_file_may_leave_it_out(tmp_
     bad.write_text(text + "\nmemory_GiB: -1\n")
     with pytest.raises(ConfigError, match=r"bad\.yml.*memory_GiB"):
         load_device_file(str(bad))
+
+
+def test_memory_shortfall_says_how_far_over_and_nothing_when_it_fits_or_is_unknown() -> None:
+    h100 = device("H100")
+    assert h100.memory_shortfall(80 * 2**30) == ""
+    assert h100.memory_shortfall(96 * 2**30) == ("needs 96.0 GiB per GPU by the memory estimate, more than the "
+                                                 "H100's 80 GiB")
+    assert replace(h100, memory_GiB=0.0).memory_shortfall(10**15) == ""

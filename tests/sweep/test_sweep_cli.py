@@ -246,4 +246,4 @@ def test_a_generated_point_over_its_devices_memory_says_so(tmp_path: Path) -> No
         "axes": {"workload.seq_len": [8192]}}))
     done = run_cli("sweep", str(sweep), "--out", str(tmp_path / "big"), "--jobs", "1")
     assert done.returncode == 0, done.stderr
-    assert "estimated device memory per rank" in done.stderr and "more than the H100's 80 GiB" in done.stderr
+    assert "by the memory estimate, more than the H100's 80 GiB" in done.stderr

@@ -41,7 +41,7 @@ def test_a_layout_over_the_devices_memory_is_warned_about() -> None:
                   "--global-batch", "64", "--micro-batch-size", "64", "--device", "H100", "--summary")
     assert out.returncode == 0, out.stderr
     assert "fits in" not in out.stdout
-    warned = [line for line in out.stderr.splitlines() if "estimated device memory per rank" in line]
+    warned = [line for line in out.stderr.splitlines() if "by the memory estimate" in line]
     assert len(warned) == 1 and "more than the H100's 80 GiB" in warned[0] and "--micro-batch-size" in warned[0]
 
 

@@ -435,11 +435,10 @@ def main(args: argparse.Namespace, warn: Callable[[str], None]) -> None:
         summary = summarize(model, plan, programs, ranks, roofline, options)
         text = format_summary(summary)
         if device is not None and device.memory_bytes:
-            need = max(m["total_bytes"] for m in summary["memory_by_stage"])
-            if need > device.memory_bytes:
-                warn(f"the estimated device memory per rank, {need / 2**30:.1f} GiB, is more than the "
-                     f"{device.name}'s {device.memory_GiB:g} GiB: a smaller --micro-batch-size, --recompute, more "
-                     "--tp/--pp, --zero/--use-distributed-optimizer or --activation-offload-layers would need less")
+            short = device.memory_shortfall(max(m["total_bytes"] for m in summary["memory_by_stage"]))
+            if short:
+                warn(f"the layout {short}: a smaller --micro-batch-size, --recompute, more --tp/--pp, "
+                     "--zero/--use-distributed-optimizer or --activation-offload-layers would need less")
             else:
                 text += f"\n  fits in the {device.name}'s {device.memory_GiB:g} GiB"
         if device is not None:
