@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from compute.devices import device as device_preset
 from network.config import NetworkConfig
 from simulator.tools.training_features import EXPERT_TP, FEATURES, FRAMEWORKS, Framework, missing_label, resolve
 from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
@@ -356,8 +357,6 @@ def _fit_micro_batch(plan: RowPlan, fw: Framework, dp: int, device_name: str) ->
     GPU's. A run without a pipeline has no bubble that smaller micro-batches would shrink, while larger ones run
     larger GEMMs and leave the gradient reduction a longer last backward to overlap; tuned runs take the largest
     that fits."""
-    from compute.devices import device as device_preset
-
     spec = plan.spec
     per_rank = spec["global_batch"] // dp
     capacity = device_preset(device_name).memory_bytes if device_name else 0
@@ -483,8 +482,6 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None, code_values: bool 
     if spec["micro_batch_size"] == 0:
         _fit_micro_batch(plan, fw, dims["dp"], plan.device)
     values = {c: number(row, c) for c in ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu")}
-    from compute.devices import device as device_preset
-
     peak = device_preset(plan.device).peak_tflops if plan.device else None
     metric = choose_metric(values, row.source_id, chosen.fields, batch[0], n, peak)
     if isinstance(metric, str):
@@ -513,8 +510,6 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None, code_values: bool 
 def _memory_note(plan: RowPlan) -> None:
     """A note when the run as planned needs more device memory per GPU than its GPU has by the estimate
     (workload/llm/memory.py): every published run fitted, so the estimate, or the layout as printed, is off."""
-    from compute.devices import device as device_preset
-
     if not plan.device:
         return
     short = device_preset(plan.device).memory_shortfall(llm_peak_memory(plan.spec, plan.row.row_id).total_bytes)
