@@ -68,7 +68,7 @@ BLACKWELL = ("B200", "B300", "GB200", "GB300")
 GEMM_REFERENCE = "B300"  # the Blackwell GPU with typical-shape GEMM rows
 TE_TABLE = "te_gemm_profiling.tsv"
 TE_FITTED = ("bf16", "fp8_current", "nvfp4")  # recipes fitted (BF16; FP8 per-tensor and NVFP4 pre-quantized)
-TE_MXFP8 = "mxfp8"  # fitted and recorded: the model has one FP8 precision
+TE_MXFP8 = "mxfp8"  # fitted: MXFP8's own efficiency (B300's pre-quantized rows; the others at B300's MXFP8/FP8 ratio)
 CEILING_ONLY = ("B200", "GB200")  # GEMM rows: their maximum-achievable-matmul ceilings only
 SAME_GPU = {"GB300": "B300"}  # no GEMM measurements of its own: the named device's GEMM fit, on its own peaks
 ATTENTION_ROWS = {"B200": "B200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}  # fitted on whose rows
@@ -174,17 +174,20 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
     d = _derive(shipped[ref], h100, [], ())
     te = [m for m in rows_of[ref] if m.table == TE_TABLE]
     gemm = fit_gemm(d, [m for m in te if m.kernel in TE_FITTED], ("efficiency", "fp8", "fp4"))
-    gemms = {ref: with_params(d, replace(d.kernels, gemm=gemm))}
-    mxfp8 = fit_gemm(gemms[ref], [m for m in te if m.kernel == TE_MXFP8], ("fp8",)).dtype_efficiency["fp8"]
-    bias = ceiling_error(gemms[ref], rows_of[ref])
+    fp8_only = with_params(d, replace(d.kernels, gemm=gemm))
+    mxfp8 = fit_gemm(fp8_only, [m for m in te if m.kernel == TE_MXFP8], (TE_MXFP8,)).dtype_efficiency[TE_MXFP8]
     eff = gemm.dtype_efficiency
+    mxfp8_ratio = round4(mxfp8 / eff["fp8"])
+    gemm = replace(gemm, dtype_efficiency={**eff, TE_MXFP8: mxfp8})
+    gemms = {ref: with_params(d, replace(d.kernels, gemm=gemm))}
+    bias = ceiling_error(gemms[ref], rows_of[ref])
     fp4_gain = round4(eff["fp4"] * d.peak_flops("fp4") / (eff["fp8"] * d.peak_flops("fp8")))
     for name in CEILING_ONLY:
         dn = _derive(shipped[name], h100, rows_of[name], ("efficiency", "fp8"), bias)
         g = dn.kernels.gemm
         fp4 = round4(g.dtype_efficiency["fp8"] * fp4_gain * dn.peak_flops("fp8") / dn.peak_flops("fp4"))
         gemms[name] = with_params(dn, replace(dn.kernels, gemm=replace(g, dtype_efficiency={
-            **g.dtype_efficiency, "fp4": fp4})))
+            **g.dtype_efficiency, "fp4": fp4, TE_MXFP8: round4(g.dtype_efficiency["fp8"] * mxfp8_ratio)})))
     for name, source in SAME_GPU.items():
         gemms[name] = _derive(shipped[name], gemms[source], [], ())
     attention: dict[str, tuple[dict[str, float], AttentionParams]] = {}
@@ -216,8 +219,6 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
         k = d.kernels.to_dict()
         fitted_gemm = {} if name in SAME_GPU else {"efficiency": k["gemm"]["efficiency"],
                                                      **k["gemm"]["dtype_efficiency"]}
-        if name == ref:
-            fitted_gemm["fp8_mxfp8"] = mxfp8
         cal = {**{key: cal[key] for key in ("status", "method", "derived_from")}, "attention_kernel": "cudnn",
                "data": cal["data"]}
         cal["fitted"] = {**({"gemm": fitted_gemm} if fitted_gemm else {}),
@@ -226,13 +227,13 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
                                                                                  "backward_efficiency")}},
                          "memory": {c: {"efficiency": d.kernels.memory.efficiency[c],
                                         "launch_us": d.kernels.memory.launch_us[c]} for c in ("norm", "elementwise")}}
-        cal["assumptions"] = _blackwell_assumptions(d, bias, fp4_gain, mxfp8)
+        cal["assumptions"] = _blackwell_assumptions(d, bias, fp4_gain, mxfp8_ratio)
         cal["residuals"] = residuals(d, own, effs)
         out[name] = (d, cal)
     return out
 
 
-def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8: float) -> list[str]:
+def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8_ratio: float) -> list[str]:
     name, ref = d.name, GEMM_REFERENCE
     a = d.kernels.attention
     out = [f"memory-bound {cls} (no measurements) works like {like}" for cls, like in ANALOGUES.items()]
@@ -242,8 +243,8 @@ def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8: float
                    "per-tensor (current scaling) and NVFP4 with the operands quantized beforehand (the trace times "
                    "Transformer Engine's quantization kernels apart); the rows that include the quantization, and "
                    f"the maximum-achievable-matmul ceilings (predicted {bias:+.1%} slow), are checks")
-        out.append(f"MXFP8 GEMMs run at the FP8 efficiency (the model has one FP8 precision); Transformer Engine's "
-                   f"pre-quantized MXFP8 rows give {mxfp8} (fp8_mxfp8 under fitted, not used)")
+        out.append(f"MXFP8 GEMMs at their own efficiency, fitted on Transformer Engine's pre-quantized MXFP8 rows "
+                   f"({mxfp8_ratio}x the per-tensor FP8 one: the block scales' handling)")
     elif name in SAME_GPU:
         out.append(f"GEMM: {SAME_GPU[name]}'s fit (the same Blackwell Ultra GPU; no {name} GEMM measurements), on "
                    f"{name}'s own peaks")
@@ -252,7 +253,8 @@ def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8: float
                    f"{bias:+.1%} slow, as {ref}'s fit on Transformer Engine's typical shapes predicts {ref}'s ceiling")
         out.append(f"FP4 (NVFP4) GEMMs have no measurements here: {ref}'s measured NVFP4 over FP8 GEMM speed "
                    f"({fp4_gain}x, operands quantized beforehand) on this GPU's FP8 efficiency")
-        out.append("FP8 GEMMs run at cuBLAS's per-tensor efficiency (MXFP8 alike; B300's MXFP8 rows are 5% slower)")
+        out.append(f"FP8 GEMMs run at cuBLAS's per-tensor efficiency; MXFP8 ones at {mxfp8_ratio}x it, {ref}'s "
+                   "measured MXFP8 over per-tensor FP8 efficiency (operands quantized beforehand)")
     rows_from = ATTENTION_ROWS[name]
     out.append(("attention fitted on its own cuDNN rows" if rows_from == name else
                 f"attention: {rows_from}'s fit on its cuDNN rows (the same Blackwell Ultra GPU; no {name} attention "

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from compute.kernel_params import SCALES, KernelParams, parse_kernel_params
-from compute.shapes import DTYPES
+from compute.shapes import MATH_DTYPES, math_precision
 from network.values import MAX_RATE, key_names, number, texts, whole
 from workload.errors import ConfigError, InputError, shown
 from workload.files import read_yaml, shown_path
@@ -53,7 +53,7 @@ class Device:
     """One accelerator: its peaks, its memory, and the kernel model's parameters for it."""
 
     name: str
-    peaks_tflops: dict[str, float]  # dense, by precision (compute/shapes.py DTYPES); a precision absent: unsupported
+    peaks_tflops: dict[str, float]  # dense, by precision (shapes.py MATH_DTYPES); a precision absent: unsupported
     memory_bw_GBps: float  # GB/s (1e9 bytes), as ASTRA-sim's local-mem-bw
     compute_units: int
     kernels: KernelParams
@@ -91,17 +91,21 @@ class Device:
 
     def peak_flops(self, dtype: str) -> float:
         """Dense FLOP/s of math in ``dtype``; a precision the device lacks runs at its BF16 rate (FP8 on an A100
-        runs as BF16 there), FP32 without tensor cores at its FP32 rate."""
-        tflops = self.peaks_tflops.get(dtype) or self.peak_tflops
+        runs as BF16 there), FP32 without tensor cores at its FP32 rate; a block-scaled format at its element
+        precision's rate."""
+        tflops = self.peaks_tflops.get(math_precision(dtype)) or self.peak_tflops
         return tflops * 1e12
 
     def has(self, dtype: str) -> bool:
-        return dtype in self.peaks_tflops
+        """Whether the hardware runs ``dtype`` math (a block-scaled format: listed in ``block_scaled`` too)."""
+        return math_precision(dtype) in self.peaks_tflops and (dtype in self.peaks_tflops or dtype in self.block_scaled)
 
     def math_dtype(self, dtype: str) -> str:
-        """The precision ``dtype`` math runs in here: itself, else BF16 (else FP16)."""
-        if dtype in self.peaks_tflops:
-            return dtype
+        """The precision ``dtype`` math runs in here: itself, else (a block-scaled format the device lacks) its
+        element precision, else BF16 (else FP16)."""
+        for candidate in (dtype, math_precision(dtype)):
+            if self.has(candidate):
+                return candidate
         return "bf16" if "bf16" in self.peaks_tflops else "fp16"
 
     def with_knobs(self, launch_overhead_us: float | None = None,
@@ -222,11 +226,11 @@ def parse_device(data: Any, where: str, path: str = "") -> Device:
         raise ConfigError(f"{where}: 'name' must be a short name with letters or digits (got {shown(name)})")
     peaks = data["peak_tflops"]
     if not isinstance(peaks, dict) or not peaks:
-        raise ConfigError(f"{where}: 'peak_tflops' must map precisions ({', '.join(DTYPES)}) to TFLOP/s")
-    bad = set(peaks) - set(DTYPES)
+        raise ConfigError(f"{where}: 'peak_tflops' must map precisions ({', '.join(MATH_DTYPES)}) to TFLOP/s")
+    bad = set(peaks) - set(MATH_DTYPES)
     if bad:
         raise ConfigError(f"{where}: unknown precision(s) in 'peak_tflops': {key_names(bad)}; valid: "
-                          f"{', '.join(DTYPES)}")
+                          f"{', '.join(MATH_DTYPES)}")
     checked = {k: number(v, f"peak_tflops.{k}", where, high=MAX_RATE, positive=True) for k, v in peaks.items()}
     if "bf16" not in checked and "fp16" not in checked:
         raise ConfigError(f"{where}: 'peak_tflops' needs bf16 or fp16 (the roofline model's peak)")

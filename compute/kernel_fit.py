@@ -26,7 +26,7 @@ from compute.devices import Device
 from compute.kernel_data import Measurement, errors, summarize
 from compute.kernel_params import AttentionParams, GemmParams, KernelParams, MemoryParams
 from compute.kernels import KernelModel, gemm_seconds, memory_class
-from compute.shapes import DTYPE_BYTES
+from compute.shapes import DTYPE_BYTES, math_precision
 
 Transform = tuple[str, Callable[[float], float], Callable[[float], float]]
 FRACTION: tuple[Callable[[float], float], Callable[[float], float]] = (
@@ -91,7 +91,7 @@ class _Vector:
 
 
 # --- GEMM --------------------------------------------------------------------------------------------------------
-LOW_PRECISIONS = ("fp8", "fp4")  # GEMM precisions with an efficiency of their own (relative to ``efficiency``)
+LOW_PRECISIONS = ("fp8", "fp4", "mxfp8")  # GEMM precisions with an efficiency of their own (relative to ``efficiency``)
 
 
 def _gemm_params(base: GemmParams, v: dict[str, float]) -> GemmParams:
@@ -123,7 +123,8 @@ def gemm_times(device: Device, p: GemmParams, a: dict[str, np.ndarray]) -> np.nd
     """Each row's modelled time: the sum of its GEMMs'."""
     eff = np.full(len(a["m"]), p.efficiency)
     for dtype in LOW_PRECISIONS:
-        eff = np.where(a[dtype], p.efficiency * p.dtype_efficiency.get(dtype, 1.0), eff)
+        own = p.dtype_efficiency.get(dtype, p.dtype_efficiency.get(math_precision(dtype), 1.0))
+        eff = np.where(a[dtype], p.efficiency * own, eff)
     seconds = gemm_seconds(a["m"], a["n"], a["k"], a["batch"], a["bytes"], a["peak"] * np.minimum(eff, 1.0),
                            device.compute_units, device.memory_bw_GBps * 1e9, p)
     return np.bincount(a["row"], weights=np.asarray(seconds), minlength=len(a["time"]))
@@ -134,7 +135,7 @@ def fit_gemm(device: Device, rows: Sequence[Measurement], free: Sequence[str] | 
     base = device.kernels.gemm
     kinds: dict[str, tuple[Callable[[float], float], ...]] = {
         "efficiency": FRACTION, "k_fill": POSITIVE, "wave_quantization": FRACTION, "overlap": ABOVE_ONE,
-        "memory_efficiency": FRACTION, "launch_us": POSITIVE, "fp8": FRACTION, "fp4": FRACTION,
+        "memory_efficiency": FRACTION, "launch_us": POSITIVE, "fp8": FRACTION, "fp4": FRACTION, "mxfp8": FRACTION,
         **{f"tile{i}": FRACTION for i in range(1, len(base.tiles))}}
     start = {"efficiency": min(base.efficiency, 0.99), "k_fill": max(base.k_fill, 1.0),
              "wave_quantization": min(max(base.wave_quantization, 0.01), 0.99), "overlap": max(base.overlap, 1.01),

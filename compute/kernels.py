@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compute.shapes import DTYPE_BYTES, SCAN_CLASS, AttentionShape, GemmShape, OpShape
+from compute.shapes import DTYPE_BYTES, SCAN_CLASS, AttentionShape, GemmShape, OpShape, math_precision
 
 if TYPE_CHECKING:  # a run that does not time kernels imports neither
     from compute.devices import Device
@@ -86,8 +86,8 @@ class KernelModel:
     # --- GEMM ------------------------------------------------------------------------------------------------
     def gemm_s(self, g: GemmShape, dtype: str) -> float:
         p = self.params.gemm
-        scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if dtype == "fp8" else 1.0)
-        eff = min(1.0, p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * scale)
+        scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if math_precision(dtype) == "fp8" else 1.0)
+        eff = min(1.0, p.efficiency * _dtype_efficiency(p.dtype_efficiency, dtype) * scale)
         flops = self.device.peak_flops(dtype) * eff
         batched = float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth,
                                      p))
@@ -111,7 +111,7 @@ class KernelModel:
                     + p.tile_overhead)
         tiles = a.batch * a.heads * query_tiles
         waves = float(_waves(tiles / self.units, p.wave_quantization))
-        eff = p.efficiency * p.dtype_efficiency.get(dtype, 1.0) * a.head_dim / (a.head_dim + p.head_dim_half)
+        eff = p.efficiency * _dtype_efficiency(p.dtype_efficiency, dtype) * a.head_dim / (a.head_dim + p.head_dim_half)
         if a.backward:
             eff *= p.backward_efficiency
         eff = min(1.0, eff * self.params.scale("attention"))
@@ -154,6 +154,13 @@ class KernelModel:
         compute = num_ops / (self.device.peak_flops("bf16") * min(1.0, g.efficiency * self.params.scale("gemm")))
         memory = tensor_size / (self.bandwidth * min(1.0, eff * self.params.scale("memory")))
         return launch_us * 1e-6 + self.gap_s + max(compute, memory)
+
+
+def _dtype_efficiency(efficiencies: dict[str, float], dtype: str) -> float:
+    """A precision's efficiency relative to the 16-bit one; a block-scaled format without its own, its element
+    precision's."""
+    found = efficiencies.get(dtype)
+    return found if found is not None else efficiencies.get(math_precision(dtype), 1.0)
 
 
 def memory_class(shape: OpShape) -> str:

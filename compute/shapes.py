@@ -35,9 +35,18 @@ from typing import Any
 SCAN_CLASS = "scan"  # a Mamba-2 SSD scan kernel: timed by its bytes, derived from the element-wise class
 OP_CLASSES = ("gemm", "attention", "elementwise", "norm", "softmax", "activation", "embedding", "loss", "optimizer",
               "quantize", SCAN_CLASS)
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5}
+MATH_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # the precisions a device states a peak for
+# block-scaled formats a GEMM may name instead of its math precision: they run at that precision's peak, at an
+# efficiency of their own where the device file gives one (Blackwell's MXFP8 GEMMs are ~5% slower than per-tensor FP8)
+BLOCK_SCALED_MATH = {"mxfp8": "fp8"}
+DTYPES = (*MATH_DTYPES, *BLOCK_SCALED_MATH)
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "mxfp8": 1}
 DEFAULT_DTYPE = "bf16"
+
+
+def math_precision(dtype: str) -> str:
+    """The math precision ``dtype`` runs in: itself, or a block-scaled format's element precision (mxfp8 -> fp8)."""
+    return BLOCK_SCALED_MATH.get(dtype, dtype)
 
 
 def dtype_for_bytes(dtype_bytes: int) -> str:

@@ -225,7 +225,8 @@ class _SlowerPrecision:
         assert d is not None
         names = "/".join(sorted(x.upper() for x in self.dtypes))
         rate = d.math_dtype(sorted(self.dtypes)[0]).upper()
-        better = f"--device NAME of a GPU with it (e.g. --device {'B200' if 'fp4' in self.dtypes else 'H100'})"
+        example = "B200" if self.dtypes & {"fp4", "mxfp8"} else "H100"
+        better = f"--device NAME of a GPU with it (e.g. --device {example})"
         if not self.kernels:
             better += " and --compute-model kernels (the roofline model times every node at the BF16 peak)"
         return (f"--device {d.name} has no {names} math: {self.count} GPU compute node(s) in {names} ({self.example}) "

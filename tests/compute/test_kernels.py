@@ -167,7 +167,8 @@ def test_golden_rows() -> None:
 
 @pytest.mark.parametrize(("name", "table", "kernel", "limit"), [
     ("B300", "te_gemm_profiling.tsv", "bf16", 0.05), ("B300", "te_gemm_profiling.tsv", "fp8_current", 0.05),
-    ("B300", "te_gemm_profiling.tsv", "nvfp4", 0.05), ("GB200", "cudnn_sdpa.tsv", "cudnn", 0.06),
+    ("B300", "te_gemm_profiling.tsv", "nvfp4", 0.05), ("B300", "te_gemm_profiling.tsv", "mxfp8", 0.05),
+    ("GB200", "cudnn_sdpa.tsv", "cudnn", 0.06),
     ("GB300", "cudnn_sdpa.tsv", "cudnn", 0.06), ("B200", "cudnn_sdpa.tsv", "cudnn", 0.10),
     ("GB200", "cudnn_norm.tsv", "", 0.22), ("GB300", "cudnn_norm.tsv", "", 0.22)])
 def test_blackwell_devices_hold_their_error_on_their_rows(name: str, table: str, kernel: str, limit: float) -> None:
@@ -237,6 +238,26 @@ def test_devices_by_name_alias_and_file(tmp_path: Path) -> None:
         device("H900")
     with pytest.raises(InputError, match="no such device file"):
         device(str(tmp_path / "nope.yml"))
+
+
+def test_mxfp8_gemms_run_at_the_fp8_peak_at_their_own_efficiency() -> None:
+    """Blackwell: MXFP8 at its fitted share of per-tensor FP8's speed (the block scales' handling), never faster;
+    a device without MXFP8 runs the GEMM as FP8 (Hopper), a device with it but no efficiency of its own at FP8's."""
+    big = gemm(8192, 8192, 8192, dtype="fp8")
+    for name in ("B200", "B300", "GB200", "GB300"):
+        d = device(name)
+        eff = d.kernels.gemm.dtype_efficiency
+        assert d.has("mxfp8") and d.math_dtype("mxfp8") == "mxfp8" and d.peak_flops("mxfp8") == d.peak_flops("fp8")
+        model = KernelModel(d)
+        ratio = model.seconds(replace(big, dtype="mxfp8"), 0, 0) / model.seconds(big, 0, 0)
+        assert ratio == pytest.approx(eff["fp8"] / eff["mxfp8"], rel=0.02) and 1.03 < ratio < 1.08, name
+    h100 = device("H100")
+    assert not h100.has("mxfp8") and h100.math_dtype("mxfp8") == "fp8"
+    assert KernelModel(h100).seconds(replace(big, dtype="mxfp8"), 0, 0) == KernelModel(h100).seconds(big, 0, 0)
+    mi355x = device("MI355X")
+    assert mi355x.has("mxfp8") and "mxfp8" not in mi355x.kernels.gemm.dtype_efficiency
+    assert KernelModel(mi355x).seconds(replace(big, dtype="mxfp8"), 0, 0) == KernelModel(mi355x).seconds(big, 0, 0)
+    assert device("A100").math_dtype("mxfp8") == "bf16"
 
 
 def test_block_scaled_formats_are_the_hardwares() -> None:

@@ -88,7 +88,7 @@ def test_mxfp8_gemms_of_an_nvfp4_step_take_mxfp8s_kernels() -> None:
     options = TrainingOptions(precision="fp4", mxfp8_gemms="attn_out")
     ops = build_programs(MODEL, PLAN, options)[0].ops
     by_name = {op.name: op for op in ops}
-    assert by_name["mb0.fwd.layer0.attn_out"].kernel.shape.dtype == "fp8"
+    assert by_name["mb0.fwd.layer0.attn_out"].kernel.shape.dtype == "mxfp8"  # timed at MXFP8's own efficiency
     assert by_name["mb0.fwd.layer0.qkv"].kernel.shape.dtype == "fp4"
     casts = {op.kernel.shape.dtype for op in ops if op.name.startswith("mb0.fwd.layer0.attn_out_input")}
     assert casts == {"fp8"}  # MXFP8's quantization kernels, not NVFP4's

@@ -18,7 +18,7 @@ from workload.llm import costs, quantize
 from workload.llm.costs import Matmul
 from workload.llm.mamba import MambaMixer
 from workload.llm.model import HYBRID_SYMBOLS, ModelConfig
-from workload.llm.options import FP4_RECIPE, MXFP8_RECIPE, TrainingOptions
+from workload.llm.options import MXFP8_RECIPE, TrainingOptions
 from workload.llm.plan import ParallelPlan
 
 FP8_BYTES = 1
@@ -30,8 +30,8 @@ COUNT_BYTES = 8  # one expert's token count (int64), all-gathered over the exper
 
 
 def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, dtype: str = "") -> Matmul:
-    """A Matmul in ``dtype`` ("fp8", "fp4"; "" = the model's; the kernel model reads the precision, the bytes stay
-    the model's)."""
+    """A Matmul in ``dtype`` ("fp8", "mxfp8", "fp4"; "" = the model's; the kernel model reads the precision, the
+    bytes stay the model's)."""
     return Matmul(name, tokens, k, n, dtype_bytes, weights, dtype)
 
 
@@ -120,10 +120,12 @@ class StageSizes:
         self.recipe = options.recipe()  # the layers' GEMMs' quantization recipe (None: 16-bit GEMMs)
         self.host = options.host()  # the host issuing the kernels (None: an ideal host)
         low = options.gemm_dtype()
+        if self.recipe == MXFP8_RECIPE:  # block-scaled FP8: the kernel model's MXFP8 efficiency, where it has one
+            low = MXFP8_RECIPE
         bf16, mxfp8 = options.bf16_gemm_names(), options.mxfp8_gemm_names()
 
         def low_for(gemm: str) -> str:  # a GEMM's precision: the layers' low one unless kept in 16-bit or MXFP8
-            return "" if gemm in bf16 else "fp8" if gemm in mxfp8 else low
+            return "" if gemm in bf16 else MXFP8_RECIPE if gemm in mxfp8 else low
         t = b * s // p.cp  # tokens per rank in the tensor-parallel GEMMs
         t_local = t // tp if self.sp else t  # tokens per rank outside them
         heads, kv, hd, f = m.num_heads // tp, m.kv_heads // tp, m.head_size, m.ffn_hidden_size // tp
@@ -248,8 +250,8 @@ class StageSizes:
         16-bit GEMM (the output layer and router are never quantized)."""
         if self.recipe is None or not gemm.dtype:
             return ()
-        # an FP8 GEMM of an NVFP4 step (mxfp8_gemms) is quantized with MXFP8's kernels
-        recipe = MXFP8_RECIPE if gemm.dtype == "fp8" and self.recipe == FP4_RECIPE else self.recipe
+        # an MXFP8 GEMM of an NVFP4 step (mxfp8_gemms) is quantized with MXFP8's kernels
+        recipe = MXFP8_RECIPE if gemm.dtype == MXFP8_RECIPE else self.recipe
         elements = {"input": quantize.input_elements, "grad": quantize.grad_elements,
                     "weight": quantize.weight_elements}[operand](gemm)
         return quantize.operand_kernels(name, elements, recipe, quantize.launches(gemm, operand, recipe))

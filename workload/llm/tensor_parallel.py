@@ -67,7 +67,8 @@ class TensorParallel:
 
     def _gathered_bytes(self, gemm: Matmul | None) -> int:
         """A rank's tokens as gathered: FP8 for an FP8 GEMM, else the model's dtype (16-bit GEMMs, NVFP4's)."""
-        return self.z.fp8_gather_bytes if gemm is not None and gemm.dtype == "fp8" else self.z.act_local_bytes
+        fp8 = gemm is not None and gemm.dtype in ("fp8", "mxfp8")
+        return self.z.fp8_gather_bytes if fp8 else self.z.act_local_bytes
 
     def reduce(self, name: str, deps: list[int], phase: str, bulk: bool = False) -> list[int]:
         """A row-parallel output (or column-parallel input gradient): reduce-scatter with sequence parallelism,

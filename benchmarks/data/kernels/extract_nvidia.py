@@ -149,7 +149,7 @@ PASSES = {"Fprop": [(m, n, k) for m, n, k in FPROP.values()],
           "Dgrad": [(m, k, n) for m, n, k in FPROP.values()],  # dX = dY W^T: contracts the output features
           "Wgrad": [(k, n, m) for m, n, k in FPROP.values()]}  # dW = X^T dY: contracts the tokens
 RECIPES = {"BF16": ("bf16", "bf16"), "FP8Current": ("fp8", "fp8_current"), "FP8Delayed": ("fp8", "fp8_delayed"),
-           "FP8Block": ("fp8", "fp8_block"), "MXFP8": ("fp8", "mxfp8"), "NVFP4": ("fp4", "nvfp4")}
+           "FP8Block": ("fp8", "fp8_block"), "MXFP8": ("mxfp8", "mxfp8"), "NVFP4": ("fp4", "nvfp4")}
 
 
 def _gemms(shapes: list[tuple[int, int, int]]) -> str:
