@@ -183,7 +183,8 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
     bias = ceiling_error(gemms[ref], rows_of[ref])
     fp4_gain = round4(eff["fp4"] * d.peak_flops("fp4") / (eff["fp8"] * d.peak_flops("fp8")))
     for name in CEILING_ONLY:
-        dn = _derive(shipped[name], h100, rows_of[name], ("efficiency", "fp8"), bias)
+        ceilings = [m for m in rows_of[name] if m.table == CEILING_TABLE]  # other GEMM rows are checks
+        dn = _derive(shipped[name], h100, ceilings, ("efficiency", "fp8"), bias)
         g = dn.kernels.gemm
         fp4 = round4(g.dtype_efficiency["fp8"] * fp4_gain * dn.peak_flops("fp8") / dn.peak_flops("fp4"))
         gemms[name] = with_params(dn, replace(dn.kernels, gemm=replace(g, dtype_efficiency={
@@ -320,7 +321,8 @@ def _with_quantize(d: Device, cal: dict[str, Any], rows: list[Measurement]) -> d
     tables: dict[tuple[str, str], int] = {}
     for m in rows:
         tables[m.table, m.source_id] = tables.get((m.table, m.source_id), 0) + 1
-    data = [x for x in cal["data"] if not str(x["table"]).startswith("torchao")]
+    quantize_tables = {t for t, _ in tables}
+    data = [x for x in cal["data"] if x["table"] not in quantize_tables]
     cal["data"] = data + [{"table": t, "rows": n, "source": SOURCES[s][0], "url": SOURCES[s][1],
                            "licence": SOURCES[s][2]} for (t, s), n in sorted(tables.items())]
     memory = d.kernels.memory
@@ -330,7 +332,7 @@ def _with_quantize(d: Device, cal: dict[str, Any], rows: list[Measurement]) -> d
         f"quantization kernels (FP8/MXFP8 casts, NVFP4 quantization): an efficiency and a launch each, fitted on "
         f"{', '.join(QUANTIZE_FAMILY[::2])} rows for {', '.join(QUANTIZE_FAMILY)}; torchao's kernels stand in for "
         "Transformer Engine's"]
-    residual = {k: v for k, v in cal["residuals"].items() if not k.startswith("torchao")}
+    residual = {k: v for k, v in cal["residuals"].items() if k.split(":")[0] not in quantize_tables}
     cal["residuals"] = residual | residuals(d, rows, None)
     return cal
 

@@ -58,6 +58,10 @@ SOURCES = {
     "torchao_nvfp4_gb200": ("torchao NVFP4 training kernel benchmarks, GB200 (CuTe DSL kernels, Llama 3 shapes)",
                             "https://github.com/pytorch/ao/blob/36027d82d1ad9949597ea16002ff4940374b1b94/benchmarks/"
                             "prototype/nvfp4_training/README.md", "BSD-3-Clause"),
+    "torchao_moe_mxfp8": ("torchao MXFP8 MoE training kernel breakdown, B200 1000 W (DeepSeek-V3 expert GEMMs, "
+                          "scaled grouped GEMMs; checks, not fitted)",
+                          "https://github.com/pytorch/ao/blob/36027d82d1ad9949597ea16002ff4940374b1b94/torchao/"
+                          "prototype/moe_training/README.md#kernel-microbenchmarks-breakdown-by-pass", "BSD-3-Clause"),
     "cudnn_sdpa_a": ("cuDNN SDPA training benchmark, Llama 3.1 attention, GB200 and GB300, cuDNN 9.22 (cudnn-frontend "
                      "benchmark results)", "https://github.com/NVIDIA/cudnn-frontend/tree/"
                      "3929da2ef4c1dba1bb8acb68727b9134f26f40c0/benchmark/sdpa_benchmark_training/results/llama3.1",

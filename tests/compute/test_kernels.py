@@ -260,6 +260,16 @@ def test_mxfp8_gemms_run_at_the_fp8_peak_at_their_own_efficiency() -> None:
     assert device("A100").math_dtype("mxfp8") == "bf16"
 
 
+def test_b200_grouped_mxfp8_gemms_against_torchaos_measured_ones() -> None:
+    """The check rows (not fitted): DeepSeek-V3's expert GEMMs on B200 as torchao's scaled grouped GEMMs run them;
+    the shipped file (with its training factor) within 6% on the forward and input gradient, never slower."""
+    model = KernelModel(device("B200"))
+    rows = [m for m in ROWS if m.table == "torchao_grouped_gemm.tsv"]
+    assert len(rows) == 3 and all(m.shapes[0].dtype == "mxfp8" and m.shapes[0].gemm.batch == 8 for m in rows)
+    errs = [m.predicted_us(model) / m.time_us - 1 for m in rows]
+    assert all(-0.06 <= e <= 0 for e in errs[:2]) and errs[2] < errs[0]
+
+
 def test_block_scaled_formats_are_the_hardwares() -> None:
     """MXFP8 and NVFP4 on Blackwell, MXFP8 and MXFP4 on CDNA 4, none before them."""
     for name in ("B200", "B300", "GB200", "GB300"):
