@@ -25,8 +25,8 @@ import numpy as np
 from compute.devices import Device
 from compute.kernel_data import Measurement, errors, summarize
 from compute.kernel_params import AttentionParams, GemmParams, KernelParams, MemoryParams
-from compute.kernels import KernelModel, gemm_seconds, memory_class
-from compute.shapes import DTYPE_BYTES, math_precision
+from compute.kernels import KernelModel, gemm_seconds, memory_class, precision_efficiency
+from compute.shapes import DTYPE_BYTES
 
 Transform = tuple[str, Callable[[float], float], Callable[[float], float]]
 FRACTION: tuple[Callable[[float], float], Callable[[float], float]] = (
@@ -123,8 +123,7 @@ def gemm_times(device: Device, p: GemmParams, a: dict[str, np.ndarray]) -> np.nd
     """Each row's modelled time: the sum of its GEMMs'."""
     eff = np.full(len(a["m"]), p.efficiency)
     for dtype in LOW_PRECISIONS:
-        own = p.dtype_efficiency.get(dtype, p.dtype_efficiency.get(math_precision(dtype), 1.0))
-        eff = np.where(a[dtype], p.efficiency * own, eff)
+        eff = np.where(a[dtype], p.efficiency * precision_efficiency(p.dtype_efficiency, dtype), eff)
     seconds = gemm_seconds(a["m"], a["n"], a["k"], a["batch"], a["bytes"], a["peak"] * np.minimum(eff, 1.0),
                            device.compute_units, device.memory_bw_GBps * 1e9, p)
     return np.bincount(a["row"], weights=np.asarray(seconds), minlength=len(a["time"]))

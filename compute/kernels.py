@@ -87,7 +87,7 @@ class KernelModel:
     def gemm_s(self, g: GemmShape, dtype: str) -> float:
         p = self.params.gemm
         scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if math_precision(dtype) == "fp8" else 1.0)
-        eff = min(1.0, p.efficiency * _dtype_efficiency(p.dtype_efficiency, dtype) * scale)
+        eff = min(1.0, p.efficiency * precision_efficiency(p.dtype_efficiency, dtype) * scale)
         flops = self.device.peak_flops(dtype) * eff
         batched = float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth,
                                      p))
@@ -111,7 +111,8 @@ class KernelModel:
                     + p.tile_overhead)
         tiles = a.batch * a.heads * query_tiles
         waves = float(_waves(tiles / self.units, p.wave_quantization))
-        eff = p.efficiency * _dtype_efficiency(p.dtype_efficiency, dtype) * a.head_dim / (a.head_dim + p.head_dim_half)
+        eff = (p.efficiency * precision_efficiency(p.dtype_efficiency, dtype)
+               * a.head_dim / (a.head_dim + p.head_dim_half))
         if a.backward:
             eff *= p.backward_efficiency
         eff = min(1.0, eff * self.params.scale("attention"))
@@ -156,7 +157,7 @@ class KernelModel:
         return launch_us * 1e-6 + self.gap_s + max(compute, memory)
 
 
-def _dtype_efficiency(efficiencies: dict[str, float], dtype: str) -> float:
+def precision_efficiency(efficiencies: dict[str, float], dtype: str) -> float:
     """A precision's efficiency relative to the 16-bit one; a block-scaled format without its own, its element
     precision's."""
     found = efficiencies.get(dtype)
