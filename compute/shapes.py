@@ -38,9 +38,10 @@ OP_CLASSES = ("gemm", "attention", "elementwise", "norm", "softmax", "activation
 MATH_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # the precisions a device states a peak for
 # block-scaled formats a GEMM may name instead of its math precision: they run at that precision's peak, at an
 # efficiency of their own where the device file gives one (Blackwell's MXFP8 GEMMs are ~5% slower than per-tensor FP8)
-BLOCK_SCALED_MATH = {"mxfp8": "fp8"}
+MXFP8 = "mxfp8"
+BLOCK_SCALED_MATH = {MXFP8: "fp8"}
 DTYPES = (*MATH_DTYPES, *BLOCK_SCALED_MATH)
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "mxfp8": 1}
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, MXFP8: 1}
 DEFAULT_DTYPE = "bf16"
 
 

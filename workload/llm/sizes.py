@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from compute.shapes import MXFP8
 from workload.llm import costs, quantize
 from workload.llm.costs import Matmul
 from workload.llm.mamba import MambaMixer
@@ -121,11 +122,11 @@ class StageSizes:
         self.host = options.host()  # the host issuing the kernels (None: an ideal host)
         low = options.gemm_dtype()
         if self.recipe == MXFP8_RECIPE:  # block-scaled FP8: the kernel model's MXFP8 efficiency, where it has one
-            low = MXFP8_RECIPE
+            low = MXFP8
         bf16, mxfp8 = options.bf16_gemm_names(), options.mxfp8_gemm_names()
 
         def low_for(gemm: str) -> str:  # a GEMM's precision: the layers' low one unless kept in 16-bit or MXFP8
-            return "" if gemm in bf16 else MXFP8_RECIPE if gemm in mxfp8 else low
+            return "" if gemm in bf16 else MXFP8 if gemm in mxfp8 else low
         t = b * s // p.cp  # tokens per rank in the tensor-parallel GEMMs
         t_local = t // tp if self.sp else t  # tokens per rank outside them
         heads, kv, hd, f = m.num_heads // tp, m.kv_heads // tp, m.head_size, m.ffn_hidden_size // tp
@@ -251,7 +252,7 @@ class StageSizes:
         if self.recipe is None or not gemm.dtype:
             return ()
         # an MXFP8 GEMM of an NVFP4 step (mxfp8_gemms) is quantized with MXFP8's kernels
-        recipe = MXFP8_RECIPE if gemm.dtype == MXFP8_RECIPE else self.recipe
+        recipe = MXFP8_RECIPE if gemm.dtype == MXFP8 else self.recipe
         elements = {"input": quantize.input_elements, "grad": quantize.grad_elements,
                     "weight": quantize.weight_elements}[operand](gemm)
         return quantize.operand_kernels(name, elements, recipe, quantize.launches(gemm, operand, recipe))

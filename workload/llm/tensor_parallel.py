@@ -22,6 +22,7 @@ Engine 1.8's defaults: num_sm 16, use_ce on), written as the collectives' ``comm
 
 from __future__ import annotations
 
+from compute.shapes import math_precision
 from workload.llm.costs import Kernel, Matmul
 from workload.llm.options import PIPELINE_RS_SPLITS
 from workload.llm.program import Program
@@ -67,7 +68,7 @@ class TensorParallel:
 
     def _gathered_bytes(self, gemm: Matmul | None) -> int:
         """A rank's tokens as gathered: FP8 for an FP8 GEMM, else the model's dtype (16-bit GEMMs, NVFP4's)."""
-        fp8 = gemm is not None and gemm.dtype in ("fp8", "mxfp8")
+        fp8 = gemm is not None and math_precision(gemm.dtype) == "fp8"
         return self.z.fp8_gather_bytes if fp8 else self.z.act_local_bytes
 
     def reduce(self, name: str, deps: list[int], phase: str, bulk: bool = False) -> list[int]:
