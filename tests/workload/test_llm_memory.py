@@ -151,6 +151,8 @@ def test_activation_offloading_is_megatrons_pp1_only_and_not_in_the_traces() -> 
             "vocab_size": 1000, "seq_len": 64, "dp": 2, "global_batch": 4}
     with pytest.raises(InputError, match="needs --pp 1"):
         llm_peak_memory(spec | {"pp": 2, "dp": 1, "activation_offload_layers": 2}, "t")
+    with pytest.raises(InputError, match="needs --pp 1"):  # the options' own check, not only the CLI's
+        TrainingOptions(activation_offload_layers=2).validate(0, False, 1, pp=2)
     with pytest.raises(InputError, match="activation_offload_layers must be a whole number"):
         llm_peak_memory(spec | {"activation_offload_layers": -1}, "t")
     plain, offloaded = (llm_programs(spec | extra, "t")[2] for extra in ({}, {"activation_offload_layers": 2}))

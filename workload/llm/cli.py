@@ -332,10 +332,7 @@ def options_from_args(args: argparse.Namespace, plan: ParallelPlan) -> TrainingO
                               bf16_layers_at_end=args.bf16_layers_at_end, bf16_gemms=args.bf16_gemms,
                               mxfp8_gemms=args.mxfp8_gemms,
                               activation_offload_layers=args.activation_offload_layers)
-    options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
-    if options.activation_offload_layers and plan.pp > 1:
-        raise InputError("activation offloading (--activation-offload-layers) needs --pp 1, as Megatron-Core's CPU "
-                         "offloading does")
+    options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp, plan.pp)
     return options
 
 

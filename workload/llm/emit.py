@@ -206,6 +206,6 @@ def generate_traces(model: ModelConfig, plan: ParallelPlan, prefix: str, device:
     options = options or TrainingOptions()
     model.validate()
     plan.validate(model)
-    options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp)
+    options.validate(plan.zero_stage, plan.sequence_parallel, plan.tp, plan.pp)
     ranks = options.rank_map(plan, model)
     return TraceEmitter(build_programs(model, plan, options), ranks, device).write(prefix)

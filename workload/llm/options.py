@@ -255,12 +255,15 @@ class TrainingOptions:
             return max(MEGATRON_MIN_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * dp * cp)
         return self.bucket_size if isinstance(self.bucket_size, int) else None
 
-    def validate(self, zero_stage: int, sequence_parallel: bool, tp: int) -> None:
+    def validate(self, zero_stage: int, sequence_parallel: bool, tp: int, pp: int = 1) -> None:
         """Raise InputError (one line) for settings that contradict each other or the plan."""
         if isinstance(self.activation_offload_layers, bool) or not isinstance(self.activation_offload_layers, int) \
                 or self.activation_offload_layers < 0:
             raise InputError(f"activation_offload_layers must be a whole number >= 0 (got "
                              f"{self.activation_offload_layers!r})")
+        if self.activation_offload_layers and pp > 1:
+            raise InputError("activation offloading (--activation-offload-layers) needs --pp 1, as Megatron-Core's "
+                             "CPU offloading does")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
         if self.fp8_recipe not in FP8_RECIPES:
