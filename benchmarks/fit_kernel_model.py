@@ -52,6 +52,7 @@ from compute.kernel_fit import (  # noqa: E402
     fit_device_attention,
     fit_gemm,
     fit_memory,
+    fit_window_cost,
     round4,
     with_params,
 )
@@ -72,6 +73,10 @@ TE_MXFP8 = "mxfp8"  # fitted: MXFP8's own efficiency (B300's pre-quantized rows;
 CEILING_ONLY = ("B200", "GB200")  # GEMM rows: their maximum-achievable-matmul ceilings only
 SAME_GPU = {"GB300": "B300"}  # no GEMM measurements of its own: the named device's GEMM fit, on its own peaks
 ATTENTION_ROWS = {"B200": "B200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}  # fitted on whose rows
+# other models' attention (cudnn-frontend's benchmark): the sliding-window rows fit the window's per-tile cost (on
+# whose rows: B200 has none, GB200 is the same Blackwell SM), the rest are checks; Hopper's window rows are checks
+MODELS_TABLE = "cudnn_sdpa_models.tsv"
+WINDOW_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
 MEMORY_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
 BLACKWELL_ULTRA = ("B300", "GB300")  # doubled softmax-exponential throughput: half H100's head-dim term
 NORM_TABLE = "cudnn_norm.tsv"
@@ -197,9 +202,16 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
         h = h100.kernels.attention
         base = replace(h, launch_us=dn.kernels.gemm.launch_us, dtype_efficiency={},
                        head_dim_half=round4(h.head_dim_half / (2 if name in BLACKWELL_ULTRA else 1)))
-        rows = [m for m in rows_of[name] if m.family == "attention"]
+        rows = [m for m in rows_of[name] if m.family == "attention" and m.table != MODELS_TABLE]
         attention[name] = fit_device_attention(with_params(dn, replace(dn.kernels, attention=base)), rows, "cudnn",
                                                ("backward_efficiency", "tile_overhead"))
+    window_cost: dict[str, float] = {}
+    for name in sorted(set(WINDOW_ROWS.values())):
+        dn = gemms[name]
+        params = replace(attention[ATTENTION_ROWS[name]][1], launch_us=dn.kernels.gemm.launch_us)
+        rows = [m for m in rows_of[name] if m.table == MODELS_TABLE and windowed(m)]
+        window_cost[name] = fit_window_cost(with_params(dn, replace(dn.kernels, attention=params)),
+                                            rows).window_tile_cost
     memory: dict[str, MemoryParams] = {}
     for name in sorted(set(MEMORY_ROWS.values())):
         dn = gemms[name]
@@ -213,7 +225,8 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
     for name in BLACKWELL:
         effs, params = attention[ATTENTION_ROWS[name]]
         d = gemms[name]
-        d = with_params(d, replace(d.kernels, attention=replace(params, launch_us=d.kernels.gemm.launch_us),
+        d = with_params(d, replace(d.kernels, attention=replace(params, launch_us=d.kernels.gemm.launch_us,
+                                                                window_tile_cost=window_cost[WINDOW_ROWS[name]]),
                                    memory=memory[MEMORY_ROWS[name]]))
         own = rows_of.get(name, [])
         cal = _calibration(d, own, "derived", SAME_GPU.get(name, "H100"), None)
@@ -225,7 +238,8 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
         cal["fitted"] = {**({"gemm": fitted_gemm} if fitted_gemm else {}),
                          "attention": {"kernel_efficiency": effs,
                                        **{key: k["attention"][key] for key in ("dtype_efficiency", "tile_overhead",
-                                                                                 "backward_efficiency")}},
+                                                                                 "backward_efficiency",
+                                                                                 "window_tile_cost")}},
                          "memory": {c: {"efficiency": d.kernels.memory.efficiency[c],
                                         "launch_us": d.kernels.memory.launch_us[c]} for c in ("norm", "elementwise")}}
         cal["assumptions"] = _blackwell_assumptions(d, bias, fp4_gain, mxfp8_ratio)
@@ -266,6 +280,11 @@ def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8_ratio:
                    "throughput (the rows have head dim 128 only, where it and the efficiency cannot be told apart)")
     else:
         out.append(f"head-dim term {a.head_dim_half} is H100's (the rows have head dim 128 only)")
+    window_from = WINDOW_ROWS[name]
+    out.append(f"sliding window: {a.window_tile_cost} KV blocks of extra work per query tile masking the window's far "
+               f"edge, the same time in both passes, fitted on {window_from}'s GPT-OSS window-128 rows"
+               + ("" if window_from == name else f" (the same Blackwell SM; no {name} window rows)")
+               + "; the other models' rows in cudnn_sdpa_models.tsv are checks")
     if name == "B200":
         out.append("B200's attention rows are cuDNN 9.13.1's (GB200's 9.19-9.22): part of the difference is the "
                    "library's")
@@ -275,6 +294,11 @@ def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8_ratio:
                + "; element-wise and optimizer kernels at the bandwidth fraction cuDNN's forward norm (read once, "
                  "write once) reaches, with H100's element-wise launch time; activation and embedding are H100's")
     return out
+
+
+def windowed(m: Measurement) -> bool:
+    """A sliding-window attention row."""
+    return any(s.attention is not None and s.attention.window > 0 for s in m.shapes)
 
 
 def ceiling_error(d: Device, rows: list[Measurement]) -> float:

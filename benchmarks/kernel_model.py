@@ -24,6 +24,8 @@ from compute.devices import Device, device  # noqa: E402
 from compute.kernel_data import Measurement, read_tables, summarize  # noqa: E402
 from compute.kernels import KernelModel  # noqa: E402
 
+MODELS_TABLE = "cudnn_sdpa_models.tsv"  # other models' attention: checks, but for the sliding-window rows
+
 
 def model_for(d: Device, kernel: str) -> KernelModel:
     """The device's model as its kernel data fit it; for an attention kernel it does not run by default, that
@@ -48,7 +50,7 @@ def describe(m: Measurement) -> str:
         a = s.attention
         passes = "+".join("bwd" if x.attention and x.attention.backward else "fwd" for x in m.shapes)
         return (f"attention {m.kernel} {passes} b{a.batch} h{a.heads} d{a.head_dim} s{a.seq_q}"
-                f"{' causal' if a.causal else ''}")
+                f"{' causal' if a.causal else ''}{f' w{a.window}' if a.window else ''}")
     return f"{s.op_class} {m.size_bytes / 1e6:.3g} MB"
 
 
@@ -84,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     groups: dict[tuple[str, str], list[float]] = {}
     for m, name, pred in results:
         cls = m.family if m.family != "memory" else f"memory:{m.shapes[0].op_class}"
-        if m.family == "attention":  # by kernel, and precision where not 16-bit
-            cls = f"attention:{m.kernel}" + ("" if m.shapes[0].dtype in ("bf16", "fp16") else f":{m.shapes[0].dtype}")
+        if m.family == "attention":  # by kernel, precision where not 16-bit, sliding window, other models' checks
+            a = m.shapes[0].attention
+            cls = (f"attention:{m.kernel}" + ("" if m.shapes[0].dtype in ("bf16", "fp16") else f":{m.shapes[0].dtype}")
+                   + (":window" if a and a.window else ":others" if m.table == MODELS_TABLE else ""))
         elif m.family == "gemm" and m.kernel:  # a recipe's GEMMs (Transformer Engine): by recipe
             cls = f"gemm:{m.shapes[0].dtype}:{m.kernel}"
         elif m.family == "gemm":

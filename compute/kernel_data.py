@@ -10,7 +10,8 @@ Four table layouts, told apart by their header:
   nvfp4) and ``quantization`` says whether the time includes quantizing the operands (``included``), was taken on
   operands quantized beforehand (``excluded``) or has none (``none``, BF16);
 - attention: ``device, kernel, dtype, pass, batch, heads, head_dim, seq, causal, tflops, source_id, note`` (``pass``
-  fwd, bwd or fwd_bwd; TFLOP/s as FlashAttention's benchmarks count them, the time derived from it);
+  fwd, bwd or fwd_bwd; TFLOP/s as FlashAttention's benchmarks count them, the time derived from it), optionally
+  ``kv_heads``, ``window`` (sliding-window keys) and ``time_us`` (the measured time, used where given);
 - memory-bound: ``device, op_class, dtype, bytes, flops, time_us, source_id, note``.
 
 A row's device is the name its source uses; aliases in the device files map it (H800 -> H100, GH200 -> H200).
@@ -66,6 +67,11 @@ SOURCES = {
                      "benchmark results)", "https://github.com/NVIDIA/cudnn-frontend/tree/"
                      "3929da2ef4c1dba1bb8acb68727b9134f26f40c0/benchmark/sdpa_benchmark_training/results/llama3.1",
                      "MIT"),
+    "cudnn_sdpa_models": ("cuDNN SDPA training benchmark, other models' attention (GPT-OSS sliding window; DeepSeek-V3 "
+                          "and Kimi K2.6 latent attention, Qwen3.5, LTX-2, Wan 2.2), GB200 and GB300 cuDNN 9.22, H200 "
+                          "cuDNN 9.19.1 (cudnn-frontend benchmark results; the window rows fitted, the rest checks)",
+                          "https://github.com/NVIDIA/cudnn-frontend/tree/3929da2ef4c1dba1bb8acb68727b9134f26f40c0/"
+                          "benchmark/sdpa_benchmark_training/results", "MIT"),
     "cudnn_sdpa_b": ("cuDNN SDPA training benchmark, Llama 3.1 attention, GB200, GB300 and H200, cuDNN 9.19.1 "
                      "(cudnn-frontend benchmark results)", "https://github.com/NVIDIA/cudnn-frontend/tree/"
                      "afa9f7c0be7e4b384c7cdb5729a4247cd34950a8/benchmark/sdpa_benchmark_training/results", "MIT"),
@@ -157,15 +163,23 @@ def _gemm_set(table: str, r: dict[str, str]) -> Measurement:
 
 
 def _attention(table: str, r: dict[str, str]) -> Measurement:
+    """Optional columns: ``kv_heads`` (default ``heads``), ``window`` (a sliding window's keys, 0 = none) and
+    ``time_us`` (the measured time, where the source prints it: TFLOP/s then only restate it)."""
     b, h, d, s = int(r["batch"]), int(r["heads"]), int(r["head_dim"]), int(r["seq"])
+    kv, window = int(r.get("kv_heads") or h), int(r.get("window") or 0)
     causal = r["causal"].lower() == "true"
     passes = {"fwd": (False,), "bwd": (True,), "fwd_bwd": (False, True)}[r["pass"]]
-    shapes = tuple(OpShape("attention", r["dtype"], attention=AttentionShape(b, h, h, d, s, s, causal, backward))
+    shapes = tuple(OpShape("attention", r["dtype"], attention=AttentionShape(b, h, kv, d, s, s, causal, backward,
+                                                                             window=window))
                    for backward in passes)
-    forward_flops = 4 * b * s * s * h * d / (2 if causal else 1)  # FlashAttention's benchmark count
-    flops = forward_flops * sum(2.5 if backward else 1.0 for backward in passes)
-    return Measurement(table, r["device"], "attention", r["kernel"], shapes, 0, 0,
-                       flops / (float(r["tflops"]) * 1e12) * 1e6, r.get("source_id", ""), r.get("note", ""))
+    if r.get("time_us"):
+        time_us = float(r["time_us"])
+    else:
+        forward_flops = 4 * b * s * s * h * d / (2 if causal else 1)  # FlashAttention's benchmark count
+        flops = forward_flops * sum(2.5 if backward else 1.0 for backward in passes)
+        time_us = flops / (float(r["tflops"]) * 1e12) * 1e6
+    return Measurement(table, r["device"], "attention", r["kernel"], shapes, 0, 0, time_us, r.get("source_id", ""),
+                       r.get("note", ""))
 
 
 def _memory(table: str, r: dict[str, str]) -> Measurement:

@@ -10,7 +10,8 @@ Families are fitted apart: GEMM (efficiency, K fill, wave quantisation, overlap,
 launch time, the smaller tiles' relative efficiency, the FP8 and FP4 efficiencies where such rows exist; a row may
 time several GEMMs, summed), attention (one efficiency per measured device and kernel, and the head-dim, per-tile
 and backward terms shared by all; or, for one device, its efficiencies, backward and FP8 terms on fixed shape
-terms), memory-bound classes (an efficiency per class, one launch time).
+terms; a sliding window's per-tile cost on its own rows, the rest fixed), memory-bound classes (an efficiency per
+class, one launch time).
 """
 
 from __future__ import annotations
@@ -220,6 +221,21 @@ def fit_device_attention(device: Device, rows: Sequence[Measurement], kernel: st
     for k in sorted({m.kernel for m in rows} - {kernel}):
         efficiency[k] = fit(fitted, ["efficiency"], of(k)).efficiency
     return efficiency, fitted
+
+
+def fit_window_cost(device: Device, rows: Sequence[Measurement]) -> AttentionParams:
+    """The per-tile cost of a sliding window's far edge, on sliding-window ``rows`` (every other attention term
+    fixed)."""
+    base = device.kernels.attention
+    vec = _Vector({"window_tile_cost": max(base.window_tile_cost, 1.0)}, {"window_tile_cost": POSITIVE})
+
+    def params(v: dict[str, float]) -> AttentionParams:
+        return replace(base, window_tile_cost=v["window_tile_cost"])
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        return np.log1p(errors(KernelModel(_with(device, attention=params(vec.values(z)))), rows))
+
+    return params({n: round4(v) for n, v in vec.values(levenberg_marquardt(residuals, vec.z0)).items()})
 
 
 # --- memory-bound classes ------------------------------------------------------------------------------------------

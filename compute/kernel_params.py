@@ -62,6 +62,9 @@ class AttentionParams:
     wave_quantization: float
     launch_us: float
     dtype_efficiency: dict[str, float] = field(default_factory=dict)  # per precision, relative to ``efficiency``
+    # a sliding-window kernel's extra work per query tile (masking the window's far edge), in forward KV blocks:
+    # the same time in the forward and the backward pass
+    window_tile_cost: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +109,8 @@ class KernelParams:
                           **({"dtype_efficiency": dict(a.dtype_efficiency)} if a.dtype_efficiency else {}),
                           "head_dim_half": a.head_dim_half, "tile_overhead": a.tile_overhead,
                           "backward_efficiency": a.backward_efficiency, "wave_quantization": a.wave_quantization,
-                          "launch_us": a.launch_us},
+                          "launch_us": a.launch_us,
+                          **({"window_tile_cost": a.window_tile_cost} if a.window_tile_cost else {})},
             "memory": {"launch_us": dict(m.launch_us), "efficiency": dict(m.efficiency)},
         }
 
@@ -152,7 +156,8 @@ def parse_kernel_params(data: Any, where: str) -> KernelParams:
                  ("dtype_efficiency",))
     a = _section(k["attention"], "kernels.attention", where,
                  ("block_q", "block_kv", "efficiency", "dtype_efficiency", "head_dim_half", "tile_overhead",
-                  "backward_efficiency", "wave_quantization", "launch_us"), ("dtype_efficiency",))
+                  "backward_efficiency", "wave_quantization", "launch_us", "window_tile_cost"),
+                 ("dtype_efficiency", "window_tile_cost"))
     m = _section(k["memory"], "kernels.memory", where, ("launch_us", "efficiency"))
     memory_eff = _fractions(m["efficiency"], "kernels.memory.efficiency", where, MEMORY_CLASSES)
     memory_launch = _fractions(m["launch_us"], "kernels.memory.launch_us", where, MEMORY_CLASSES, high=MAX_US)
@@ -179,7 +184,9 @@ def parse_kernel_params(data: Any, where: str) -> KernelParams:
             wave_quantization=number(a["wave_quantization"], "kernels.attention.wave_quantization", where, high=1.0),
             launch_us=number(a["launch_us"], "kernels.attention.launch_us", where, high=MAX_US),
             dtype_efficiency=_fractions(a.get("dtype_efficiency") or {}, "kernels.attention.dtype_efficiency", where,
-                                        DTYPES)),
+                                        DTYPES),
+            window_tile_cost=number(a.get("window_tile_cost", 0.0), "kernels.attention.window_tile_cost", where,
+                                    high=1e5)),
         memory=MemoryParams(launch_us=memory_launch, efficiency=memory_eff),
         launch_overhead_us=number(k.get("launch_overhead_us", 0.0), "kernels.launch_overhead_us", where, high=MAX_US),
         efficiency_scale=tuple(_fractions(k.get("efficiency_scale") or {}, "kernels.efficiency_scale", where,

@@ -14,7 +14,8 @@ fall short, each with few parameters fitted per device on public kernel measurem
 - Attention (fused, FlashAttention-style): one tile per block of queries walks the key blocks it sees (a
   causal mask halves the walk but computes whole diagonal blocks), plus a fixed per-tile cost; the softmax
   work per score makes small head dimensions slower; the backward pass runs at its own fraction of forward, a
-  low precision (FP8) at its own fraction of the efficiency where the device file gives one.
+  low precision (FP8) at its own fraction of the efficiency where the device file gives one. A sliding window
+  costs each query tile that masks its far edge a fixed extra, the same in both passes.
   FLOPs are counted as FlashAttention's benchmarks count them (backward = 2.5 x forward).
 - Memory-bound operators (element-wise, norms, activations, softmax, embedding, loss, optimizer step): bytes at a
   per-class fraction of HBM bandwidth, or their FLOPs at the FP32 rate if that is slower; a node that is several
@@ -111,13 +112,18 @@ class KernelModel:
                     + p.tile_overhead)
         tiles = a.batch * a.heads * query_tiles
         waves = float(_waves(tiles / self.units, p.wave_quantization))
-        eff = (p.efficiency * precision_efficiency(p.dtype_efficiency, dtype)
-               * a.head_dim / (a.head_dim + p.head_dim_half))
-        if a.backward:
-            eff *= p.backward_efficiency
-        eff = min(1.0, eff * self.params.scale("attention"))
-        block_flops = 4 * p.block_q * p.block_kv * a.head_dim * (2.5 if a.backward else 1.0)
-        compute = waves * per_tile * block_flops / (self.device.peak_flops(dtype) * eff / self.units)
+        forward_eff = (p.efficiency * precision_efficiency(p.dtype_efficiency, dtype)
+                       * a.head_dim / (a.head_dim + p.head_dim_half)) * self.params.scale("attention")
+        eff = min(1.0, forward_eff * (p.backward_efficiency if a.backward else 1.0))
+        block_flops = 4 * p.block_q * p.block_kv * a.head_dim
+        rate = self.device.peak_flops(dtype) / self.units
+        compute = waves * per_tile * block_flops * (2.5 if a.backward else 1.0) / (rate * eff)
+        if a.window and a.causal and p.window_tile_cost:  # the window's far edge, masked: the same in both passes;
+            # never dearer than the causal kernel without the window (a window covering nearly all keys skips little)
+            edge = _window_edge_tiles(a.seq_q, a.seq_kv, p.block_q, a.window) / query_tiles
+            unwindowed = _key_blocks(a.seq_q, a.seq_kv, True, p.block_q, p.block_kv) / query_tiles + p.tile_overhead
+            compute = min(compute + waves * edge * p.window_tile_cost * block_flops / (rate * min(1.0, forward_eff)),
+                          compute * unwindowed / per_tile)
         memory = attention_bytes(a, dtype) / (self.bandwidth * self.params.gemm.memory_efficiency)
         return p.launch_us * 1e-6 + self.gap_s + max(compute, memory)
 
@@ -206,6 +212,15 @@ def _pnorm(a: Any, b: Any, p: float) -> Any:
     """(a^p + b^p)^(1/p), computed from the larger term (no overflow); a and b are non-negative."""
     top = np.maximum(np.maximum(a, b), 1e-300)
     return top * ((a / top) ** p + (b / top) ** p) ** (1 / p)
+
+
+def _window_edge_tiles(seq_q: int, seq_kv: int, block_q: int, window: int) -> int:
+    """Query tiles of one (sequence, head) whose last query's window starts after the first key: the tiles that
+    mask the window's far edge."""
+    query_tiles = -(-seq_q // block_q)
+    offset = max(seq_kv - seq_q, 0)
+    ends = np.minimum(np.arange(1, query_tiles + 1, dtype=np.int64) * block_q, seq_q) + offset
+    return int(np.count_nonzero(ends > window))
 
 
 def _key_blocks(seq_q: int, seq_kv: int, causal: bool, block_q: int, block_kv: int, window: int = 0) -> float:

@@ -294,3 +294,41 @@ def test_bad_device_files_say_file_and_key(tmp_path: Path, edit: object, message
     bad.write_text(edit(text))  # type: ignore[operator]
     with pytest.raises(ConfigError, match=f"bad.yml: .*{message}"):
         device(str(bad))
+
+
+def windowed(batch: int, heads: int, head_dim: int, seq: int, window: int, backward: bool) -> OpShape:
+    return OpShape("attention", "bf16", attention=AttentionShape(batch, heads, heads, head_dim, seq, seq, True,
+                                                                 backward, window=window))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(NAMES), st.integers(1, 8), st.sampled_from([8, 64, 128]), st.sampled_from([64, 128]),
+       st.integers(1, 1 << 15), st.integers(1, 8192), st.booleans(), st.integers(1, 4096))
+def test_a_sliding_window_costs_no_more_than_causal_and_grows_with_the_sequence(
+        name: str, batch: int, heads: int, head_dim: int, seq: int, window: int, backward: bool, more: int) -> None:
+    model = KernelModel(device(name))
+    time = model.seconds(windowed(batch, heads, head_dim, seq, window, backward), 0, 0)
+    assert 0 < time <= model.seconds(windowed(batch, heads, head_dim, seq, 0, backward), 0, 0) * (1 + 1e-12)
+    assert time <= model.seconds(windowed(batch, heads, head_dim, seq + more, window, backward), 0, 0) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("name", ["GB200", "GB300"])
+def test_blackwell_sliding_window_rows(name: str) -> None:
+    """cuDNN's GPT-OSS window-128 rows (the window cost's fit) within 12% from 2k to 16k tokens, both passes; the
+    window's edge costs a forward and a backward tile the same time; B200 and B300 take their SM's cost."""
+    d = device(name).kernel_fit()
+    model = KernelModel(d)
+    rows = [m for m in ROWS if m.device == name and m.table == "cudnn_sdpa_models.tsv" and m.shapes[0].attention.window]
+    assert len(rows) == 10 and all(m.shapes[0].attention.window == 128 for m in rows)
+    for m in rows:
+        if m.shapes[0].attention.seq_q <= 16384:
+            assert m.predicted_us(model) == pytest.approx(m.time_us, rel=0.12), m.note
+    p = d.kernels.attention
+    assert p.window_tile_cost > 0
+    without = KernelModel(replace(d, kernels=replace(d.kernels, attention=replace(p, window_tile_cost=0.0))))
+    extra = [model.seconds(shape, 0, 0) - without.seconds(shape, 0, 0)
+             for shape in (windowed(2, 64, 64, 4096, 128, b) for b in (False, True))]
+    assert extra[0] > 0 and extra[0] == pytest.approx(extra[1], rel=0.25)  # the backward's waves may round apart
+    sibling = {"GB200": "B200", "GB300": "B300"}[name]
+    assert device(sibling).kernels.attention.window_tile_cost == p.window_tile_cost
+    assert device("H100").kernels.attention.window_tile_cost == 0  # Hopper's window rows are checks

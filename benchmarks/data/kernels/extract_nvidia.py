@@ -1,5 +1,6 @@
-"""Regenerate cudnn_sdpa.tsv, cudnn_norm.tsv and te_gemm_profiling.tsv from bare (or ordinary) git checkouts of
-NVIDIA/cudnn-frontend (MIT) and NVIDIA/TransformerEngine (Apache-2.0), at the commits pinned below.
+"""Regenerate cudnn_sdpa.tsv, cudnn_sdpa_models.tsv, cudnn_norm.tsv and te_gemm_profiling.tsv from bare (or
+ordinary) git checkouts of NVIDIA/cudnn-frontend (MIT) and NVIDIA/TransformerEngine (Apache-2.0), at the commits
+pinned below.
 
     python benchmarks/data/kernels/extract_nvidia.py CUDNN_FRONTEND_GIT TRANSFORMER_ENGINE_GIT [OUT_DIR]
 
@@ -11,6 +12,9 @@ Files are read with ``git --git-dir DIR show COMMIT:PATH`` (a bare mirror is eno
   count (the layout of the attention tables), so the time the table gives back is the measured one. Sets:
   A: GB200 and GB300, cuDNN 9.22, batch 2; B: GB200, GB300, H200, cuDNN 9.19.1, batch 1; D: B200, cuDNN 9.13.1
   (cuDNN frontend called directly, the ``sdpa_fp8`` benchmark's BF16 and FP8 rows), batch 1, 128 query heads.
+- The same benchmark on other models' attention (cudnn_sdpa_models.tsv): GPT-OSS's sliding window, DeepSeek-V3's and
+  Kimi K2.6's latent attention, Qwen3.5, LTX-2, Wan 2.2; BF16 cuDNN forward and non-deterministic backward rows with
+  the source's time and TFLOP/s.
 - cuDNN norm benchmark: the cuDNN backend's RMSNorm/LayerNorm forward and backward rows on GB200, GB300 and H200
   (BF16; bytes as the benchmark counts them, the time from those bytes and the source's GB/s, which carries more
   digits than its millisecond column).
@@ -44,6 +48,27 @@ CUDNN_SETS = (  # (set, commit, path, device, cuDNN version)
     ("D", "0b1577c8c83401237d601d0d0db5210506705396",
      "benchmark/sdpa_benchmark_training/artifacts/sdpa_fp8_benchmark_results_NVIDIA_B200.csv", "B200", "9.13.1"),
 )
+# the same benchmark on other models' attention (cudnn_sdpa_models.tsv), BF16 only: the sliding-window rows (GPT-OSS)
+# fit the window's per-tile cost; the rest are checks: multi-head latent attention (DeepSeek-V3, Kimi K2.6; query/key
+# head dim 192, value 128, written as the generator times it: heads of their mean, 160), head dim 256 (Qwen3.5) and
+# long unmasked video-model sequences (LTX-2, Wan 2.2)
+MODELS_COMMIT = "3929da2ef4c1dba1bb8acb68727b9134f26f40c0"
+MODELS_DIR = "benchmark/sdpa_benchmark_training/results"
+MODEL_FILES = (  # (path under MODELS_DIR, device, cuDNN version)
+    ("gpt_oss/gb200/gpt_oss_20260424_100011.csv", "GB200", "9.22"),
+    ("gpt_oss/gb300/gpt_oss_20260424_100022.csv", "GB300", "9.22"),
+    ("h200_919_only_cudnn/gpt_oss_20260227_034819.csv", "H200", "9.19.1"),
+    ("dsv3/gb200/dsv3_20260424_101009.csv", "GB200", "9.22"),
+    ("dsv3/gb300/dsv3_20260424_101002.csv", "GB300", "9.22"),
+    ("kimiK26/gb200/kimiK26_20260424_100953.csv", "GB200", "9.22"),
+    ("kimiK26/gb300/kimiK26_20260424_100915.csv", "GB300", "9.22"),
+    ("qwen35/gb200/qwen35_20260424_095249.csv", "GB200", "9.22"),
+    ("qwen35/gb300/qwen35_20260424_095247.csv", "GB300", "9.22"),
+    ("ltx2/gb200/ltx2_20260424_095758.csv", "GB200", "9.22"),
+    ("ltx2/gb300/ltx2_20260424_095719.csv", "GB300", "9.22"),
+    ("wan22/gb200/wan22_20260424_095743.csv", "GB200", "9.22"),
+    ("wan22/gb300/wan22_20260424_095741.csv", "GB300", "9.22"),
+)
 NORM_COMMIT = "3929da2ef4c1dba1bb8acb68727b9134f26f40c0"
 NORM_FILES = {"GB200": "benchmark/norms/results/gb200/all_models_20260226_180237.csv",
               "GB300": "benchmark/norms/results/gb300/all_models_20260226_190305.csv",
@@ -53,6 +78,8 @@ TE_FILE = "docs/examples/gemm_profiling/gemm_profiling.rst"
 
 ATTENTION_HEADER = ("device", "kernel", "dtype", "pass", "batch", "heads", "head_dim", "seq", "causal", "tflops",
                     "source_id", "note")
+MODELS_HEADER = ("device", "kernel", "dtype", "pass", "batch", "heads", "kv_heads", "head_dim", "seq", "causal",
+                 "window", "tflops", "time_us", "source_id", "note")
 MEMORY_HEADER = ("device", "op_class", "dtype", "bytes", "flops", "time_us", "source_id", "note")
 GEMM_SET_HEADER = ("device", "dtype", "recipe", "quantization", "gemms", "time_us", "source_id", "note")
 DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "bf16": "bf16"}
@@ -108,6 +135,31 @@ def attention_rows(cudnn: str) -> list[tuple[object, ...]]:
                         f"{'causal' if causal else 'no mask'}, {ms:g} ms")
                 out.append((device, KERNELS[precision], DTYPES[precision], pas, b, h, d, s, str(causal).lower(),
                             _g(_tflops(b, h, d, s, causal, pas == "bwd", ms)), source, note))
+    return out
+
+
+def model_rows(cudnn: str) -> list[tuple[object, ...]]:
+    """Other models' attention: BF16 cuDNN forward and non-deterministic backward rows, with the source's time
+    (``time_us``, what the model is compared with) and its own TFLOP/s (its count: window-limited pairs)."""
+    out: list[tuple[object, ...]] = []
+    for path, device, version in MODEL_FILES:
+        for r in _records(show(cudnn, MODELS_COMMIT, f"{MODELS_DIR}/{path}")):
+            if r["backend"] != "cudnn" or r["deterministic_bwd"] == "True" or r["data_type"] != "bfloat16":
+                continue
+            causal = r["attn_mask"] == "top_left"
+            window = int(r["sliding_window_size"] or 0) if causal else 0
+            times = ({"fwd": (r["fwd_time_ms"], r["fwd_tflops"]), "bwd": (r["bwd_time_ms"], r["bwd_tflops"])}
+                     if r["profile_pass"] == "both" else {r["profile_pass"]: (r["time_ms"], r["tflops"])})
+            h, kv, b, s = int(r["num_q_heads"]), int(r["num_kv_heads"]), int(r["batch_size"]), int(r["q_seqlen"])
+            dqk, dvo = int(r["head_dim_qk"]), int(r["head_dim_vo"])
+            kernel = "cudnn" if dqk == dvo else "cudnn_mla"
+            d = (dqk + dvo) // 2
+            for pas, (t, tflops) in times.items():
+                ms = float(t)
+                note = (f"{r['model_name']}, cuDNN {version}, bfloat16, {h} q / {kv} kv heads, head dim {dqk}/{dvo}, "
+                        f"{'causal' if causal else 'no mask'}{f', window {window}' if window else ''}, {ms:g} ms")
+                out.append((device, kernel, "bf16", pas, b, h, kv, d, s, str(causal).lower(), window,
+                            _g(float(tflops)), _g(ms * 1e3), "cudnn_sdpa_models", note))
     return out
 
 
@@ -234,6 +286,7 @@ def main(argv: list[str]) -> int:
     cudnn, te = argv[0], argv[1]
     out = argv[2] if len(argv) == 3 else os.path.dirname(os.path.abspath(__file__))
     write(os.path.join(out, "cudnn_sdpa.tsv"), ATTENTION_HEADER, attention_rows(cudnn))
+    write(os.path.join(out, "cudnn_sdpa_models.tsv"), MODELS_HEADER, model_rows(cudnn))
     write(os.path.join(out, "cudnn_norm.tsv"), MEMORY_HEADER, norm_rows(cudnn))
     write(os.path.join(out, "te_gemm_profiling.tsv"), GEMM_SET_HEADER, te_rows(te))
     return 0
