@@ -74,9 +74,10 @@ CEILING_ONLY = ("B200", "GB200")  # GEMM rows: their maximum-achievable-matmul c
 SAME_GPU = {"GB300": "B300"}  # no GEMM measurements of its own: the named device's GEMM fit, on its own peaks
 ATTENTION_ROWS = {"B200": "B200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}  # fitted on whose rows
 # other models' attention (cudnn-frontend's benchmark): the sliding-window rows fit the window's per-tile cost (on
-# whose rows: B200 has none, GB200 is the same Blackwell SM), the rest are checks; Hopper's window rows are checks
+# whose rows: B200 has none, GB200 is the same Blackwell SM), the rest are checks
 MODELS_TABLE = "cudnn_sdpa_models.tsv"
 WINDOW_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
+HOPPER_WINDOW_ROWS = "H200"  # H100's window cost: H200's rows (window 1024), the same SM
 MEMORY_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
 BLACKWELL_ULTRA = ("B300", "GB300")  # doubled softmax-exponential throughput: half H100's head-dim term
 NORM_TABLE = "cudnn_norm.tsv"
@@ -135,8 +136,14 @@ def fit_all(rows: list[Measurement]) -> dict[str, tuple[Device, dict[str, Any]]]
     for name in MEASURED:
         d = fitted[name]
         attention = replace(shared, efficiency=kernel_eff[name][PRODUCTION_ATTENTION[name]],
-                            launch_us=d.kernels.gemm.launch_us)
+                            launch_us=d.kernels.gemm.launch_us, window_tile_cost=0.0)
         fitted[name] = with_params(d, replace(d.kernels, attention=attention))
+    # Hopper's sliding window: on H200's rows (H100's SM, H100's fit derived), given to H100 and what derives from it
+    hopper = _derive(shipped[HOPPER_WINDOW_ROWS], fitted["H100"], [], ())
+    windows = [m for m in rows_of.get(HOPPER_WINDOW_ROWS, []) if m.table == MODELS_TABLE and windowed(m)]
+    cost = fit_window_cost(hopper, windows).window_tile_cost
+    h = fitted["H100"]
+    fitted["H100"] = with_params(h, replace(h.kernels, attention=replace(h.kernels.attention, window_tile_cost=cost)))
     out: dict[str, tuple[Device, dict[str, Any]]] = {}
     for name in MEASURED:
         cal = _calibration(fitted[name], rows_of[name], "fitted", None, kernel_eff[name])
@@ -282,7 +289,8 @@ def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8_ratio:
         out.append(f"head-dim term {a.head_dim_half} is H100's (the rows have head dim 128 only)")
     window_from = WINDOW_ROWS[name]
     out.append(f"sliding window: {a.window_tile_cost} KV blocks of extra work per query tile masking the window's far "
-               f"edge, the same time in both passes, fitted on {window_from}'s GPT-OSS window-128 rows"
+               f"edge, over the window's blocks, the same time in both passes, fitted on {window_from}'s GPT-OSS "
+               "window-128 rows"
                + ("" if window_from == name else f" (the same Blackwell SM; no {name} window rows)")
                + "; the other models' rows in cudnn_sdpa_models.tsv are checks")
     if name == "B200":
@@ -380,7 +388,9 @@ def _calibration(d: Device, rows: list[Measurement], status: str, source: str | 
                              "tile_efficiency": [t[2] for t in d.kernels.gemm.tiles]},
                          "attention": {"kernel_efficiency": kernel_eff,
                                        **{key: k["attention"][key] for key in ("head_dim_half", "tile_overhead",
-                                                                                 "backward_efficiency")}},
+                                                                                 "backward_efficiency",
+                                                                                 "window_tile_cost")
+                                          if key in k["attention"]}},
                          "memory": k["memory"]}
     elif free:
         cal["fitted"] = {"gemm": {key: (k["gemm"]["dtype_efficiency"].get("fp8") if key == "fp8" else k["gemm"][key])
@@ -403,6 +413,11 @@ def _assumptions(d: Device, status: str, source: str | None, free: tuple[str, ..
     if d.name in PRODUCTION_ATTENTION:
         out.append(f"attention runs {PRODUCTION_ATTENTION[d.name]} (the kernel Megatron-Core/Transformer Engine uses "
                    "there); the other kernels' efficiencies are recorded under fitted")
+        cost = d.kernels.attention.window_tile_cost
+        out.append(f"sliding window: {cost} KV blocks of extra work per query tile masking the window's far edge, "
+                   f"over the window's blocks, the same time in both passes, fitted on {HOPPER_WINDOW_ROWS}'s "
+                   "GPT-OSS window-1024 rows (the same SM)" if cost else
+                   "sliding window: no window measurements, a window costs the key blocks its tiles walk")
     if source and status != "assumed":
         kept = "GEMM shape terms, attention shape terms, memory-bound classes"
         out.append(f"{kept} are {source}'s" + (f"; only {', '.join(free)} fitted here" if free else ""))

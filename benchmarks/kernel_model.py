@@ -5,7 +5,10 @@ measured time per row, with the error, and a summary per device and kernel class
 
 Each row is predicted with the shipped device file of its device (aliases: H800 -> H100, GH200 -> H200). Attention
 rows of a kernel other than the device's production one (e.g. FlashAttention-2 and -3 on H100, whose file models
-cuDNN) use that kernel's fitted efficiency, recorded in the file's calibration. Error = predicted / measured - 1.
+cuDNN) use that kernel's fitted efficiency, recorded in the file's calibration (a kernel without one, as the
+latent-attention checks ``cudnn_mla``, the production kernel's). Attention classes end in ``:window`` for the
+sliding-window rows and ``:others`` for the other models' check rows (cudnn_sdpa_models.tsv). Error = predicted /
+measured - 1.
 """
 
 from __future__ import annotations

@@ -227,7 +227,7 @@ def fit_window_cost(device: Device, rows: Sequence[Measurement]) -> AttentionPar
     """The per-tile cost of a sliding window's far edge, on sliding-window ``rows`` (every other attention term
     fixed)."""
     base = device.kernels.attention
-    vec = _Vector({"window_tile_cost": max(base.window_tile_cost, 1.0)}, {"window_tile_cost": POSITIVE})
+    vec = _Vector({"window_tile_cost": 1.0}, {"window_tile_cost": POSITIVE})
 
     def params(v: dict[str, float]) -> AttentionParams:
         return replace(base, window_tile_cost=v["window_tile_cost"])

@@ -62,8 +62,8 @@ class AttentionParams:
     wave_quantization: float
     launch_us: float
     dtype_efficiency: dict[str, float] = field(default_factory=dict)  # per precision, relative to ``efficiency``
-    # a sliding-window kernel's extra work per query tile (masking the window's far edge), in forward KV blocks:
-    # the same time in the forward and the backward pass
+    # a sliding-window kernel's extra work per query tile masking the window's far edge, in forward KV blocks at a
+    # window of one block (divided by the window's blocks): the same time in the forward and the backward pass
     window_tile_cost: float = 0.0
 
 

@@ -15,7 +15,8 @@ fall short, each with few parameters fitted per device on public kernel measurem
   causal mask halves the walk but computes whole diagonal blocks), plus a fixed per-tile cost; the softmax
   work per score makes small head dimensions slower; the backward pass runs at its own fraction of forward, a
   low precision (FP8) at its own fraction of the efficiency where the device file gives one. A sliding window
-  costs each query tile that masks its far edge a fixed extra, the same in both passes.
+  costs each query tile that masks its far edge an extra, the same in both passes, in inverse proportion to the
+  window's key blocks.
   FLOPs are counted as FlashAttention's benchmarks count them (backward = 2.5 x forward).
 - Memory-bound operators (element-wise, norms, activations, softmax, embedding, loss, optimizer step): bytes at a
   per-class fraction of HBM bandwidth, or their FLOPs at the FP32 rate if that is slower; a node that is several
@@ -118,9 +119,11 @@ class KernelModel:
         block_flops = 4 * p.block_q * p.block_kv * a.head_dim
         rate = self.device.peak_flops(dtype) / self.units
         compute = waves * per_tile * block_flops * (2.5 if a.backward else 1.0) / (rate * eff)
-        if a.window and a.causal and p.window_tile_cost:  # the window's far edge, masked: the same in both passes;
-            # never dearer than the causal kernel without the window (a window covering nearly all keys skips little)
-            edge = _window_edge_tiles(a.seq_q, a.seq_kv, p.block_q, a.window) / query_tiles
+        if a.window and a.causal and p.window_tile_cost:  # the window's far edge, masked: the same in both passes,
+            # shrinking as the window widens (a tile walking many key blocks amortises it); never dearer than the
+            # causal kernel without the window (a window covering nearly all keys skips little)
+            edge = (_window_edge_tiles(a.seq_q, a.seq_kv, p.block_q, a.window) / query_tiles
+                    * p.block_kv / max(a.window, p.block_kv))
             unwindowed = _key_blocks(a.seq_q, a.seq_kv, True, p.block_q, p.block_kv) / query_tiles + p.tile_overhead
             compute = min(compute + waves * edge * p.window_tile_cost * block_flops / (rate * min(1.0, forward_eff)),
                           compute * unwindowed / per_tile)

@@ -312,23 +312,28 @@ def test_a_sliding_window_costs_no_more_than_causal_and_grows_with_the_sequence(
     assert time <= model.seconds(windowed(batch, heads, head_dim, seq + more, window, backward), 0, 0) * (1 + 1e-12)
 
 
-@pytest.mark.parametrize("name", ["GB200", "GB300"])
-def test_blackwell_sliding_window_rows(name: str) -> None:
-    """cuDNN's GPT-OSS window-128 rows (the window cost's fit) within 12% from 2k to 16k tokens, both passes; the
-    window's edge costs a forward and a backward tile the same time; B200 and B300 take their SM's cost."""
+@pytest.mark.parametrize(("name", "window", "limit"),
+                         [("GB200", 128, 0.12), ("GB300", 128, 0.12), ("H200", 1024, 0.15)])
+def test_sliding_window_rows(name: str, window: int, limit: float) -> None:
+    """cuDNN's GPT-OSS sliding-window rows (the window cost's fit: window 128 on Blackwell, 1024 on H200 for H100)
+    within 12-15% from 2k to 16k tokens, both passes; the window's edge costs a forward and a backward tile the same
+    time; B200 and B300 take their SM's cost, H100 H200's."""
     d = device(name).kernel_fit()
     model = KernelModel(d)
     rows = [m for m in ROWS if m.device == name and m.table == "cudnn_sdpa_models.tsv" and m.shapes[0].attention.window]
-    assert len(rows) == 10 and all(m.shapes[0].attention.window == 128 for m in rows)
+    assert len(rows) == 10 and all(m.shapes[0].attention.window == window for m in rows)
     for m in rows:
         if m.shapes[0].attention.seq_q <= 16384:
-            assert m.predicted_us(model) == pytest.approx(m.time_us, rel=0.12), m.note
+            assert m.predicted_us(model) == pytest.approx(m.time_us, rel=limit), m.note
     p = d.kernels.attention
     assert p.window_tile_cost > 0
     without = KernelModel(replace(d, kernels=replace(d.kernels, attention=replace(p, window_tile_cost=0.0))))
     extra = [model.seconds(shape, 0, 0) - without.seconds(shape, 0, 0)
              for shape in (windowed(2, 64, 64, 4096, 128, b) for b in (False, True))]
     assert extra[0] > 0 and extra[0] == pytest.approx(extra[1], rel=0.25)  # the backward's waves may round apart
-    sibling = {"GB200": "B200", "GB300": "B300"}[name]
+    sibling = {"GB200": "B200", "GB300": "B300", "H200": "H100"}[name]
     assert device(sibling).kernels.attention.window_tile_cost == p.window_tile_cost
-    assert device("H100").kernels.attention.window_tile_cost == 0  # Hopper's window rows are checks
+    # a wider window amortises the edge: at 1,024 keys at most an eighth of the extra at 128 (fewer tiles reach it)
+    wide = [model.seconds(windowed(2, 64, 64, 8192, w, False), 0, 0)
+            - without.seconds(windowed(2, 64, 64, 8192, w, False), 0, 0) for w in (128, 1024)]
+    assert 0 < wide[1] <= wide[0] / 8
