@@ -49,10 +49,10 @@ from compute.kernel_data import SOURCES, Measurement, errors, read_tables, summa
 from compute.kernel_fit import (  # noqa: E402
     ANALOGUES,
     fit_attention,
+    fit_attention_term,
     fit_device_attention,
     fit_gemm,
     fit_memory,
-    fit_window_cost,
     round4,
     with_params,
 )
@@ -73,11 +73,13 @@ TE_MXFP8 = "mxfp8"  # fitted: MXFP8's own efficiency (B300's pre-quantized rows;
 CEILING_ONLY = ("B200", "GB200")  # GEMM rows: their maximum-achievable-matmul ceilings only
 SAME_GPU = {"GB300": "B300"}  # no GEMM measurements of its own: the named device's GEMM fit, on its own peaks
 ATTENTION_ROWS = {"B200": "B200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}  # fitted on whose rows
-# other models' attention (cudnn-frontend's benchmark): the sliding-window rows fit the window's per-tile cost (on
-# whose rows: B200 has none, GB200 is the same Blackwell SM), the rest are checks
+# other models' attention (cudnn-frontend's benchmark): the sliding-window rows fit the window's per-tile cost, the
+# latent-attention backward rows the backward's head-dim exponent (on whose rows: B200 has none, GB200 is the same
+# Blackwell SM), the rest are checks
 MODELS_TABLE = "cudnn_sdpa_models.tsv"
-WINDOW_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
+MODELS_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
 HOPPER_WINDOW_ROWS = "H200"  # H100's window cost: H200's rows (window 1024), the same SM
+LATENT = "cudnn_mla"  # the latent-attention rows' kernel
 MEMORY_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
 BLACKWELL_ULTRA = ("B300", "GB300")  # doubled softmax-exponential throughput: half H100's head-dim term
 NORM_TABLE = "cudnn_norm.tsv"
@@ -141,7 +143,7 @@ def fit_all(rows: list[Measurement]) -> dict[str, tuple[Device, dict[str, Any]]]
     # Hopper's sliding window: on H200's rows (H100's SM, H100's fit derived), given to H100 and what derives from it
     hopper = _derive(shipped[HOPPER_WINDOW_ROWS], fitted["H100"], [], ())
     windows = [m for m in rows_of.get(HOPPER_WINDOW_ROWS, []) if m.table == MODELS_TABLE and windowed(m)]
-    cost = fit_window_cost(hopper, windows).window_tile_cost
+    cost = fit_attention_term(hopper, windows, "window_tile_cost", 1.0).window_tile_cost
     h = fitted["H100"]
     fitted["H100"] = with_params(h, replace(h.kernels, attention=replace(h.kernels.attention, window_tile_cost=cost)))
     out: dict[str, tuple[Device, dict[str, Any]]] = {}
@@ -213,12 +215,20 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
         attention[name] = fit_device_attention(with_params(dn, replace(dn.kernels, attention=base)), rows, "cudnn",
                                                ("backward_efficiency", "tile_overhead"))
     window_cost: dict[str, float] = {}
-    for name in sorted(set(WINDOW_ROWS.values())):
+    for name in sorted(set(MODELS_ROWS.values())):
         dn = gemms[name]
         params = replace(attention[ATTENTION_ROWS[name]][1], launch_us=dn.kernels.gemm.launch_us)
         rows = [m for m in rows_of[name] if m.table == MODELS_TABLE and windowed(m)]
-        window_cost[name] = fit_window_cost(with_params(dn, replace(dn.kernels, attention=params)),
-                                            rows).window_tile_cost
+        window_cost[name] = fit_attention_term(with_params(dn, replace(dn.kernels, attention=params)), rows,
+                                               "window_tile_cost", 1.0).window_tile_cost
+    wide_head: dict[str, float] = {}
+    for name in sorted(set(MODELS_ROWS.values())):
+        dn = gemms[name]
+        params = replace(attention[ATTENTION_ROWS[name]][1], launch_us=dn.kernels.gemm.launch_us)
+        rows = [m for m in rows_of[name] if m.table == MODELS_TABLE and m.kernel == LATENT
+                and all(s.attention is not None and s.attention.backward for s in m.shapes)]
+        wide_head[name] = fit_attention_term(with_params(dn, replace(dn.kernels, attention=params)), rows,
+                                             "backward_head_dim_exponent", 0.5).backward_head_dim_exponent
     memory: dict[str, MemoryParams] = {}
     for name in sorted(set(MEMORY_ROWS.values())):
         dn = gemms[name]
@@ -232,9 +242,9 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
     for name in BLACKWELL:
         effs, params = attention[ATTENTION_ROWS[name]]
         d = gemms[name]
-        d = with_params(d, replace(d.kernels, attention=replace(params, launch_us=d.kernels.gemm.launch_us,
-                                                                window_tile_cost=window_cost[WINDOW_ROWS[name]]),
-                                   memory=memory[MEMORY_ROWS[name]]))
+        d = with_params(d, replace(d.kernels, attention=replace(
+            params, launch_us=d.kernels.gemm.launch_us, window_tile_cost=window_cost[MODELS_ROWS[name]],
+            backward_head_dim_exponent=wide_head[MODELS_ROWS[name]]), memory=memory[MEMORY_ROWS[name]]))
         own = rows_of.get(name, [])
         cal = _calibration(d, own, "derived", SAME_GPU.get(name, "H100"), None)
         k = d.kernels.to_dict()
@@ -246,7 +256,8 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
                          "attention": {"kernel_efficiency": effs,
                                        **{key: k["attention"][key] for key in ("dtype_efficiency", "tile_overhead",
                                                                                  "backward_efficiency",
-                                                                                 "window_tile_cost")}},
+                                                                                 "window_tile_cost",
+                                                                                 "backward_head_dim_exponent")}},
                          "memory": {c: {"efficiency": d.kernels.memory.efficiency[c],
                                         "launch_us": d.kernels.memory.launch_us[c]} for c in ("norm", "elementwise")}}
         cal["assumptions"] = _blackwell_assumptions(d, bias, fp4_gain, mxfp8_ratio)
@@ -287,12 +298,14 @@ def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8_ratio:
                    "throughput (the rows have head dim 128 only, where it and the efficiency cannot be told apart)")
     else:
         out.append(f"head-dim term {a.head_dim_half} is H100's (the rows have head dim 128 only)")
-    window_from = WINDOW_ROWS[name]
+    window_from = MODELS_ROWS[name]
     out.append(f"sliding window: {a.window_tile_cost} KV blocks of extra work per query tile masking the window's far "
                f"edge, over the window's blocks, the same time in both passes, fitted on {window_from}'s GPT-OSS "
                "window-128 rows"
-               + ("" if window_from == name else f" (the same Blackwell SM; no {name} window rows)")
-               + "; the other models' rows in cudnn_sdpa_models.tsv are checks")
+               + ("" if window_from == name else f" (the same Blackwell SM; no {name} window rows)"))
+    out.append(f"backward above head dim 128: its efficiency times (128 / head dim) ** {a.backward_head_dim_exponent}, "
+               f"fitted on {window_from}'s latent-attention backward rows (DeepSeek-V3, Kimi K2.6: query/key head dim "
+               "192, value 128, timed as their mean 160); the other models' rows in cudnn_sdpa_models.tsv are checks")
     if name == "B200":
         out.append("B200's attention rows are cuDNN 9.13.1's (GB200's 9.19-9.22): part of the difference is the "
                    "library's")

@@ -6,7 +6,7 @@ measured time per row, with the error, and a summary per device and kernel class
 Each row is predicted with the shipped device file of its device (aliases: H800 -> H100, GH200 -> H200). Attention
 rows of a kernel other than the device's production one (e.g. FlashAttention-2 and -3 on H100, whose file models
 cuDNN) use that kernel's fitted efficiency, recorded in the file's calibration (a kernel without one, as the
-latent-attention checks ``cudnn_mla``, the production kernel's). Attention classes end in ``:window`` for the
+latent-attention rows ``cudnn_mla``, the production kernel's). Attention classes end in ``:window`` for the
 sliding-window rows and ``:others`` for the other models' check rows (cudnn_sdpa_models.tsv). Error = predicted /
 measured - 1.
 """
@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         if m.family == "attention":  # by kernel, precision where not 16-bit, sliding window, other models' checks
             a = m.shapes[0].attention
             cls = (f"attention:{m.kernel}" + ("" if m.shapes[0].dtype in ("bf16", "fp16") else f":{m.shapes[0].dtype}")
-                   + (":window" if a and a.window else ":others" if m.table == MODELS_TABLE else ""))
+                   + (":window" if a and a.window else ":others" if m.table == MODELS_TABLE and m.kernel == "cudnn"
+                      else ""))
         elif m.family == "gemm" and m.kernel:  # a recipe's GEMMs (Transformer Engine): by recipe
             cls = f"gemm:{m.shapes[0].dtype}:{m.kernel}"
         elif m.family == "gemm":

@@ -69,7 +69,8 @@ SOURCES = {
                      "MIT"),
     "cudnn_sdpa_models": ("cuDNN SDPA training benchmark, other models' attention (GPT-OSS sliding window; DeepSeek-V3 "
                           "and Kimi K2.6 latent attention, Qwen3.5, LTX-2, Wan 2.2), GB200 and GB300 cuDNN 9.22, H200 "
-                          "cuDNN 9.19.1 (cudnn-frontend benchmark results; the window rows fitted, the rest checks)",
+                          "cuDNN 9.19.1 (cudnn-frontend benchmark results; the window and latent-attention backward "
+                          "rows fitted, the rest checks)",
                           "https://github.com/NVIDIA/cudnn-frontend/tree/3929da2ef4c1dba1bb8acb68727b9134f26f40c0/"
                           "benchmark/sdpa_benchmark_training/results", "MIT"),
     "cudnn_sdpa_b": ("cuDNN SDPA training benchmark, Llama 3.1 attention, GB200, GB300 and H200, cuDNN 9.19.1 "

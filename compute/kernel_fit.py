@@ -223,14 +223,15 @@ def fit_device_attention(device: Device, rows: Sequence[Measurement], kernel: st
     return efficiency, fitted
 
 
-def fit_window_cost(device: Device, rows: Sequence[Measurement]) -> AttentionParams:
-    """The per-tile cost of a sliding window's far edge, on sliding-window ``rows`` (every other attention term
-    fixed)."""
+def fit_attention_term(device: Device, rows: Sequence[Measurement], term: str, start: float) -> AttentionParams:
+    """One positive attention parameter ``term`` (``window_tile_cost``: a sliding window's per-tile cost, on
+    sliding-window rows; ``backward_head_dim_exponent``: the backward's loss above head dim 128, on backward rows of
+    wider heads) from a fixed ``start``, every other attention term fixed."""
     base = device.kernels.attention
-    vec = _Vector({"window_tile_cost": 1.0}, {"window_tile_cost": POSITIVE})
+    vec = _Vector({term: start}, {term: POSITIVE})
 
     def params(v: dict[str, float]) -> AttentionParams:
-        return replace(base, window_tile_cost=v["window_tile_cost"])
+        return replace(base, **{term: v[term]})
 
     def residuals(z: np.ndarray) -> np.ndarray:
         return np.log1p(errors(KernelModel(_with(device, attention=params(vec.values(z)))), rows))

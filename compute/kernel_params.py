@@ -12,7 +12,8 @@ on FP8 GEMMs).
       gemm: {tiles: [[128, 256, 1.0], [128, 128, 0.9]], efficiency: 0.76, dtype_efficiency: {fp8: 0.88},
              k_fill: 25, wave_quantization: 0.24, overlap: 2.1, memory_efficiency: 0.96, launch_us: 4.0}
       attention: {block_q: 128, block_kv: 128, efficiency: 0.8, dtype_efficiency: {fp8: 0.8}, head_dim_half: 56,
-                  tile_overhead: 2.0, backward_efficiency: 0.88, wave_quantization: 0.5, launch_us: 10}
+                  tile_overhead: 2.0, backward_efficiency: 0.88, wave_quantization: 0.5, launch_us: 10,
+                  window_tile_cost: 6.5, backward_head_dim_exponent: 0.8}   # the last two optional (0)
       memory: {launch_us: {elementwise: 1.5, norm: 4.0, ...}, efficiency: {elementwise: 0.9, norm: 0.5, ...}}
 """
 
@@ -65,6 +66,8 @@ class AttentionParams:
     # a sliding-window kernel's extra work per query tile masking the window's far edge, in forward KV blocks at a
     # window of one block (divided by the window's blocks): the same time in the forward and the backward pass
     window_tile_cost: float = 0.0
+    # the backward's efficiency at head dims above the fitted rows' 128: times (128 / head_dim) ** this
+    backward_head_dim_exponent: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +113,9 @@ class KernelParams:
                           "head_dim_half": a.head_dim_half, "tile_overhead": a.tile_overhead,
                           "backward_efficiency": a.backward_efficiency, "wave_quantization": a.wave_quantization,
                           "launch_us": a.launch_us,
-                          **({"window_tile_cost": a.window_tile_cost} if a.window_tile_cost else {})},
+                          **({"window_tile_cost": a.window_tile_cost} if a.window_tile_cost else {}),
+                          **({"backward_head_dim_exponent": a.backward_head_dim_exponent}
+                             if a.backward_head_dim_exponent else {})},
             "memory": {"launch_us": dict(m.launch_us), "efficiency": dict(m.efficiency)},
         }
 
@@ -156,8 +161,9 @@ def parse_kernel_params(data: Any, where: str) -> KernelParams:
                  ("dtype_efficiency",))
     a = _section(k["attention"], "kernels.attention", where,
                  ("block_q", "block_kv", "efficiency", "dtype_efficiency", "head_dim_half", "tile_overhead",
-                  "backward_efficiency", "wave_quantization", "launch_us", "window_tile_cost"),
-                 ("dtype_efficiency", "window_tile_cost"))
+                  "backward_efficiency", "wave_quantization", "launch_us", "window_tile_cost",
+                  "backward_head_dim_exponent"),
+                 ("dtype_efficiency", "window_tile_cost", "backward_head_dim_exponent"))
     m = _section(k["memory"], "kernels.memory", where, ("launch_us", "efficiency"))
     memory_eff = _fractions(m["efficiency"], "kernels.memory.efficiency", where, MEMORY_CLASSES)
     memory_launch = _fractions(m["launch_us"], "kernels.memory.launch_us", where, MEMORY_CLASSES, high=MAX_US)
@@ -186,7 +192,9 @@ def parse_kernel_params(data: Any, where: str) -> KernelParams:
             dtype_efficiency=_fractions(a.get("dtype_efficiency") or {}, "kernels.attention.dtype_efficiency", where,
                                         DTYPES),
             window_tile_cost=number(a.get("window_tile_cost", 0.0), "kernels.attention.window_tile_cost", where,
-                                    high=1e5)),
+                                    high=1e5),
+            backward_head_dim_exponent=number(a.get("backward_head_dim_exponent", 0.0),
+                                              "kernels.attention.backward_head_dim_exponent", where, high=10.0)),
         memory=MemoryParams(launch_us=memory_launch, efficiency=memory_eff),
         launch_overhead_us=number(k.get("launch_overhead_us", 0.0), "kernels.launch_overhead_us", where, high=MAX_US),
         efficiency_scale=tuple(_fractions(k.get("efficiency_scale") or {}, "kernels.efficiency_scale", where,

@@ -16,7 +16,8 @@ fall short, each with few parameters fitted per device on public kernel measurem
   work per score makes small head dimensions slower; the backward pass runs at its own fraction of forward, a
   low precision (FP8) at its own fraction of the efficiency where the device file gives one. A sliding window
   costs each query tile that masks its far edge an extra, the same in both passes, in inverse proportion to the
-  window's key blocks.
+  window's key blocks. Above head dim 128 the backward loses efficiency by a power of 128 / head dim (its
+  accumulators outgrow the registers), where a device file fits one.
   FLOPs are counted as FlashAttention's benchmarks count them (backward = 2.5 x forward).
 - Memory-bound operators (element-wise, norms, activations, softmax, embedding, loss, optimizer step): bytes at a
   per-class fraction of HBM bandwidth, or their FLOPs at the FP32 rate if that is slower; a node that is several
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # a run that does not time kernels imports neither
     from compute.devices import Device
     from compute.kernel_params import GemmParams
 
+WIDE_HEAD = 128  # the head dim of the attention rows the efficiencies are fitted on; wider heads: _wide_head
 MEMORY_CLASSES_BY_OP = {"elementwise", "norm", "activation", "softmax", "embedding", "loss", "optimizer", "quantize"}
 
 
@@ -115,7 +117,8 @@ class KernelModel:
         waves = float(_waves(tiles / self.units, p.wave_quantization))
         forward_eff = (p.efficiency * precision_efficiency(p.dtype_efficiency, dtype)
                        * a.head_dim / (a.head_dim + p.head_dim_half)) * self.params.scale("attention")
-        eff = min(1.0, forward_eff * (p.backward_efficiency if a.backward else 1.0))
+        eff = min(1.0, forward_eff * (p.backward_efficiency * _wide_head(a.head_dim, p.backward_head_dim_exponent)
+                                      if a.backward else 1.0))
         block_flops = 4 * p.block_q * p.block_kv * a.head_dim
         rate = self.device.peak_flops(dtype) / self.units
         compute = waves * per_tile * block_flops * (2.5 if a.backward else 1.0) / (rate * eff)
@@ -215,6 +218,11 @@ def _pnorm(a: Any, b: Any, p: float) -> Any:
     """(a^p + b^p)^(1/p), computed from the larger term (no overflow); a and b are non-negative."""
     top = np.maximum(np.maximum(a, b), 1e-300)
     return top * ((a / top) ** p + (b / top) ** p) ** (1 / p)
+
+
+def _wide_head(head_dim: int, exponent: float) -> float:
+    """The backward's efficiency factor at a head dim above 128 (the fitted rows'): (128 / head_dim) ** exponent."""
+    return (WIDE_HEAD / head_dim) ** exponent if head_dim > WIDE_HEAD and exponent else 1.0
 
 
 def _window_edge_tiles(seq_q: int, seq_kv: int, block_q: int, window: int) -> int:

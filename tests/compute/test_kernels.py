@@ -337,3 +337,26 @@ def test_sliding_window_rows(name: str, window: int, limit: float) -> None:
     wide = [model.seconds(windowed(2, 64, 64, 8192, w, False), 0, 0)
             - without.seconds(windowed(2, 64, 64, 8192, w, False), 0, 0) for w in (128, 1024)]
     assert 0 < wide[1] <= wide[0] / 8
+
+
+@pytest.mark.parametrize("name", ["GB200", "GB300"])
+def test_wide_heads_backward_on_blackwell(name: str) -> None:
+    """cuDNN's latent-attention rows (DeepSeek-V3, Kimi: query/key head dim 192, value 128, timed as their mean 160)
+    within 10% on average, forward (unfitted) and backward (its head-dim exponent's fit); head dims up to 128 keep
+    the backward they had; Hopper has no wider-head rows and keeps its backward."""
+    d = device(name).kernel_fit()
+    model = KernelModel(d)
+    rows = [m for m in ROWS if m.device == name and m.kernel == "cudnn_mla"]
+    assert len(rows) == 40 and all(m.shapes[0].attention.head_dim == 160 for m in rows)
+    errs = [m.predicted_us(model) / m.time_us - 1 for m in rows]
+    assert sum(abs(e) for e in errs) / len(errs) <= 0.10 and abs(sum(errs) / len(errs)) <= 0.05
+    p = d.kernels.attention
+    assert p.backward_head_dim_exponent > 0
+    flat = KernelModel(replace(d, kernels=replace(d.kernels, attention=replace(p, backward_head_dim_exponent=0.0))))
+    for head_dim, slower in ((128, False), (160, True)):
+        for backward in (False, True):
+            shape = attention(2, 64, head_dim, 4096, True, backward)
+            assert (model.seconds(shape, 0, 0) > flat.seconds(shape, 0, 0)) == (slower and backward)
+    sibling = {"GB200": "B200", "GB300": "B300"}[name]
+    assert device(sibling).kernels.attention.backward_head_dim_exponent == p.backward_head_dim_exponent
+    assert device("H100").kernels.attention.backward_head_dim_exponent == 0

@@ -210,8 +210,9 @@ def _kernel_spans_us(tmp_path: Path, generate: list[str], device_name: str) -> d
 
 def test_a_sliding_window_layer_is_timed_by_its_window(tmp_path: Path) -> None:
     """Every attention node of a run is timed as the kernel model times its trace shape, the window included: a
-    sliding-window layer (GPT-OSS alternates them with full ones) costs its window's key blocks, not a full
-    layer's (the window attribute once got lost on its way from the trace to the model)."""
+    sliding-window layer (GPT-OSS alternates them with full ones) costs its window's key blocks and its edge's
+    masking, well under a full layer's (at window 128 and 4k tokens cuDNN's measured forward on Blackwell is 55% of
+    the full causal one; the window attribute once got lost on its way from the trace to the model)."""
     spans_us = _kernel_spans_us(tmp_path, ["--layers", "2", "--hidden", "1024", "--heads", "8", "--kv-heads", "2",
                                            "--ffn-hidden", "3584", "--vocab", "32000", "--seq-len", "4096",
                                            "--window-size", "128", "--window-attn-skip-freq", "2", "--tp", "1", "--dp",
@@ -223,7 +224,7 @@ def test_a_sliding_window_layer_is_timed_by_its_window(tmp_path: Path) -> None:
                                                                           backward=backward, window=window))
             want_us = model.time_ns(shape, 0, 0) / 1e3
             assert spans_us[f"mb0.{phase}.layer{layer}.attention"] == pytest.approx(want_us, abs=1e-3)
-    assert spans_us["mb0.fwd.layer0.attention"] < spans_us["mb0.fwd.layer1.attention"] / 3
+    assert spans_us["mb0.fwd.layer0.attention"] < spans_us["mb0.fwd.layer1.attention"] * 0.7
 
 
 def test_per_expert_quantization_is_timed_by_its_kernel_count(tmp_path: Path) -> None:
