@@ -215,20 +215,18 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
         attention[name] = fit_device_attention(with_params(dn, replace(dn.kernels, attention=base)), rows, "cudnn",
                                                ("backward_efficiency", "tile_overhead"))
     window_cost: dict[str, float] = {}
-    for name in sorted(set(MODELS_ROWS.values())):
-        dn = gemms[name]
-        params = replace(attention[ATTENTION_ROWS[name]][1], launch_us=dn.kernels.gemm.launch_us)
-        rows = [m for m in rows_of[name] if m.table == MODELS_TABLE and windowed(m)]
-        window_cost[name] = fit_attention_term(with_params(dn, replace(dn.kernels, attention=params)), rows,
-                                               "window_tile_cost", 1.0).window_tile_cost
     wide_head: dict[str, float] = {}
     for name in sorted(set(MODELS_ROWS.values())):
         dn = gemms[name]
-        params = replace(attention[ATTENTION_ROWS[name]][1], launch_us=dn.kernels.gemm.launch_us)
-        rows = [m for m in rows_of[name] if m.table == MODELS_TABLE and m.kernel == LATENT
-                and all(s.attention is not None and s.attention.backward for s in m.shapes)]
-        wide_head[name] = fit_attention_term(with_params(dn, replace(dn.kernels, attention=params)), rows,
-                                             "backward_head_dim_exponent", 0.5).backward_head_dim_exponent
+        dn = with_params(dn, replace(dn.kernels, attention=replace(attention[ATTENTION_ROWS[name]][1],
+                                                                   launch_us=dn.kernels.gemm.launch_us)))
+        models = [m for m in rows_of[name] if m.table == MODELS_TABLE]
+        window_cost[name] = fit_attention_term(dn, [m for m in models if windowed(m)], "window_tile_cost",
+                                               1.0).window_tile_cost
+        latent_backward = [m for m in models if m.kernel == LATENT
+                           and all(s.attention is not None and s.attention.backward for s in m.shapes)]
+        wide_head[name] = fit_attention_term(dn, latent_backward, "backward_head_dim_exponent",
+                                             0.5).backward_head_dim_exponent
     memory: dict[str, MemoryParams] = {}
     for name in sorted(set(MEMORY_ROWS.values())):
         dn = gemms[name]

@@ -10,8 +10,8 @@ Families are fitted apart: GEMM (efficiency, K fill, wave quantisation, overlap,
 launch time, the smaller tiles' relative efficiency, the FP8 and FP4 efficiencies where such rows exist; a row may
 time several GEMMs, summed), attention (one efficiency per measured device and kernel, and the head-dim, per-tile
 and backward terms shared by all; or, for one device, its efficiencies, backward and FP8 terms on fixed shape
-terms; a sliding window's per-tile cost on its own rows, the rest fixed), memory-bound classes (an efficiency per
-class, one launch time).
+terms; a sliding window's per-tile cost and the backward's loss above head dim 128, each on its own rows, the rest
+fixed), memory-bound classes (an efficiency per class, one launch time).
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ fall short, each with few parameters fitted per device on public kernel measurem
   work per score makes small head dimensions slower; the backward pass runs at its own fraction of forward, a
   low precision (FP8) at its own fraction of the efficiency where the device file gives one. A sliding window
   costs each query tile that masks its far edge an extra, the same in both passes, in inverse proportion to the
-  window's key blocks. Above head dim 128 the backward loses efficiency by a power of 128 / head dim (its
-  accumulators outgrow the registers), where a device file fits one.
+  window's key blocks. Above head dim 128 the backward loses efficiency by a power of 128 / head dim, where a
+  device file fits one (cuDNN's latent-attention backward, head dims 192/128, measures it).
   FLOPs are counted as FlashAttention's benchmarks count them (backward = 2.5 x forward).
 - Memory-bound operators (element-wise, norms, activations, softmax, embedding, loss, optimizer step): bytes at a
   per-class fraction of HBM bandwidth, or their FLOPs at the FP32 rate if that is slower; a node that is several

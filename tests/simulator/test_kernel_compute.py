@@ -211,8 +211,8 @@ def _kernel_spans_us(tmp_path: Path, generate: list[str], device_name: str) -> d
 def test_a_sliding_window_layer_is_timed_by_its_window(tmp_path: Path) -> None:
     """Every attention node of a run is timed as the kernel model times its trace shape, the window included: a
     sliding-window layer (GPT-OSS alternates them with full ones) costs its window's key blocks and its edge's
-    masking, well under a full layer's (at window 128 and 4k tokens cuDNN's measured forward on Blackwell is 55% of
-    the full causal one; the window attribute once got lost on its way from the trace to the model)."""
+    masking, well under a full layer's (at window 128 and 4k tokens cuDNN's measured forward on GB300 takes 55% of
+    the model's full causal one; the window attribute once got lost on its way from the trace to the model)."""
     spans_us = _kernel_spans_us(tmp_path, ["--layers", "2", "--hidden", "1024", "--heads", "8", "--kv-heads", "2",
                                            "--ffn-hidden", "3584", "--vocab", "32000", "--seq-len", "4096",
                                            "--window-size", "128", "--window-attn-skip-freq", "2", "--tp", "1", "--dp",

@@ -49,9 +49,10 @@ CUDNN_SETS = (  # (set, commit, path, device, cuDNN version)
      "benchmark/sdpa_benchmark_training/artifacts/sdpa_fp8_benchmark_results_NVIDIA_B200.csv", "B200", "9.13.1"),
 )
 # the same benchmark on other models' attention (cudnn_sdpa_models.tsv), BF16 only: the sliding-window rows (GPT-OSS)
-# fit the window's per-tile cost; the rest are checks: multi-head latent attention (DeepSeek-V3, Kimi K2.6; query/key
-# head dim 192, value 128, written as the generator times it: heads of their mean, 160), head dim 256 (Qwen3.5) and
-# long unmasked video-model sequences (LTX-2, Wan 2.2)
+# fit the window's per-tile cost, the multi-head latent attention backward rows (DeepSeek-V3, Kimi K2.6; query/key
+# head dim 192, value 128, written as the generator times it: heads of their mean, 160) the backward's head-dim
+# exponent; the rest are checks: the latent-attention forward, head dim 256 (Qwen3.5) and long unmasked video-model
+# sequences (LTX-2, Wan 2.2)
 MODELS_COMMIT = "3929da2ef4c1dba1bb8acb68727b9134f26f40c0"
 MODELS_DIR = "benchmark/sdpa_benchmark_training/results"
 MODEL_FILES = (  # (path under MODELS_DIR, device, cuDNN version)
