@@ -45,7 +45,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from compute.devices import DEVICES_DIR, Device, device, load_device_file  # noqa: E402
-from compute.kernel_data import SOURCES, Measurement, errors, read_tables, summarize  # noqa: E402
+from compute.kernel_data import (  # noqa: E402
+    LATENT_KERNEL,
+    MODELS_TABLE,
+    SOURCES,
+    Measurement,
+    errors,
+    read_tables,
+    summarize,
+    windowed,
+)
 from compute.kernel_fit import (  # noqa: E402
     ANALOGUES,
     fit_attention,
@@ -76,10 +85,8 @@ ATTENTION_ROWS = {"B200": "B200", "GB200": "GB200", "GB300": "GB300", "B300": "G
 # other models' attention (cudnn-frontend's benchmark): the sliding-window rows fit the window's per-tile cost, the
 # latent-attention backward rows the backward's head-dim exponent (on whose rows: B200 has none, GB200 is the same
 # Blackwell SM), the rest are checks
-MODELS_TABLE = "cudnn_sdpa_models.tsv"
 MODELS_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
 HOPPER_WINDOW_ROWS = "H200"  # H100's window cost: H200's rows (window 1024), the same SM
-LATENT = "cudnn_mla"  # the latent-attention rows' kernel
 MEMORY_ROWS = {"B200": "GB200", "GB200": "GB200", "GB300": "GB300", "B300": "GB300"}
 BLACKWELL_ULTRA = ("B300", "GB300")  # doubled softmax-exponential throughput: half H100's head-dim term
 NORM_TABLE = "cudnn_norm.tsv"
@@ -223,7 +230,7 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
         models = [m for m in rows_of[name] if m.table == MODELS_TABLE]
         window_cost[name] = fit_attention_term(dn, [m for m in models if windowed(m)], "window_tile_cost",
                                                1.0).window_tile_cost
-        latent_backward = [m for m in models if m.kernel == LATENT
+        latent_backward = [m for m in models if m.kernel == LATENT_KERNEL
                            and all(s.attention is not None and s.attention.backward for s in m.shapes)]
         wide_head[name] = fit_attention_term(dn, latent_backward, "backward_head_dim_exponent",
                                              0.5).backward_head_dim_exponent
@@ -313,11 +320,6 @@ def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8_ratio:
                + "; element-wise and optimizer kernels at the bandwidth fraction cuDNN's forward norm (read once, "
                  "write once) reaches, with H100's element-wise launch time; activation and embedding are H100's")
     return out
-
-
-def windowed(m: Measurement) -> bool:
-    """A sliding-window attention row."""
-    return any(s.attention is not None and s.attention.window > 0 for s in m.shapes)
 
 
 def ceiling_error(d: Device, rows: list[Measurement]) -> float:

@@ -24,10 +24,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from compute.devices import Device, device  # noqa: E402
-from compute.kernel_data import Measurement, read_tables, summarize  # noqa: E402
+from compute.kernel_data import LATENT_KERNEL, MODELS_TABLE, Measurement, read_tables, summarize, windowed  # noqa: E402
 from compute.kernels import KernelModel  # noqa: E402
-
-MODELS_TABLE = "cudnn_sdpa_models.tsv"  # other models' attention: checks, but for the sliding-window rows
 
 
 def model_for(d: Device, kernel: str) -> KernelModel:
@@ -90,9 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     for m, name, pred in results:
         cls = m.family if m.family != "memory" else f"memory:{m.shapes[0].op_class}"
         if m.family == "attention":  # by kernel, precision where not 16-bit, sliding window, other models' checks
-            a = m.shapes[0].attention
             cls = (f"attention:{m.kernel}" + ("" if m.shapes[0].dtype in ("bf16", "fp16") else f":{m.shapes[0].dtype}")
-                   + (":window" if a and a.window else ":others" if m.table == MODELS_TABLE and m.kernel == "cudnn"
+                   + (":window" if windowed(m) else ":others" if m.table == MODELS_TABLE and m.kernel != LATENT_KERNEL
                       else ""))
         elif m.family == "gemm" and m.kernel:  # a recipe's GEMMs (Transformer Engine): by recipe
             cls = f"gemm:{m.shapes[0].dtype}:{m.kernel}"

@@ -34,6 +34,10 @@ DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 GEMM_COLUMNS = ("device", "dtype", "m", "n", "k", "batch", "time_us")
 GEMM_SET_COLUMNS = ("device", "dtype", "recipe", "quantization", "gemms", "time_us")
 QUANTIZATION = ("none", "included", "excluded")
+# other models' attention (cuDNN's benchmark of them): its sliding-window rows and its latent-attention (``kernel``
+# LATENT_KERNEL) backward rows are fitted, the rest are checks
+MODELS_TABLE = "cudnn_sdpa_models.tsv"
+LATENT_KERNEL = "cudnn_mla"
 ATTENTION_COLUMNS = ("device", "kernel", "dtype", "pass", "batch", "heads", "head_dim", "seq", "causal", "tflops")
 MEMORY_COLUMNS = ("device", "op_class", "dtype", "bytes", "flops", "time_us")
 # Where each table's rows come from (the ``source_id`` column): pinned address and licence.
@@ -181,6 +185,11 @@ def _attention(table: str, r: dict[str, str]) -> Measurement:
         time_us = flops / (float(r["tflops"]) * 1e12) * 1e6
     return Measurement(table, r["device"], "attention", r["kernel"], shapes, 0, 0, time_us, r.get("source_id", ""),
                        r.get("note", ""))
+
+
+def windowed(m: Measurement) -> bool:
+    """A sliding-window attention row."""
+    return any(s.attention is not None and s.attention.window > 0 for s in m.shapes)
 
 
 def _memory(table: str, r: dict[str, str]) -> Measurement:
