@@ -61,8 +61,10 @@ def peak_rss_MB() -> int:
 
 def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: str, device: str,
                        warn: Callable[[str], None] | None = None, label: str = "training step",
-                       progress: bool = False) -> Iteration:
-    """Simulate the ``generate: llm`` mapping ``spec`` once on ``network`` with hardware profile ``profile``."""
+                       progress: bool = False,
+                       inspect: Callable[[Simulation, Any, list[Any]], None] | None = None) -> Iteration:
+    """Simulate the ``generate: llm`` mapping ``spec`` once on ``network`` with hardware profile ``profile``;
+    ``inspect(sim, result, programs)`` may look at the finished run (its per-node spans) before it is dropped."""
     from workload.llm.summary import stage_flops
 
     started = time.process_time()
@@ -76,6 +78,8 @@ def simulate_iteration(spec: dict[str, Any], network: NetworkConfig, profile: st
     sim = Simulation(traces, network, default_system(network.num_dims), MemoryConfig(), options=options,
                      warn=warn if warn is not None else warnings.append)
     result = sim.run()
+    if inspect is not None:
+        inspect(sim, result, programs)
     per_stage = plan.world_size // plan.pp
     flops = sum(sum(stage_flops(p).values()) for p in programs) * per_stage
     collectives = [{"kind": c.kind, "count_per_rank": c.count_per_rank, "time_ns_per_rank": c.time_ns_per_rank,

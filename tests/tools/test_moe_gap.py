@@ -1,0 +1,62 @@
+"""benchmarks/moe_gap.py's split of a simulated step into the experts' part and the rest: the experts' grouped
+GEMMs, permutations and activations are theirs, a dense layer's activation and the attention are not, and the two
+parts add up to the breakdown's compute; its committed data covers the validation runs' MoE rows."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from simulator.collectives.hardware import load_profile
+from simulator.tools.step_run import simulate_iteration
+from simulator.tools.training_hardware import network_for
+from tests.conftest import REPO
+
+_spec = importlib.util.spec_from_file_location("moe_gap", REPO / "benchmarks" / "moe_gap.py")
+assert _spec is not None and _spec.loader is not None
+moe_gap = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(moe_gap)
+
+# three layers, the first dense (its own FFN), four experts over two expert-parallel ranks
+SPEC = {"generate": "llm", "num_layers": 3, "hidden_size": 256, "num_heads": 8, "ffn_hidden_size": 256,
+        "vocab_size": 1000, "seq_len": 64, "num_experts": 4, "top_k": 2, "dense_layers": 1,
+        "dense_ffn_hidden_size": 512, "dp": 2, "ep": 2, "global_batch": 4}
+
+
+def test_the_experts_part_holds_the_expert_nodes_and_the_parts_add_up() -> None:
+    got: dict = {}
+    network = network_for(load_profile("hgx-h100"), 2, "test")
+    iteration = simulate_iteration(SPEC, network, "hgx-h100", "H100", warn=lambda _: None,
+                                   inspect=lambda s, r, p: got.update(moe_gap.split(s, r, p), names=p))
+    names = moe_gap.expert_names(got["names"])
+    shorts = {n.rsplit(".", 1)[-1] for n in names}
+    assert {"expert_in", "expert_out", "expert_in_dgrad", "expert_in_wgrad", "activation"} <= shorts
+    assert not any(".layer0." in n for n in names)  # the dense layer's activation is not the experts'
+    assert not any(s.startswith(("attention", "router", "qkv")) for s in shorts)
+    experts, rest = got["compute_ns"]["experts"], got["compute_ns"]["rest"]
+    assert experts["matmul"] > 0 and experts["elementwise"] > 0 and rest["attention"] > 0
+    total = {k: experts.get(k, 0) + rest.get(k, 0) for k in {*experts, *rest}}
+    assert total == iteration.breakdown["compute_ns_by_class"]
+
+
+def test_a_factor_on_a_part_moves_the_step_by_that_parts_time() -> None:
+    rec = {"step_ns": 1000, "published_step_time_s": 1e-6,
+           "breakdown": {"compute_busy_ns": 800, "bubble_ns": 200, "exposed_comm_ns_by_kind": {"ep": 50, "dp": 9}},
+           "compute_ns": {"experts": {"matmul": 100, "elementwise": 40}, "rest": {"matmul": 300}}}
+    assert moe_gap.error(rec, {}) == 0
+    # the experts' 100 ns of GEMMs amplified by the bubble (1000 / 800); the exposed exchange as it is
+    assert moe_gap.error(rec, {"experts_matmul": 2.0}) == pytest.approx(0.125)
+    assert moe_gap.error(rec, {"ep_exchange": 3.0}) == pytest.approx(0.1)
+    assert moe_gap.fit([rec], "experts_memory") == pytest.approx(1.0, abs=1e-3)
+
+
+def test_the_committed_split_covers_the_validation_runs_moe_rows() -> None:
+    data = json.loads(moe_gap.DATA.read_text())["rows"]
+    expected = {(table, r["row_id"]) for table, path in moe_gap.RUNS.items()
+                for r in json.loads(path.read_text())["rows"] if r["status"] == "simulated" and moe_gap.moe(r)}
+    assert {(r["table"], r["row_id"]) for r in data} == expected
+    saved = {r["row_id"]: r["predicted_step_time_s"] for path in moe_gap.RUNS.values()
+             for r in json.loads(path.read_text())["rows"] if r["status"] == "simulated"}
+    assert all(r["step_ns"] == round(saved[r["row_id"]] * 1e9) for r in data)  # the same runs, simulated again
