@@ -34,7 +34,7 @@ from typing import Any
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from benchmarks.training_validation import moe, tables
-from simulator.tools.step_breakdown import NodeKinds, slowest_rank_breakdown
+from simulator.tools.step_breakdown import NodeKinds, slowest_rank, slowest_rank_breakdown
 from workload.schema import NodeType
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,9 +71,7 @@ def split(sim: Any, result: Any, programs: Sequence[Any]) -> dict[str, Any]:
     """The slowest rank's breakdown, and its compute per kernel class in the experts' part and in the rest."""
     kinds = NodeKinds.of_programs(list(programs))
     breakdown = slowest_rank_breakdown(sim, result, kinds)
-    slow = max(result.ranks, key=lambda r: (r.finish_ns, -r.rank))
-    rep = result.representative[slow.rank] if result.representative else slow.rank
-    workload = next(w for w in sim.workloads if w.rank == rep)
+    _, workload = slowest_rank(sim, result)
     experts = expert_names(programs)
     parts: dict[str, dict[str, int]] = {"experts": defaultdict(int), "rest": defaultdict(int)}
     for i, start, end in workload.timeline.spans:

@@ -91,11 +91,17 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
             "bubble_ns": finish_ns - busy - exposed_total - exposed_host}
 
 
-def slowest_rank_breakdown(sim: Any, result: Any, kinds: NodeKinds) -> dict[str, Any]:
-    """The breakdown of the rank that finishes last (in a folded run, its class's representative)."""
+def slowest_rank(sim: Any, result: Any) -> tuple[Any, Any]:
+    """The rank that finishes last (its result) and the workload simulated for it (in a folded run, its class's
+    representative)."""
     slow = max(result.ranks, key=lambda r: (r.finish_ns, -r.rank))
     rep = result.representative[slow.rank] if result.representative else slow.rank
-    workload = next(w for w in sim.workloads if w.rank == rep)
+    return slow, next(w for w in sim.workloads if w.rank == rep)
+
+
+def slowest_rank_breakdown(sim: Any, result: Any, kinds: NodeKinds) -> dict[str, Any]:
+    """The breakdown of the rank that finishes last (in a folded run, its class's representative)."""
+    slow, workload = slowest_rank(sim, result)
     out = step_breakdown(workload, slow.finish_ns, kinds)
     out["rank"] = slow.rank
     return out
