@@ -2,7 +2,7 @@
 part and the rest, and how far one factor on one part takes the rows of both validation tables.
 
     python benchmarks/moe_gap.py                    # report from benchmarks/data/moe_gap.json
-    python benchmarks/moe_gap.py --refresh [-j 2]   # simulate the rows again first (about 1.5 h at -j 2)
+    python benchmarks/moe_gap.py --refresh [-j 2]   # simulate the rows again first (about 30 min at -j 2)
 
 The rows are the simulated MoE rows of benchmarks/data/training_validation.json (the shared tables) and
 benchmarks/data/unseen_training_validation.json (the hold-out), planned and simulated as validate-training does.
@@ -53,8 +53,8 @@ def family(row_id: str) -> str:
 
 def expert_names(programs: Sequence[Any]) -> set[str]:
     """The names of the experts' compute nodes (see the module's docstring)."""
-    moe_layers = {name.rsplit(".", 1)[0] for p in programs for op in p.ops
-                  for name in [op.name] if name.rsplit(".", 1)[-1].startswith("expert_in")}
+    moe_layers = {op.name.rsplit(".", 1)[0] for p in programs for op in p.ops
+                  if op.name.rsplit(".", 1)[-1].startswith("expert_in")}
     out = set()
     for p in programs:
         for op in p.ops:
@@ -99,18 +99,17 @@ def simulate(job: tuple[str, str, list[str]]) -> dict[str, Any]:
             "local_experts": int(g["num_experts"]) // int(g.get("ep", 1)), "step_ns": it.step_time_ns, **got}
 
 
-def refresh(jobs: int, pattern: str | None, shared: Path) -> list[dict[str, Any]]:
-    todo = []
-    for table, path in RUNS.items():
-        paths = tables(shared, unseen=table == "hold-out")
-        todo += [(table, r["row_id"], paths) for r in json.loads(path.read_text())["rows"]
-                 if r["status"] == "simulated" and moe(r) and (pattern is None or re.search(pattern, r["row_id"]))]
-    out = []
+def refresh(jobs: int, pattern: str | None, shared: Path, kept: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The validation runs' MoE rows (those matching ``pattern``) simulated again; the other rows from ``kept``."""
+    rows = [(table, r["row_id"], tables(shared, unseen=table == "hold-out")) for table, path in RUNS.items()
+            for r in json.loads(path.read_text())["rows"] if r["status"] == "simulated" and moe(r)]
+    todo = [job for job in rows if pattern is None or re.search(pattern, job[1])]
+    got = {(r["table"], r["row_id"]): r for r in kept}
     with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
         for rec in pool.map(simulate, todo):
-            out.append(rec)
+            got[rec["table"], rec["row_id"]] = rec
             print(f"{rec['table']:8s} {rec['row_id'][:70]:70s} {rec['step_ns'] / 1e9:8.3f} s", flush=True)
-    return out
+    return [got[table, row_id] for table, row_id, _ in rows if (table, row_id) in got]
 
 
 def part_ns(rec: dict[str, Any]) -> dict[str, float]:
@@ -179,18 +178,19 @@ def report(recs: Sequence[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--refresh", action="store_true", help="simulate the rows again (writes the data file)")
-    p.add_argument("--rows", help="with --refresh: only rows whose row_id matches this regular expression")
+    p.add_argument("--rows", help="with --refresh: only rows whose row_id matches this regular expression (the "
+                   "others are kept as saved)")
     p.add_argument("-j", "--jobs", type=int, default=1, help="rows simulated at once (default 1)")
     p.add_argument("--shared", default=str(ROOT.parent / "shared"))
     p.add_argument("--data", default=str(DATA), help=f"the split runs (default {DATA.relative_to(ROOT)})")
     args = p.parse_args(argv)
     published = {r["row_id"]: r["published_step_time_s"] for path in RUNS.values()
                  for r in json.loads(path.read_text())["rows"] if r.get("published_step_time_s")}
-    if args.refresh:
-        recs = refresh(args.jobs, args.rows, Path(args.shared))
-        Path(args.data).write_text(json.dumps({"rows": recs}, indent=1, sort_keys=True) + "\n")
-    else:
-        recs = json.loads(Path(args.data).read_text())["rows"]
+    data = Path(args.data)
+    recs = json.loads(data.read_text())["rows"] if data.exists() else []
+    if args.refresh:  # with --rows, the other rows are kept as saved
+        recs = refresh(args.jobs, args.rows, Path(args.shared), recs)
+        data.write_text(json.dumps({"rows": recs}, indent=1, sort_keys=True) + "\n")
     for r in recs:
         r["published_step_time_s"] = published[r["row_id"]]
     print("\n".join(report(recs)))
