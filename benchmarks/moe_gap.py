@@ -175,7 +175,7 @@ def report(recs: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int | str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--refresh", action="store_true", help="simulate the rows again (writes the data file)")
     p.add_argument("--rows", help="with --refresh: only rows whose row_id matches this regular expression (the "
@@ -191,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.refresh:  # with --rows, the other rows are kept as saved
         recs = refresh(args.jobs, args.rows, Path(args.shared), recs)
         data.write_text(json.dumps({"rows": recs}, indent=1, sort_keys=True) + "\n")
+    if not recs:
+        return f"moe_gap.py: error: no split runs in {data} (make them with --refresh)"
     for r in recs:
         r["published_step_time_s"] = published[r["row_id"]]
     print("\n".join(report(recs)))

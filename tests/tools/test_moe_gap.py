@@ -62,3 +62,9 @@ def test_the_committed_split_covers_the_validation_runs_moe_rows() -> None:
     saved = {r["row_id"]: r["predicted_step_time_s"] for path in moe_gap.RUNS.values()
              for r in json.loads(path.read_text())["rows"] if r["status"] == "simulated"}
     assert all(r["step_ns"] == round(saved[r["row_id"]] * 1e9) for r in data)  # the same runs, simulated again
+
+
+def test_no_split_runs_is_a_one_line_error_naming_the_file(tmp_path) -> None:
+    missing = tmp_path / "none.json"
+    assert moe_gap.main(["--data", str(missing)]) == f"moe_gap.py: error: no split runs in {missing} (make them with " \
+        "--refresh)"
