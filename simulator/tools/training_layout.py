@@ -26,6 +26,8 @@ from workload.llm.plan import parse_pipeline_layout
 
 READY, NEEDS, UNSUPPORTED = "ready", "needs", "unsupported"
 ACCOUNTING_SOURCES = ("megatron_bridge_perf", "nemo_2407")  # frameworks with Megatron-Bridge's recipes
+# a row whose notes carry this phrase transcribes a figure its source itself reports as a release's regression
+KNOWN_REGRESSION = "known performance regression"
 
 
 @dataclass(slots=True)
@@ -434,6 +436,9 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None, code_values: bool 
         return plan.refuse(UNSUPPORTED, "the source states no parallel layout or model dimensions")
     plan.layout = " ".join(f"{k.upper()}{dims[k]}" for k in ("tp", "pp", "vp", "cp", "ep", "dp")
                            if dims[k] > 1 or k in ("tp", "pp", "dp"))
+    if KNOWN_REGRESSION in row.text("notes").lower():
+        return plan.refuse(UNSUPPORTED, "the source marks this figure as a known performance regression of its "
+                                        "release (the row's notes): it times a software fault, not the stack modelled")
     row_dims = {f: v for c, f in ROW_DIMS.items() if (v := whole(row, c)) is not None}
     chosen = model_for(row.text("model"), row_dims, dims["tp"])
     plan.defaults_used += chosen.defaults_used

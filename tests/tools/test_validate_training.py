@@ -236,6 +236,12 @@ def test_table_fields_keep_the_sources_text() -> None:
     assert plan.status == UNSUPPORTED and "not the row's 8 GPUs" in plan.reason
 
 
+def test_a_figure_its_source_reports_as_a_regression_is_not_simulated() -> None:
+    assert plan_row(row(ROWS[0])).status == READY
+    flagged = plan_row(row({**ROWS[0], "notes": "source footnote: a known performance regression of the release"}))
+    assert flagged.status == UNSUPPORTED and "regression" in flagged.reason and flagged.layout
+
+
 def test_missing_table_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no rows"):
         read_tables([str(write_table(tmp_path / "empty.tsv", []))])
