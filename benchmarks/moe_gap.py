@@ -48,7 +48,7 @@ FAMILIES = ("GPT_OSS", "Qwen3_30B", "Qwen3_235B", "Nemotron_3_Nano", "Nemotron_3
 
 
 def family(row_id: str) -> str:
-    return next((f for f in FAMILIES if f in row_id), "other")
+    return next((f for f in FAMILIES if f.lower() in row_id.lower()), "other")
 
 
 def expert_names(programs: Sequence[Any]) -> set[str]:

@@ -166,12 +166,15 @@ FRAMEWORKS: dict[str, Framework] = {
     "nemo_2412": _NEMO,
     "megatron_bridge_perf": _BRIDGE,
     "mlperf_gpt3": _NEMO,
+    # Megatron-LM's defaults; each row states the arguments its Megatron-MoE-ModelZoo config and command set
+    "megatron_moe_modelzoo": replace(_MEGATRON, name="Megatron-LM (Megatron-MoE-ModelZoo)", micro_batch_fit=False),
 }
 
 # Expert tensor parallelism where a source's MoE runs set it apart from TP (Megatron-Core's default is TP).
 EXPERT_TP: dict[str, tuple[int, str]] = {
     "megatron_bridge_perf": (1, "Megatron-Bridge's MoE performance recipes (Qwen3, GPT-OSS): "
                                 "expert_tensor_parallel_size 1"),
+    "megatron_moe_modelzoo": (1, "Megatron-MoE-ModelZoo configs: --expert-tensor-parallel-size 1"),
 }
 
 

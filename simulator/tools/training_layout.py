@@ -18,9 +18,9 @@ from simulator.tools.training_features import EXPERT_TP, FEATURES, FRAMEWORKS, F
 from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
 from simulator.tools.training_metrics import Metric, choose_metric
 from simulator.tools.training_models import ROW_DIMS, model_for
-from simulator.tools.training_recipes import Recipe, recipe_for
+from simulator.tools.training_recipes import Recipe, recipe_for, stated_arguments, stated_recipe
 from simulator.tools.training_table import TrainingRow, alternative_note, flag, leading_number, number, whole
-from workload.errors import InputError
+from workload.errors import ConfigError, InputError
 from workload.generated import llm_peak_memory, llm_plan
 from workload.llm.plan import parse_pipeline_layout
 
@@ -243,7 +243,7 @@ def _requirements(row: TrainingRow, fw: Framework, plan: RowPlan, dims: dict[str
     if dims["ep"] > 1 and recipe is not None and recipe.moe_fused_mlp:
         reqs.append(("moe_fused_mlp", True))
         plan.defaults_used.append(f"the experts' MLP as Transformer Engine's fused grouped MLP ({recipe.where})")
-    if fw.cross_entropy[0] == "unfused":
+    if fw.cross_entropy[0] == "unfused" and "--cross-entropy-loss-fusion" not in stated_arguments(row.text("notes")):
         reqs.append(("unfused_cross_entropy", True))
         plan.defaults_used.append(f"cross entropy unfused ({fw.cross_entropy[1]})")
     if fw.attention[0] == "unfused":
@@ -319,6 +319,12 @@ def _pipeline_split(row: TrainingRow, plan: RowPlan, dims: dict[str, int], layer
     alone do not fill every virtual stage equally (Llama 3.1 405B: 126 + 2 on 8 x 8 stages; Qwen3 235B: 94 + 2 on
     8 x 2); the tables do not say so, so it is taken where the plain split cannot run and the accounted one can."""
     pp, vp = dims["pp"], dims["vp"]
+    stated = stated_arguments(row.text("notes"))
+    if pp > 1 and "--account-for-embedding-in-pipeline-split" in stated:
+        plan.defaults_used.append("the embedding counts as a layer in the pipeline split (the row's Megatron-LM "
+                                  "arguments)")
+        return [("account_for_embedding", True)] + ([("account_for_loss", True)]
+                                                    if "--account-for-loss-in-pipeline-split" in stated else [])
     if pp == 1 or layers is None or row.source_id not in ACCOUNTING_SOURCES:
         return []
     plain = layers % pp == 0 and (layers // pp) % vp == 0
@@ -426,6 +432,12 @@ def plan_row(row: TrainingRow, hw_profile: str | None = None, code_values: bool 
         return plan
     recipe = recipe_for(row.source_id, row.text("source_section"), row.text("model"), row.text("gpu"),
                         row.text("precision"))
+    if recipe is None:
+        try:
+            recipe, unread = stated_recipe(row.text("source_section"), row.text("notes"))
+        except ConfigError as e:
+            return plan.refuse(UNSUPPORTED, str(e))
+        plan.left_out += [f"{flag} (a stated Megatron-LM argument the model does not read)" for flag in unread]
     plan.code_states = code_states_differing(row, recipe) if recipe is not None else {}
     if recipe is not None and plan.code_states:
         plan.notes.append(code_states_note(row, recipe, plan.code_states))

@@ -31,15 +31,17 @@ def sc21_flops(model: dict[str, Any], global_batch: int) -> float:
     return 96 * global_batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
 
 
-def megatron_core_flops(model: dict[str, Any], global_batch: int) -> float:
-    """Megatron-Core's model FLOPs of one iteration (forward and backward, no recomputation)."""
+def megatron_core_flops(model: dict[str, Any], global_batch: int, causal: bool = False) -> float:
+    """Megatron-Core's model FLOPs of one iteration (forward and backward, no recomputation); ``causal``: the
+    attention scores counted over half the matrix, as Megatron-LM's count has done since 2025 (at 1e057005, May
+    2025: "only half of the attention matrix is non-zero")."""
     s, h, layers, vocab = model["seq_len"], model["hidden_size"], model["num_layers"], model["vocab_size"]
     heads = model["num_heads"]
     groups = model.get("num_kv_heads") or heads
     head_dim = model.get("head_dim") or h // heads
     gated = 1.5 if model.get("gated_ffn") else 1.0
     top_k = model.get("top_k", 1) if model.get("num_experts", 1) > 1 else 1
-    attention = (1 + groups / heads + s / h) * (heads * head_dim / h)
+    attention = (1 + groups / heads + s / h / (2 if causal else 1)) * (heads * head_dim / h)
     mlp = model["ffn_hidden_size"] / h * top_k * gated
     return 12 * global_batch * s * layers * h * h * (attention + mlp + vocab / (2 * layers * h))
 
@@ -47,6 +49,8 @@ def megatron_core_flops(model: dict[str, Any], global_batch: int) -> float:
 FLOP_FORMULAS: dict[str, tuple[str, Callable[[dict[str, Any], int], float]]] = {
     "megatron_sc21_t1": ("SC'21 eq. (3), counting the recomputed forward", sc21_flops),
     "megatron_readme_h100": ("Megatron-Core model FLOPs", megatron_core_flops),
+    "megatron_moe_modelzoo": ("Megatron-LM's model FLOPs (causal attention counted half)",
+                              lambda model, global_batch: megatron_core_flops(model, global_batch, causal=True)),
 }
 
 

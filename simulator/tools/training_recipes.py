@@ -86,6 +86,69 @@ def _recipes(file: str) -> dict[tuple[str, str, str, str], Recipe]:
     return out
 
 
+ARGUMENTS_NOTE = "megatron-lm arguments:"  # in a row's notes: the run's own command line follows, up to a ";"
+# the stated arguments a recipe takes (the EP A2A overlap implies the delayed weight gradients in the model; the
+# graphs' implementation goes with their scope); any other is listed in the row's left_out
+ARGUMENTS_READ = ("--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend", "--moe-enable-deepep",
+                  "--recompute-granularity", "--recompute-modules", "--overlap-moe-expert-parallel-comm",
+                  "--combined-1f1b", "--combined-1f1b-recipe", "--delay-wgrad-compute", "--cuda-graph-scope",
+                  "--cuda-graph-impl", "--moe-expert-capacity-factor")
+# the stated arguments the planner reads elsewhere (the notes' overlap flags, the row's columns: precision,
+# FSDP, full recompute), or that the model has as they are (fused permutation, grouped GEMM, forced balance,
+# MXFP8's 16-bit parameter gathers through the gradient buffer)
+ARGUMENTS_ELSEWHERE = ("--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
+                       "--use-distributed-optimizer", "--sequence-parallel", "--expert-tensor-parallel-size",
+                       "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+                       "--moe-router-force-load-balancing", "--cross-entropy-loss-fusion", "--moe-permute-fusion",
+                       "--moe-router-fusion", "--moe-grouped-gemm", "--bf16",
+                       "--fp8-recipe", "--fp8-format", "--fp8-param-gather", "--reuse-grad-buf-for-mxfp8-param-ag",
+                       "--use-custom-fsdp", "--data-parallel-sharding-strategy", "--recompute-method",
+                       "--recompute-num-layers")
+
+
+def stated_arguments(notes: str) -> dict[str, list[str]]:
+    """The Megatron-LM arguments a row's notes state after "Megatron-LM arguments:" (up to a ";"): flag -> its
+    values ({} when the notes state none)."""
+    start = notes.lower().find(ARGUMENTS_NOTE)
+    if start < 0:
+        return {}
+    text = notes[start + len(ARGUMENTS_NOTE):].split(";")[0]
+    args: dict[str, list[str]] = {}
+    flag = ""
+    for word in text.split():
+        if word.startswith("--"):
+            flag = word
+            args[flag] = []
+        elif flag:
+            args[flag].append(word)
+    return args
+
+
+def stated_recipe(source_section: str, notes: str) -> tuple[Recipe | None, list[str]]:
+    """What a row that states its run's Megatron-LM arguments ran with, as a recipe (None when it states none),
+    and the stated arguments the model does not read."""
+    args = stated_arguments(notes)
+    if not args:
+        return None, []
+    dispatcher = (args.get("--moe-token-dispatcher-type") or [""])[0]
+    # --moe-enable-deepep: Megatron-Core's flag before the flex dispatcher named its backend (2025)
+    backend = (args.get("--moe-flex-dispatcher-backend") or (["deepep"] if "--moe-enable-deepep" in args else [""]))[0]
+    if (dispatcher and dispatcher not in MOE_DISPATCHERS) or (backend and backend not in MOE_FLEX_BACKENDS):
+        raise ConfigError(f"the row's Megatron-LM arguments name dispatcher {dispatcher!r} / flex backend "
+                          f"{backend!r}; the model has {', '.join(MOE_DISPATCHERS)} / {', '.join(MOE_FLEX_BACKENDS)}")
+    selective = (args.get("--recompute-granularity") or [""])[0] == "selective"
+    where = f"the row's Megatron-LM arguments ({source_section})"
+    recipe = Recipe(vp=None, cuda_graph_scope=",".join(args.get("--cuda-graph-scope", [])),
+                    moe_token_drop="--moe-expert-capacity-factor" in args, moe_dispatcher=dispatcher,
+                    # --combined-1f1b with the ep_a2a recipe: the EP A2A overlap's name before it had its own flag
+                    moe_a2a_overlap="--overlap-moe-expert-parallel-comm" in args
+                    or "ep_a2a" in args.get("--combined-1f1b-recipe", []),
+                    recompute_modules=",".join(args.get("--recompute-modules", [])) if selective else "",
+                    where=where, moe_flex_backend=backend)
+    unread = [f for f in args if f not in ARGUMENTS_READ and f not in ARGUMENTS_ELSEWHERE]
+    return recipe, unread
+
+
 def recipe_for(source_id: str, source_section: str, model: str, gpu: str, precision: str) -> Recipe | None:
     """The recipe a row of ``source_id``'s table ran (its release is the section's first word), or None."""
     file = SOURCES.get(source_id)

@@ -18,7 +18,7 @@ from simulator.collectives.hardware import load_profile
 from simulator.tools import training_features
 from simulator.tools.training_hardware import choose_hardware, network_for, stated_machine
 from simulator.tools.training_layout import NEEDS, READY, UNSUPPORTED, plan_row
-from simulator.tools.training_metrics import megatron_core_flops, sc21_flops
+from simulator.tools.training_metrics import FLOP_FORMULAS, megatron_core_flops, sc21_flops
 from simulator.tools.training_table import COLUMNS, TrainingRow, leading_number, read_tables
 from tests.conftest import REPO, SHARED, run_cli
 from workload.errors import InputError
@@ -234,6 +234,43 @@ def test_table_fields_keep_the_sources_text() -> None:
     assert plan.status == UNSUPPORTED and "without its number of virtual stages" in plan.reason
     plan = plan_row(row({**ROWS[0], "DP": "3"}))
     assert plan.status == UNSUPPORTED and "not the row's 8 GPUs" in plan.reason
+
+
+MODELZOO = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "unseen_training" / "megatron_moe_modelzoo.tsv"
+
+
+def test_megatron_flops_with_causal_attention_reproduce_the_modelzoo_rows_printing_both() -> None:
+    """Megatron-LM's FLOP count (attention scores over half the matrix since 2025) turns the ModelZoo rows that
+    print a step time into the TFLOP/s they print, so the rows printing TFLOP/s alone get a step time from it."""
+    both = [r for r in read_tables([str(MODELZOO)]) if r.text("step_time_s") and r.text("tflops_per_gpu")]
+    assert len(both) >= 5
+    for r in both:
+        plan = plan_row(r)
+        got = FLOP_FORMULAS[r.source_id][1](plan.model, int(r.text("global_batch")))
+        tflops = got / (float(r.text("step_time_s")) * plan.n_gpus) / 1e12
+        assert tflops == pytest.approx(float(r.text("tflops_per_gpu")), rel=6e-3), r.row_id
+        assert megatron_core_flops(plan.model, 2048) > got  # the whole matrix counts more
+
+
+def test_a_rows_stated_megatron_arguments_set_what_it_ran() -> None:
+    base = {"source_id": "megatron_moe_modelzoo", "row_id": "moe", "model": "Qwen3_30B_a3B", "seq_len": "4096",
+            "TP": "1", "PP": "1", "EP": "8", "global_batch": "64", "micro_batch": "1", "n_gpus": "8", "gpu": "B200",
+            "gpus_per_node": "8", "precision": "BF16", "tokens_per_s_per_gpu": "10000"}
+    args = ("Megatron-LM arguments: --moe-token-dispatcher-type flex --moe-enable-deepep --recompute-granularity "
+            "selective --recompute-modules moe_act layernorm --combined-1f1b --combined-1f1b-recipe ep_a2a "
+            "--cuda-graph-scope moe_router moe_preprocess --cross-entropy-loss-fusion --made-up-flag 3; other notes")
+    plan = plan_row(row({**base, "notes": args}))
+    assert plan.status == READY, plan.reason
+    spec = plan.spec
+    assert (spec["moe_dispatcher"], spec["moe_flex_backend"], spec["recompute"]) == ("flex", "deepep", "selective")
+    assert spec["recompute_modules"] == "moe_act,layernorm" and spec["moe_a2a_overlap"]
+    assert spec["cuda_graph_scope"] == "moe_router,moe_preprocess" and "cross_entropy" not in spec
+    assert any("--made-up-flag" in x for x in plan.left_out)
+    assert any("the row's Megatron-LM arguments" in d for d in plan.defaults_used)
+    plain = plan_row(row({**base, "notes": "other notes"}))
+    assert "moe_a2a_overlap" not in plain.spec and plain.spec.get("moe_dispatcher", "alltoall") == "alltoall"
+    wrong = plan_row(row({**base, "notes": "Megatron-LM arguments: --moe-token-dispatcher-type nccl"}))
+    assert wrong.status == UNSUPPORTED and "nccl" in wrong.reason
 
 
 def test_a_figure_its_source_reports_as_a_regression_is_not_simulated() -> None:
