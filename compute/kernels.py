@@ -115,24 +115,25 @@ class KernelModel:
                     + p.tile_overhead)
         tiles = a.batch * a.heads * query_tiles
         waves = float(_waves(tiles / self.units, p.wave_quantization))
+        scale, peak = self.params.scale("attention"), self.device.peak_flops(dtype)
         eff = (p.efficiency * precision_efficiency(p.dtype_efficiency, dtype)
                * a.head_dim / (a.head_dim + p.head_dim_half))
-        forward_eff = min(1.0, eff * self.params.scale("attention"))
+        forward_eff = min(1.0, eff * scale)
         if a.backward:
             eff *= p.backward_efficiency * _wide_head(a.head_dim, p.backward_head_dim_exponent)
-        eff = min(1.0, eff * self.params.scale("attention"))
-        block_flops = 4 * p.block_q * p.block_kv * a.head_dim * (2.5 if a.backward else 1.0)
-        compute = waves * per_tile * block_flops / (self.device.peak_flops(dtype) * eff / self.units)
+        eff = min(1.0, eff * scale)
+        forward_block_flops = 4 * p.block_q * p.block_kv * a.head_dim
+        block_flops = forward_block_flops * (2.5 if a.backward else 1.0)
+        compute = waves * per_tile * block_flops / (peak * eff / self.units)
         if a.window and a.causal and p.window_tile_cost:  # the window's far edge, masked: the same in both passes,
             # shrinking as the window widens (a tile walking many key blocks amortises it); never dearer than the
             # causal kernel without the window (a window covering nearly all keys skips little)
             edge = (_window_edge_tiles(a.seq_q, a.seq_kv, p.block_q, a.window) / query_tiles
                     * p.block_kv / max(a.window, p.block_kv))
-            forward_block_flops = 4 * p.block_q * p.block_kv * a.head_dim
             unwindowed = _key_blocks(a.seq_q, a.seq_kv, True, p.block_q, p.block_kv) / query_tiles + p.tile_overhead
             compute = min(compute + waves * edge * p.window_tile_cost * forward_block_flops
-                          / (self.device.peak_flops(dtype) * forward_eff / self.units),
-                          waves * unwindowed * block_flops / (self.device.peak_flops(dtype) * eff / self.units))
+                          / (peak * forward_eff / self.units),
+                          waves * unwindowed * block_flops / (peak * eff / self.units))
         memory = attention_bytes(a, dtype) / (self.bandwidth * self.params.gemm.memory_efficiency)
         return p.launch_us * 1e-6 + self.gap_s + max(compute, memory)
 
