@@ -21,7 +21,10 @@ than the reference relative to its own ceiling only because its data are ceiling
 its cuBLAS FP8 row; DeepGEMM's fine-grained-scaling kernels (deepgemm_fp8.tsv) shape the H100 curve and their own
 FP8 efficiency is recorded under fitted as fp8_deepgemm.
 
-The Blackwell GPUs (fit_blackwell) keep H100's GEMM shape terms. B300's GEMM, FP8 and FP4 efficiencies are fitted
+The Blackwell GPUs (fit_blackwell) take their GEMM shape terms (tiles, K fill, wave quantization, launch) from XLA's
+matmul table, which times one grid of BF16 GEMMs on a B200-class and an H100-class GPU: fitted on its Blackwell over
+Hopper time ratios applied to H100's fitted curve (generation_gemm), so that the benchmark's own kernels and timer
+cancel; the operand-streaming terms stay H100's. B300's GEMM, FP8 and FP4 efficiencies are fitted
 on Transformer Engine's B300 GEMM rows (BF16; FP8 per-tensor and NVFP4 pre-quantized); B200 and GB200 fit their
 GEMM and FP8 efficiencies on their ceiling rows at B300's ceiling error, and take B300's measured NVFP4-over-FP8
 GEMM speed for FP4; GB300 takes B300's GEMM fit on its own peaks. Attention is fitted per GPU on its cuDNN rows
@@ -46,11 +49,13 @@ sys.path.insert(0, REPO)
 
 from compute.devices import DEVICES_DIR, Device, device, load_device_file  # noqa: E402
 from compute.kernel_data import (  # noqa: E402
+    GENERATIONS_TABLE,
     LATENT_KERNEL,
     MODELS_TABLE,
     SOURCES,
     Measurement,
     errors,
+    generation_pairs,
     read_tables,
     summarize,
     windowed,
@@ -72,10 +77,16 @@ MEASURED = ("A100", "H100")
 PRODUCTION_ATTENTION = {"A100": "fa2", "H100": "cudnn"}  # what Megatron-Core/Transformer Engine runs there
 DERIVED = {"H200": ("H100", ()), "H200NVL": ("H100", ()), "MI300X": ("H100", ("efficiency",)),
            "MI325X": ("H100", ("efficiency",)), "MI355X": ("H100", ("efficiency",))}
-# Blackwell: H100's GEMM shape terms; GEMM efficiencies from B300's typical-shape rows (Transformer Engine's guide),
-# the others' ceilings fitted to B300's relation; attention and memory-bound classes fitted on each GPU's cuDNN rows
+# Blackwell: GEMM shape terms from XLA's Blackwell over Hopper GEMM times; GEMM efficiencies from B300's typical-shape
+# rows (Transformer Engine's guide), the others' ceilings fitted to B300's relation; attention and memory-bound
+# classes fitted on each GPU's cuDNN rows
 BLACKWELL = ("B200", "B300", "GB200", "GB300")
 GEMM_REFERENCE = "B300"  # the Blackwell GPU with typical-shape GEMM rows
+GENERATION_GPU = "B200"  # the Blackwell GPU of the generations table (XLA's sm_100 grid), beside its H100 grid
+# what the generations table's ratios fit: the tiles, K fill, wave quantization and launch; the operand-streaming
+# terms (overlap, memory efficiency) stay H100's (freed too, the ratios fit as well, but the efficiencies each GPU
+# then fits on its own large GEMMs bend the ratio by 3-6 points between small and large shapes)
+GENERATION_FREE = ("efficiency", "k_fill", "wave_quantization", "launch_us", "tile1", "tile2")
 TE_TABLE = "te_gemm_profiling.tsv"
 TE_FITTED = ("bf16", "fp8_current", "nvfp4")  # recipes fitted (BF16; FP8 per-tensor and NVFP4 pre-quantized)
 TE_MXFP8 = "mxfp8"  # fitted: MXFP8's own efficiency (B300's pre-quantized rows; the others at B300's MXFP8/FP8 ratio)
@@ -120,7 +131,7 @@ def fit_all(rows: list[Measurement]) -> dict[str, tuple[Device, dict[str, Any]]]
     deepgemm_fp8: dict[str, float] = {}
     for name in MEASURED:
         d = shipped[name]
-        own = rows_of[name]
+        own = [m for m in rows_of[name] if m.table != GENERATIONS_TABLE]
         gemm = fit_gemm(d, [m for m in own if m.family == "gemm"])
         memory = fit_memory(d, [m for m in own if m.family == "memory"])
         fitted[name] = with_params(d, replace(d.kernels, gemm=gemm, memory=memory))
@@ -187,12 +198,13 @@ def _names() -> list[str]:
 
 def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, list[Measurement]]
                   ) -> dict[str, tuple[Device, dict[str, Any]]]:
-    """The Blackwell GPUs: GEMM shape terms H100's; GEMM efficiencies (BF16, FP8, FP4) fitted on B300's
+    """The Blackwell GPUs: GEMM shape terms generation_gemm's; GEMM efficiencies (BF16, FP8, FP4) fitted on B300's
     Transformer Engine rows, B200's and GB200's on their ceilings at B300's ceiling error, GB300 B300's; attention
     fitted per GPU on its cuDNN rows (B300 GB300's); memory-bound norm and element-wise classes on the cuDNN norm
     rows (B200 GB200's, B300 GB300's)."""
     ref = GEMM_REFERENCE
-    d = _derive(shipped[ref], h100, [], ())
+    shape = with_params(h100, replace(h100.kernels, gemm=generation_gemm(shipped[GENERATION_GPU], h100, rows_of)))
+    d = _derive(shipped[ref], shape, [], ())
     te = [m for m in rows_of[ref] if m.table == TE_TABLE]
     gemm = fit_gemm(d, [m for m in te if m.kernel in TE_FITTED], ("efficiency", "fp8", "fp4"))
     fp8_only = with_params(d, replace(d.kernels, gemm=gemm))
@@ -205,7 +217,7 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
     fp4_gain = round4(eff["fp4"] * d.peak_flops("fp4") / (eff["fp8"] * d.peak_flops("fp8")))
     for name in CEILING_ONLY:
         ceilings = [m for m in rows_of[name] if m.table == CEILING_TABLE]  # other GEMM rows are checks
-        dn = _derive(shipped[name], h100, ceilings, ("efficiency", "fp8"), bias)
+        dn = _derive(shipped[name], shape, ceilings, ("efficiency", "fp8"), bias)
         g = dn.kernels.gemm
         fp4 = round4(g.dtype_efficiency["fp8"] * fp4_gain * dn.peak_flops("fp8") / dn.peak_flops("fp4"))
         gemms[name] = with_params(dn, replace(dn.kernels, gemm=replace(g, dtype_efficiency={
@@ -271,11 +283,24 @@ def fit_blackwell(shipped: dict[str, Device], h100: Device, rows_of: dict[str, l
     return out
 
 
+def generation_gemm(blackwell: Device, h100: Device, rows_of: dict[str, list[Measurement]]) -> GemmParams:
+    """Blackwell's GEMM parameters fitted on the generations table's Blackwell times over its Hopper times for the
+    same GEMMs, applied to H100's fitted curve: what the benchmark's own kernels and timer add weighs on both GPUs
+    and cancels, H100's curve (fitted on typical shapes) carries the level. Only the shape terms are kept: each
+    Blackwell GPU's efficiencies are fitted on its own rows after."""
+    hopper_model = KernelModel(h100)
+    pairs = generation_pairs(rows_of[blackwell.name] + rows_of[h100.name], blackwell.name, h100.name)
+    targets = [replace(new, time_us=old.predicted_us(hopper_model) * new.time_us / old.time_us) for new, old in pairs]
+    return fit_gemm(_derive(blackwell, h100, [], ()), targets, GENERATION_FREE)
+
+
 def _blackwell_assumptions(d: Device, bias: float, fp4_gain: float, mxfp8_ratio: float) -> list[str]:
     name, ref = d.name, GEMM_REFERENCE
     a = d.kernels.attention
     out = [f"memory-bound {cls} (no measurements) works like {like}" for cls, like in ANALOGUES.items()]
-    out.append("GEMM shape terms (tiles, K fill, wave quantization, overlap, operand streaming, launch) are H100's")
+    out.append("GEMM shape terms (tiles, K fill, wave quantization, launch) fitted on XLA's matmul table: its "
+               f"{GENERATION_GPU} over H100 times for the same BF16 GEMMs (256-4096 per dimension) applied to H100's "
+               "fitted curve; the operand-streaming terms (overlap, memory efficiency) are H100's")
     if name == ref:
         out.append("GEMM efficiency, FP8 and FP4 efficiencies fitted on Transformer Engine's B300 rows: BF16, and FP8 "
                    "per-tensor (current scaling) and NVFP4 with the operands quantized beforehand (the trace times "

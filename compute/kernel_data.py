@@ -38,6 +38,9 @@ QUANTIZATION = ("none", "included", "excluded")
 # LATENT_KERNEL) backward rows are fitted, the rest are checks
 MODELS_TABLE = "cudnn_sdpa_models.tsv"
 LATENT_KERNEL = "cudnn_mla"
+# XLA's matmul table times one grid of GEMMs on a Blackwell and a Hopper GPU: the Blackwell GEMM shape terms are
+# fitted on the ratio of the two (benchmarks/fit_kernel_model.py), never on either GPU's own times
+GENERATIONS_TABLE = "xla_matmul.tsv"
 ATTENTION_COLUMNS = ("device", "kernel", "dtype", "pass", "batch", "heads", "head_dim", "seq", "causal", "tflops")
 MEMORY_COLUMNS = ("device", "op_class", "dtype", "bytes", "flops", "time_us")
 # Where each table's rows come from (the ``source_id`` column): pinned address and licence.
@@ -91,6 +94,11 @@ SOURCES = {
     "te_gemm_profiling": ("Transformer Engine GEMM profiling guide, B300 and H200 NVL (one layer's GEMMs by recipe)",
                           "https://github.com/NVIDIA/TransformerEngine/blob/1609c890ee7da24393ce62a2680e0ebb0b4eb5f6/"
                           "docs/examples/gemm_profiling/gemm_profiling.rst", "Apache-2.0"),
+    "xla_matmul": ("XLA's GPU cost model matmul table: BF16 GEMMs of 256-4096 per dimension, batch 1, 2 and 4, on "
+                   "sm_100 (B200 class) and sm_90 (H100 class); its FP8 columns left out (sm_90's exceed H100's FP8 "
+                   "peak); the Blackwell shape terms fitted on its Blackwell over Hopper time ratios",
+                   "https://github.com/tensorflow/tensorflow/blob/a305421c45a1ea5117c170b8d8a00a51f9dcee8f/third_party/"
+                   "xla/xla/backends/gpu/cost_model/matmul_interpolator_data.h", "Apache-2.0"),
     "mamf": ("Maximum achievable matmul FLOPS per accelerator (ml-engineering, mamf-finder.py)",
              "https://github.com/stas00/ml-engineering/blob/744d01e18b79512572f64a6bbd8b5f4a725203a7/compute/"
              "accelerator/README.md#maximum-achievable-matmul-flops-comparison-table", "CC-BY-SA-4.0"),
@@ -185,6 +193,14 @@ def _attention(table: str, r: dict[str, str]) -> Measurement:
         time_us = flops / (float(r["tflops"]) * 1e12) * 1e6
     return Measurement(table, r["device"], "attention", r["kernel"], shapes, 0, 0, time_us, r.get("source_id", ""),
                        r.get("note", ""))
+
+
+def generation_pairs(rows: Sequence[Measurement], new: str, old: str) -> list[tuple[Measurement, Measurement]]:
+    """The generations table's rows as (``new`` GPU, ``old`` GPU) pairs timing one GEMM shape, in the table's order
+    (``new`` and ``old``: the device names the rows carry)."""
+    table = [m for m in rows if m.table == GENERATIONS_TABLE]
+    by_shape = {m.shapes[0].gemm: m for m in table if m.device == old}
+    return [(m, by_shape[m.shapes[0].gemm]) for m in table if m.device == new and m.shapes[0].gemm in by_shape]
 
 
 def windowed(m: Measurement) -> bool:

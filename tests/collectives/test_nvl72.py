@@ -41,8 +41,8 @@ def test_profiles_state_the_rack(name: str) -> None:
 
 @pytest.mark.parametrize(("name", "fp4", "curves"), [("GB200", 10000.0, "H100"), ("GB300", 15000.0, "B300")])
 def test_devices_have_datasheet_peaks_and_blackwell_curves(name: str, fp4: float, curves: str) -> None:
-    """GB200 fits its own maximum-achievable-matmul rows on H100's shape terms (as B200 does); GB300 has no kernel
-    rows and takes B300's fit (the same Blackwell Ultra GPU)."""
+    """GB200 fits its own maximum-achievable-matmul rows on the Blackwell shape terms (as B200 does); GB300 has no
+    kernel rows and takes B300's fit (the same Blackwell Ultra GPU)."""
     d, b200 = device(name), device("B200")
     assert d.peaks_tflops["bf16"] == 2500.0 and d.peaks_tflops["fp8"] == 5000.0 and d.memory_bw_GBps == 8000.0
     assert d.peaks_tflops["fp4"] == fp4 and d.calibration["derived_from"] == curves

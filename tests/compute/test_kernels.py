@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compute.devices import DEVICES, Device, device
-from compute.kernel_data import read_tables
+from compute.kernel_data import GENERATIONS_TABLE, generation_pairs, read_tables
 from compute.kernels import KernelModel
 from compute.shapes import DTYPES, AttentionShape, GemmShape, OpShape
 from workload.errors import ConfigError, InputError
@@ -141,7 +141,7 @@ def test_fitted_devices_hold_their_error_on_the_kernel_data(name: str, family: s
     kernel_eff = d.calibration["fitted"]["attention"]["kernel_efficiency"]
     errs = []
     for m in ROWS:
-        if device(m.device).name != name or m.family != family or m.table == "mamf.tsv":
+        if device(m.device).name != name or m.family != family or m.table in ("mamf.tsv", GENERATIONS_TABLE):
             continue
         attention = replace(d.kernels.attention, efficiency=kernel_eff.get(m.kernel, 1.0))
         dd = replace(d, kernels=replace(d.kernels, attention=attention)) if m.kernel else d
@@ -182,6 +182,25 @@ def test_blackwell_devices_hold_their_error_on_their_rows(name: str, table: str,
     assert len(errs) >= 3
     assert sum(abs(e) for e in errs) / len(errs) <= limit
     assert abs(sum(errs) / len(errs)) <= 0.05
+
+
+def test_blackwell_over_hopper_gemms_as_one_benchmark_times_them() -> None:
+    """XLA's matmul table times the same 375 BF16 GEMMs on a B200-class and an H100-class GPU: the kernel fits'
+    ratio of the two (what the Blackwell shape terms are fitted on) within 3% in every shape class, by the GEMM's
+    smallest side."""
+    pairs = generation_pairs(ROWS, "B200", "H100")
+    assert len(pairs) == 375
+    new, old = KernelModel(device("B200").kernel_fit()), KernelModel(device("H100").kernel_fit())
+    ratios: dict[str, list[float]] = {}
+    for a, b in pairs:
+        g = a.shapes[0].gemm
+        side = min(g.m * g.batch, g.n, g.k)
+        key = "up to 512" if side <= 512 else "1024" if side < 2048 else "2048 and up"
+        ratios.setdefault(key, []).append(math.log(a.predicted_us(new) / a.time_us)
+                                          - math.log(b.predicted_us(old) / b.time_us))
+    assert sorted(ratios) == ["1024", "2048 and up", "up to 512"]
+    for key, logs in ratios.items():
+        assert abs(math.exp(sum(logs) / len(logs)) - 1) <= 0.03, key
 
 
 def test_a_gemm_set_row_is_the_sum_of_its_gemms() -> None:
@@ -262,12 +281,13 @@ def test_mxfp8_gemms_run_at_the_fp8_peak_at_their_own_efficiency() -> None:
 
 def test_b200_grouped_mxfp8_gemms_against_torchaos_measured_ones() -> None:
     """The check rows (not fitted): DeepSeek-V3's expert GEMMs on B200 as torchao's scaled grouped GEMMs run them;
-    the shipped file (with its training factor) within 6% on the forward and input gradient, never slower."""
+    the shipped file (with its training factor) within 6% on the forward and input gradient; the weight gradient
+    (a kernel its source calls unoptimised) measured slower than the model has it."""
     model = KernelModel(device("B200"))
     rows = [m for m in ROWS if m.table == "torchao_grouped_gemm.tsv"]
     assert len(rows) == 3 and all(m.shapes[0].dtype == "mxfp8" and m.shapes[0].gemm.batch == 8 for m in rows)
     errs = [m.predicted_us(model) / m.time_us - 1 for m in rows]
-    assert all(-0.06 <= e <= 0 for e in errs[:2]) and errs[2] < errs[0]
+    assert all(abs(e) <= 0.06 for e in errs[:2]) and errs[2] < min(errs[:2])
 
 
 def test_block_scaled_formats_are_the_hardwares() -> None:
