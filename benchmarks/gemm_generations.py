@@ -21,19 +21,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from compute.devices import Device, device  # noqa: E402
-from compute.kernel_data import DATA_DIR, Measurement, generation_pairs, read_table  # noqa: E402
+from compute.kernel_data import (  # noqa: E402
+    DATA_DIR,
+    GENERATION_CLASSES,
+    GENERATIONS_TABLE,
+    generation_class,
+    generation_pairs,
+    read_table,
+)
 from compute.kernels import KernelModel  # noqa: E402
 
-TABLE = os.path.join(DATA_DIR, "xla_matmul.tsv")
+TABLE = os.path.join(DATA_DIR, GENERATIONS_TABLE)
 NEW, OLD = "B200", "H100"
-CLASSES = (("smallest side >= 2048", 2048), ("smallest side 1024", 1024), ("smallest side <= 512", 0))
-
-
-def size_class(m: Measurement) -> str:
-    """By the GEMM's smallest side (rows counted over the batch): how far it is from filling the GPU."""
-    g = m.shapes[0].gemm
-    side = min(g.m * g.batch, g.n, g.k)
-    return next(name for name, least in CLASSES if side >= least)
 
 
 def comparison(new: Device, old: Device) -> dict[str, tuple[int, float, float, float]]:
@@ -42,7 +41,7 @@ def comparison(new: Device, old: Device) -> dict[str, tuple[int, float, float, f
     out: dict[str, list[tuple[float, float, float]]] = {}
     for a, b in generation_pairs(read_table(TABLE), NEW, OLD):
         ea, eb = a.predicted_us(mn) / a.time_us, b.predicted_us(mo) / b.time_us
-        for key in (size_class(a), "all"):
+        for key in (generation_class(a), "all"):
             out.setdefault(key, []).append((ea, eb, ea / eb))
     return {k: (len(v), float(np.mean([x[0] for x in v])) - 1, float(np.mean([x[1] for x in v])) - 1,
                 float(np.exp(np.mean(np.log([x[2] for x in v])))) - 1) for k, v in out.items()}
@@ -55,7 +54,7 @@ def main() -> int:
     for label, new, old in (("shipped files", device(NEW), device(OLD)),
                             ("kernel fits (no training factor)", device(NEW).kernel_fit(), device(OLD).kernel_fit())):
         result = comparison(new, old)
-        for key in [name for name, _ in CLASSES] + ["all"]:
+        for key in [name for name, _ in GENERATION_CLASSES] + ["all"]:
             n, en, eo, ratio = result[key]
             print(f"{label:34s} {key:22s} {n:4d} {en:+9.1%} {eo:+9.1%} {ratio:+9.1%}")
     return 0

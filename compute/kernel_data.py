@@ -195,6 +195,18 @@ def _attention(table: str, r: dict[str, str]) -> Measurement:
                        r.get("note", ""))
 
 
+# the generations table's shape classes, by a GEMM's smallest side (rows counted over the batch): how far it is from
+# filling the GPU
+GENERATION_CLASSES = (("smallest side >= 2048", 2048), ("smallest side 1024", 1024), ("smallest side <= 512", 0))
+
+
+def generation_class(m: Measurement) -> str:
+    """The GENERATION_CLASSES name of a GEMM row."""
+    g = m.shapes[0].gemm
+    side = min(g.m * g.batch, g.n, g.k)
+    return next(name for name, least in GENERATION_CLASSES if side >= least)
+
+
 def generation_pairs(rows: Sequence[Measurement], new: str, old: str) -> list[tuple[Measurement, Measurement]]:
     """The generations table's rows as (``new`` GPU, ``old`` GPU) pairs timing one GEMM shape, in the table's order
     (``new`` and ``old``: the device names the rows carry)."""

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compute.devices import DEVICES, Device, device
-from compute.kernel_data import GENERATIONS_TABLE, generation_pairs, read_tables
+from compute.kernel_data import GENERATION_CLASSES, GENERATIONS_TABLE, generation_class, generation_pairs, read_tables
 from compute.kernels import KernelModel
 from compute.shapes import DTYPES, AttentionShape, GemmShape, OpShape
 from workload.errors import ConfigError, InputError
@@ -193,12 +193,9 @@ def test_blackwell_over_hopper_gemms_as_one_benchmark_times_them() -> None:
     new, old = KernelModel(device("B200").kernel_fit()), KernelModel(device("H100").kernel_fit())
     ratios: dict[str, list[float]] = {}
     for a, b in pairs:
-        g = a.shapes[0].gemm
-        side = min(g.m * g.batch, g.n, g.k)
-        key = "up to 512" if side <= 512 else "1024" if side < 2048 else "2048 and up"
-        ratios.setdefault(key, []).append(math.log(a.predicted_us(new) / a.time_us)
-                                          - math.log(b.predicted_us(old) / b.time_us))
-    assert sorted(ratios) == ["1024", "2048 and up", "up to 512"]
+        ratios.setdefault(generation_class(a), []).append(math.log(a.predicted_us(new) / a.time_us)
+                                                          - math.log(b.predicted_us(old) / b.time_us))
+    assert sorted(ratios) == sorted(name for name, _ in GENERATION_CLASSES)
     for key, logs in ratios.items():
         assert abs(math.exp(sum(logs) / len(logs)) - 1) <= 0.03, key
 
