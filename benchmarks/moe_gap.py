@@ -15,6 +15,11 @@ A factor on one part changes a row's step as a surrogate does (benchmarks/traini
 time times the factor, compute amplified by the row's bubble, everything else kept. Each factor is fitted on the
 shared tables' rows (least squares on log step time) and applied to both tables; a part whose fitted factor
 improves the shared rows but not the hold-out ones is not where the error sits.
+
+Last, the same published run on two GPU generations (Megatron-Bridge's rows of one release, model, GPU count and
+precision on GB300 and GB200, B300 and B200): the simulated over the published ratio of their step times, dense
+and MoE apart. An error the model makes alike on both GPUs cancels there; what remains is how the model's
+generations differ on that kind of step.
 """
 
 from __future__ import annotations
@@ -175,6 +180,34 @@ def report(recs: Sequence[dict[str, Any]]) -> list[str]:
     return lines
 
 
+GENERATION_PAIRS = (("GB300", "GB200"), ("B300", "B200"))
+
+
+def same_run(row_id: str) -> str:
+    """A Megatron-Bridge row's id without its GPU and table position: equal for one release, model, GPU count and
+    precision on two GPUs."""
+    return re.sub(r"_\d+$", "", re.sub(r"DGX-[A-Z0-9]+", "DGX", row_id))
+
+
+def generation_pairs(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Per GPU pair and kind (dense, MoE): the pairs' mean |error| and mean error of the simulated step ratio
+    against the published one."""
+    runs: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        if r["row_id"].startswith("mbridge_") and r.get("predicted_step_time_s"):
+            runs[same_run(r["row_id"])][r["device"]] = r
+    lines = ["", "the same published run on two GPUs: simulated / published ratio of their steps, minus 1"]
+    for new, old in GENERATION_PAIRS:
+        for kind in ("dense", "MoE"):
+            errors = [(a["predicted_step_time_s"] / b["predicted_step_time_s"]) /
+                      (a["published_step_time_s"] / b["published_step_time_s"]) - 1
+                      for pair in runs.values() if new in pair and old in pair
+                      for a, b in [(pair[new], pair[old])] if moe(a) == (kind == "MoE")]
+            if errors:
+                lines.append(f"  {new:5s} over {old:5s} {kind:5s} {len(errors):3d} pairs  {stats(errors)}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int | str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--refresh", action="store_true", help="simulate the rows again (writes the data file)")
@@ -184,8 +217,8 @@ def main(argv: list[str] | None = None) -> int | str:
     p.add_argument("--shared", default=str(ROOT.parent / "shared"))
     p.add_argument("--data", default=str(DATA), help=f"the split runs (default {DATA.relative_to(ROOT)})")
     args = p.parse_args(argv)
-    published = {r["row_id"]: r["published_step_time_s"] for path in RUNS.values()
-                 for r in json.loads(path.read_text())["rows"] if r.get("published_step_time_s")}
+    validated = [r for path in RUNS.values() for r in json.loads(path.read_text())["rows"]]
+    published = {r["row_id"]: r["published_step_time_s"] for r in validated if r.get("published_step_time_s")}
     data = Path(args.data)
     recs = json.loads(data.read_text())["rows"] if data.exists() else []
     if args.refresh:  # with --rows, the other rows are kept as saved
@@ -195,7 +228,7 @@ def main(argv: list[str] | None = None) -> int | str:
         return f"moe_gap.py: error: no split runs in {data} (make them with --refresh)"
     for r in recs:
         r["published_step_time_s"] = published[r["row_id"]]
-    print("\n".join(report(recs)))
+    print("\n".join(report(recs) + generation_pairs(validated)))
     return 0
 
 

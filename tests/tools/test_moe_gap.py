@@ -68,3 +68,22 @@ def test_no_split_runs_is_a_one_line_error_naming_the_file(tmp_path) -> None:
     missing = tmp_path / "none.json"
     assert moe_gap.main(["--data", str(missing)]) == f"moe_gap.py: error: no split runs in {missing} (make them with " \
         "--refresh)"
+
+
+def test_generation_pairs_compare_one_published_run_on_two_gpus() -> None:
+    def row(row_id: str, device: str, published: float, predicted: float, experts: int = 1) -> dict:
+        return {"row_id": row_id, "device": device, "published_step_time_s": published,
+                "predicted_step_time_s": predicted, "generator": {"num_experts": experts}}
+    assert moe_gap.same_run("mbridge_26.04_Pre-Training_DGX-GB300_Qwen3_30B_a3B_8_MXFP8_142") == \
+        moe_gap.same_run("mbridge_26.04_Pre-Training_DGX-GB200_Qwen3_30B_a3B_8_MXFP8_143")
+    rows = [row("mbridge_26.04_Pre-Training_DGX-GB300_M_8_FP8_1", "GB300", 8.0, 6.0, 128),
+            row("mbridge_26.04_Pre-Training_DGX-GB200_M_8_FP8_2", "GB200", 10.0, 10.0, 128),
+            row("mbridge_26.04_Pre-Training_DGX-GB300_D_8_FP8_3", "GB300", 8.0, 8.0),
+            row("mbridge_26.04_Pre-Training_DGX-GB200_D_8_FP8_4", "GB200", 10.0, 10.0),
+            row("mbridge_26.04_Pre-Training_DGX-GB200_D_16_FP8_5", "GB200", 5.0, 9.0),  # no GB300 run of it
+            row("zoo_m_gb300", "GB300", 1.0, 2.0, 128)]  # another source: not paired
+    lines = moe_gap.generation_pairs(rows)
+    # MoE: simulated ratio 0.6 against published 0.8, 25% too fast on GB300 relative to GB200; dense exact
+    assert [line.split() for line in lines[2:]] == [
+        ["GB300", "over", "GB200", "dense", "1", "pairs", "0.0%", "(", "+0.0%)"],
+        ["GB300", "over", "GB200", "MoE", "1", "pairs", "25.0%", "(-25.0%)"]]
