@@ -39,7 +39,7 @@ def predicted_us(row: dict[str, str], fraction: float) -> float:
     model = replace(base, mamba_heads=int(row["heads"]), mamba_head_dim=int(row["head_dim"]),
                     mamba_state_dim=int(row["state_dim"]), mamba_groups=int(row["groups"]),
                     mamba_chunk=int(row["chunk"]))
-    mixer = MambaMixer(model, int(row["batch"]), int(row["seq_len"]), 1, ("", ""))
+    mixer = MambaMixer(model, int(row["batch"]), int(row["seq_len"]), 1, ("", ""), 0)
     saved = kernel_params.SCAN_BANDWIDTH_FRACTION
     kernel_params.SCAN_BANDWIDTH_FRACTION = fraction
     try:

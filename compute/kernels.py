@@ -93,14 +93,14 @@ class KernelModel:
         scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if math_precision(dtype) == "fp8" else 1.0)
         eff = min(1.0, p.efficiency * precision_efficiency(p.dtype_efficiency, dtype) * scale)
         flops = self.device.peak_flops(dtype) * eff
-        batched = float(gemm_seconds(g.m, g.n, g.k, g.batch, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth,
-                                     p))
+        size, result = DTYPE_BYTES[dtype], result_bytes(g, dtype)
+        batched = float(gemm_seconds(g.m, g.n, g.k, g.batch, size, flops, self.units, self.bandwidth, p, result))
         if g.streams and g.batch > g.streams:  # one kernel per product, ``streams`` at a time: rounds of them
             rounds, rest = divmod(g.batch, g.streams)
-            seconds = rounds * gemm_seconds(g.m, g.n, g.k, g.streams, DTYPE_BYTES[dtype], flops, self.units,
-                                            self.bandwidth, p)
+            seconds = rounds * gemm_seconds(g.m, g.n, g.k, g.streams, size, flops, self.units, self.bandwidth, p,
+                                            result)
             if rest:
-                seconds += gemm_seconds(g.m, g.n, g.k, rest, DTYPE_BYTES[dtype], flops, self.units, self.bandwidth, p)
+                seconds += gemm_seconds(g.m, g.n, g.k, rest, size, flops, self.units, self.bandwidth, p, result)
             # each round may pick its own tile shape, which one batched kernel cannot: never count that as a gain
             return max(float(seconds), batched) + self.gap_s
         return batched + self.gap_s
@@ -188,22 +188,30 @@ def memory_class(shape: OpShape) -> str:
 
 
 def gemm_seconds(m: Any, n: Any, k: Any, batch: Any, dtype_bytes: Any, flops: float, units: int, bandwidth: float,
-                 p: GemmParams) -> Any:
+                 p: GemmParams, result: Any = None) -> Any:
     """GEMM time(s) for scalars or NumPy arrays of dimensions (the fit evaluates whole tables at once); ``flops``:
-    the precision's peak times the GEMM efficiency."""
+    the precision's peak times the GEMM efficiency; ``result``: bytes moved per result element (default
+    ``dtype_bytes``, written once)."""
     per_unit = flops / units  # one compute unit's FLOP/s on the first tile
     compute: Any = np.inf
     for rows, cols, relative in p.tiles:
         tiles = np.ceil(m / rows) * np.ceil(n / cols) * batch
         waves = _waves(tiles / units, p.wave_quantization)
         compute = np.minimum(compute, waves * 2 * rows * cols * (k + p.k_fill) / (per_unit * relative))
-    memory = (m * k + k * n + m * n) * batch * dtype_bytes / (bandwidth * p.memory_efficiency)
+    result = dtype_bytes if result is None else result
+    memory = ((m * k + k * n) * dtype_bytes + m * n * result) * batch / (bandwidth * p.memory_efficiency)
     return p.launch_us * 1e-6 + _pnorm(compute, memory, p.overlap)
 
 
 def gemm_bytes(g: GemmShape, dtype: str) -> int:
-    """Operands read and result written once (in ``dtype``; FP4 packs two elements in a byte)."""
-    return round((g.m * g.k + g.k * g.n + g.m * g.n) * g.batch * DTYPE_BYTES[dtype])
+    """Operands read (in ``dtype``; FP4 packs two elements in a byte) and the result's traffic (result_bytes)."""
+    return round(((g.m * g.k + g.k * g.n) * DTYPE_BYTES[dtype] + g.m * g.n * result_bytes(g, dtype)) * g.batch)
+
+
+def result_bytes(g: GemmShape, dtype: str) -> float:
+    """Bytes moved per element of ``g``'s result: written once in ``dtype``, or read and written at its
+    accumulation width (a weight gradient added into its main gradient)."""
+    return 2 * g.accumulate_bytes if g.accumulate_bytes else DTYPE_BYTES[dtype]
 
 
 def attention_bytes(a: AttentionShape, dtype: str) -> int:

@@ -11,7 +11,9 @@ This is the whole contract between a trace and ``--compute-model kernels``: a CO
 - for ``gemm``: ``gemm_m``, ``gemm_n``, ``gemm_k`` and ``gemm_batch`` (a batched or grouped GEMM of that many
   independent (m x k) @ (k x n) products; absent = 1), ``gemm_streams`` (a grouped GEMM run as one kernel per
   product, that many at a time on as many streams, as Transformer Engine's GroupedLinear runs its experts;
-  absent or 0 = one batched kernel);
+  absent or 0 = one batched kernel), ``gemm_accumulate_bytes`` (the result is added into an existing matrix of
+  that many bytes per element, read and written, as Megatron's gradient accumulation fusion adds a weight
+  gradient into its main gradient; absent or 0 = the result written once in ``dtype``);
 - for ``attention``: ``attn_batch``, ``attn_heads``, ``attn_kv_heads``, ``attn_head_dim``, ``attn_seq_q``,
   ``attn_seq_kv`` (keys each query block sees; context parallelism makes it differ from ``attn_seq_q``),
   ``attn_causal`` and ``attn_backward`` (bools), ``attn_flash`` (bool, absent = true: a fused kernel),
@@ -57,21 +59,24 @@ def dtype_for_bytes(dtype_bytes: int) -> str:
 
 # Every attribute the shapes below write (``attributes()``), as whole numbers and as flags: what a trace reader must
 # carry from a node to ``shape_from_attributes`` (a name missing here is a shape lost on the way).
-SHAPE_INT_ATTRIBUTES = ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_streams", "attn_batch", "attn_heads",
-                        "attn_kv_heads", "attn_head_dim", "attn_seq_q", "attn_seq_kv", "attn_window", "kernel_count")
+SHAPE_INT_ATTRIBUTES = ("gemm_m", "gemm_n", "gemm_k", "gemm_batch", "gemm_streams", "gemm_accumulate_bytes",
+                        "attn_batch", "attn_heads", "attn_kv_heads", "attn_head_dim", "attn_seq_q", "attn_seq_kv",
+                        "attn_window", "kernel_count")
 SHAPE_BOOL_ATTRIBUTES = ("attn_causal", "attn_backward", "attn_flash")
 
 
 @dataclass(frozen=True, slots=True)
 class GemmShape:
     """``batch`` independent products of an (m x k) by a (k x n) matrix: one batched kernel, or (``streams`` > 0)
-    one kernel per product, ``streams`` of them running at a time."""
+    one kernel per product, ``streams`` of them running at a time. ``accumulate_bytes`` > 0: each product is added
+    into an (m x n) matrix of that element width (read and written) instead of written once."""
 
     m: int
     n: int
     k: int
     batch: int = 1
     streams: int = 0
+    accumulate_bytes: int = 0
 
     @property
     def flops(self) -> int:
@@ -79,7 +84,8 @@ class GemmShape:
 
     def attributes(self) -> list[tuple[str, Any]]:
         return [("gemm_m", self.m), ("gemm_n", self.n), ("gemm_k", self.k), ("gemm_batch", self.batch)] + (
-            [("gemm_streams", self.streams)] if self.streams else [])
+            [("gemm_streams", self.streams)] if self.streams else []) + (
+            [("gemm_accumulate_bytes", self.accumulate_bytes)] if self.accumulate_bytes else [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,8 +174,10 @@ def shape_from_attributes(attrs: Mapping[str, Any]) -> tuple[OpShape | None, str
         if missing:
             return None, f"gemm without positive {', '.join(missing)}"
         batch, streams = attrs.get("gemm_batch", 1), attrs.get("gemm_streams", 0)
+        accumulate = attrs.get("gemm_accumulate_bytes", 0)
         gemm = GemmShape(int(attrs["gemm_m"]), int(attrs["gemm_n"]), int(attrs["gemm_k"]),
-                         int(batch) if _positive(batch) else 1, int(streams) if _positive(streams) else 0)
+                         int(batch) if _positive(batch) else 1, int(streams) if _positive(streams) else 0,
+                         int(accumulate) if _positive(accumulate) else 0)
         return OpShape("gemm", dtype, gemm=gemm), ""
     if op_class == "attention":
         missing = [k for k in ATTENTION_KEYS if not _positive(attrs.get(k))]

@@ -32,6 +32,16 @@ def test_grouped_matmul_is_a_batched_gemm_over_the_experts() -> None:
     assert kernel.shape == OpShape("gemm", "fp8", gemm=GemmShape(256, 128, 64, 4))
 
 
+def test_only_the_weight_gradient_adds_into_the_main_gradient() -> None:
+    """Megatron's gradient accumulation fusion: the weight gradient is added into the weight's main gradient (read
+    and written at its width); the forward and input gradient write their results once."""
+    mm = costs.Matmul("expert_in", 1024, 64, 128, 2, weights=4, dtype="fp8", grad_bytes=4)
+    assert mm.wgrad().shape.gemm == GemmShape(64, 128, 256, 4, accumulate_bytes=4)
+    assert mm.forward().shape.gemm.accumulate_bytes == mm.dgrad().shape.gemm.accumulate_bytes == 0
+    attrs = dict(mm.wgrad().shape.attributes())
+    assert shape_from_attributes(attrs) == (mm.wgrad().shape, "")
+
+
 def test_attention_and_elementwise_classes() -> None:
     fwd, bwd = costs.attention(2, 512, 8, 2, 64, 2, seq_kv=1024)
     assert fwd.shape.attention == AttentionShape(2, 8, 2, 64, 512, 1024, True, False)
@@ -74,7 +84,7 @@ def test_cross_entropy_counts_megatrons_fp32_passes_over_the_logits() -> None:
 def test_every_attribute_a_shape_writes_is_one_a_trace_reader_carries() -> None:
     """The attribute names trace readers pass to the kernel model (compute/trace_timing.py) are the ones shapes
     write, optional ones included: a name missing from the list once dropped the sliding window on its way."""
-    shapes = [GemmShape(8, 16, 32, batch=4, streams=2),
+    shapes = [GemmShape(8, 16, 32, batch=4, streams=2, accumulate_bytes=4),
               AttentionShape(2, 8, 2, 64, 128, 128, causal=True, backward=True, flash=True, window=32),
               OpShape("quantize", "fp8", kernels=4)]
     written = {name: value for shape in shapes for name, value in shape.attributes()

@@ -86,7 +86,7 @@ def test_each_layer_runs_its_one_block(tmp_path: Path) -> None:
 
 
 def test_the_scan_is_timed_on_its_bytes_at_a_fraction_of_the_bandwidth() -> None:
-    mixer = MambaMixer(preset("nemotron-3-nano"), 4, 8192, 1, ("", ""))
+    mixer = MambaMixer(preset("nemotron-3-nano"), 4, 8192, 1, ("", ""), 2)
     model = KernelModel(device("H100"))
     launch_us, elementwise = model.params.memory.of("elementwise")
     bandwidth = model.bandwidth * elementwise * kernel_params.SCAN_BANDWIDTH_FRACTION * model.params.scale("memory")
@@ -116,7 +116,7 @@ def test_the_scan_takes_longer_with_more_heads_tokens_and_state(heads: int, seq_
     model = KernelModel(device("B200"))
 
     def scan_s(m: ModelConfig, seq: int) -> float:
-        mixer = MambaMixer(m, 2, seq, 1, ("", ""))
+        mixer = MambaMixer(m, 2, seq, 1, ("", ""), 2)
         return sum(model.seconds(k.shape, k.flops, k.size_bytes) for k in mixer.forward + mixer.backward)
 
     base = replace(HYBRID, mamba_heads=2 * heads, mamba_state_dim=state)

@@ -79,6 +79,9 @@ class Matmul:
     weights: int = 1
     dtype: str = ""
     streams: int = 0  # a grouped matmul run as one GEMM per weight, this many at a time (0: one batched kernel)
+    # bytes per element of the weight's main gradient, which the weight gradient is added into (Megatron's gradient
+    # accumulation fusion: read and written every micro-batch); 0: written once (no weight, as the Mamba-2 scan's)
+    grad_bytes: int = 0
 
     @property
     def flops(self) -> int:
@@ -88,8 +91,8 @@ class Matmul:
     def size_bytes(self) -> int:
         return (self.tokens * self.k + self.weights * self.k * self.n + self.tokens * self.n) * self.dtype_bytes
 
-    def _kernel(self, name: str, m: int, n: int, k: int) -> Kernel:
-        gemm = GemmShape(m, n, k, self.weights, self.streams)
+    def _kernel(self, name: str, m: int, n: int, k: int, accumulate_bytes: int = 0) -> Kernel:
+        gemm = GemmShape(m, n, k, self.weights, self.streams, accumulate_bytes)
         shape = OpShape("gemm", self.dtype or dtype_for_bytes(self.dtype_bytes), gemm=gemm)
         return Kernel(name, "matmul", self.flops, self.size_bytes, shape)
 
@@ -102,7 +105,7 @@ class Matmul:
         return _pass_kernel(self, "dgrad")
 
     def wgrad(self) -> Kernel:
-        """dW = X^T dY: (k x tokens) @ (tokens x n), reducing over the tokens."""
+        """dW = X^T dY: (k x tokens) @ (tokens x n), reducing over the tokens (and added into the main gradient)."""
         return _pass_kernel(self, "wgrad")
 
     @property
@@ -119,7 +122,7 @@ def _pass_kernel(matmul: Matmul, which: str) -> Kernel:
         return matmul._kernel(matmul.name, rows, matmul.n, matmul.k)
     if which == "dgrad":
         return matmul._kernel(matmul.name + "_dgrad", rows, matmul.k, matmul.n)
-    return matmul._kernel(matmul.name + "_wgrad", matmul.k, matmul.n, rows)
+    return matmul._kernel(matmul.name + "_wgrad", matmul.k, matmul.n, rows, matmul.grad_bytes)
 
 
 def attention_flops(batch: int, seq_len: int, heads: int, head_dim: int) -> int:

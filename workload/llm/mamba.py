@@ -46,14 +46,15 @@ class MambaMixer:
     tensor-parallel ranks; ``low``: the precision of the projections' GEMMs (in_proj's, out_proj's), "" for the
     model's dtype (the scan stays in it)."""
 
-    def __init__(self, m: ModelConfig, batch: int, seq_len: int, tp: int, low: tuple[str, str]) -> None:
+    def __init__(self, m: ModelConfig, batch: int, seq_len: int, tp: int, low: tuple[str, str], grad_bytes: int
+                 ) -> None:
         d, h = m.dtype_bytes, m.hidden_size
         heads, groups = m.mamba_heads // tp, m.mamba_groups // tp
         p, n, q = m.mamba_head_dim, m.mamba_state_dim, m.mamba_chunk
         tokens = batch * seq_len
         inner, bc = heads * p, 2 * groups * n
-        self.in_proj = Matmul("mamba_in", tokens, h, 2 * inner + bc + heads, d, dtype=low[0])
-        self.out_proj = Matmul("mamba_out", tokens, inner, h, d, dtype=low[1])
+        self.in_proj = Matmul("mamba_in", tokens, h, 2 * inner + bc + heads, d, dtype=low[0], grad_bytes=grad_bytes)
+        self.out_proj = Matmul("mamba_out", tokens, inner, h, d, dtype=low[1], grad_bytes=grad_bytes)
         channels = inner + bc  # x, B and C through the convolution
         self.conv = costs.elementwise("mamba_conv", tokens * channels, 2 * m.mamba_conv_width + 4, 1, 1, d)
         chunks = batch * math.ceil(seq_len / q)

@@ -30,10 +30,12 @@ GROUPED_GEMM_STREAMS = 4
 COUNT_BYTES = 8  # one expert's token count (int64), all-gathered over the expert-parallel group
 
 
-def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, weights: int = 1, dtype: str = "") -> Matmul:
-    """A Matmul in ``dtype`` ("fp8", "mxfp8", "fp4"; "" = the model's; the kernel model reads the precision, the
-    bytes stay the model's)."""
-    return Matmul(name, tokens, k, n, dtype_bytes, weights, dtype)
+def matmul(name: str, tokens: int, k: int, n: int, dtype_bytes: int, *, grad_bytes: int, weights: int = 1,
+           dtype: str = "") -> Matmul:
+    """A layer's weight as a Matmul in ``dtype`` ("fp8", "mxfp8", "fp4"; "" = the model's; the kernel model reads
+    the precision, the bytes stay the model's), its weight gradient added into a main gradient of ``grad_bytes``
+    per element."""
+    return Matmul(name, tokens, k, n, dtype_bytes, weights, dtype, grad_bytes=grad_bytes)
 
 
 def flex_copies(experts: int, top_k: int, parts: int, groups: int = 1, group_topk: int = 1) -> float:
@@ -82,14 +84,15 @@ class Ffn:
         return self.up.name.removesuffix("_in")
 
 
-def ffn(name: str, m: ModelConfig, tokens: int, width: int, low: str, act: str = "activation") -> Ffn:
+def ffn(name: str, m: ModelConfig, tokens: int, width: int, low: str, grad_bytes: int, act: str = "activation"
+        ) -> Ffn:
     """The FFN ``name`` (its GEMMs ``name``_in and ``name``_out, its activation kernel ``act``) over ``tokens``
     tokens, ``width`` wide on this rank."""
     h, d, gates = m.hidden_size, m.dtype_bytes, 2 if m.gated_ffn else 1
-    return Ffn(matmul(f"{name}_in", tokens, h, gates * width, d, dtype=low),
+    return Ffn(matmul(f"{name}_in", tokens, h, gates * width, d, dtype=low, grad_bytes=grad_bytes),
                costs.elementwise(act, tokens * width, costs.ACTIVATION_FLOPS[m.gated_ffn], gates, 1, d,
                                  op_class="activation"),
-               matmul(f"{name}_out", tokens, width, h, d, dtype=low))
+               matmul(f"{name}_out", tokens, width, h, d, dtype=low, grad_bytes=grad_bytes))
 
 
 class LatentAttention:
@@ -97,12 +100,14 @@ class LatentAttention:
     the rank's own tokens (every tensor-parallel rank holds those weights whole), normed, gathered over the
     tensor-parallel ranks with sequence parallelism, then projected up to this rank's heads."""
 
-    def __init__(self, m: ModelConfig, tokens: int, local_tokens: int, heads: int, d: int, low: str) -> None:
-        ql, kl, rope = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim
-        self.q_down = matmul("q_down", local_tokens, m.hidden_size, ql, d, dtype=low)
-        self.kv_down = matmul("kv_down", local_tokens, m.hidden_size, kl + rope, d, dtype=low)
-        self.q_up = matmul("q_up", tokens, ql, heads * (m.head_size + rope), d, dtype=low)
-        self.kv_up = matmul("kv_up", tokens, kl, heads * (m.head_size + m.value_head_size), d, dtype=low)
+    def __init__(self, m: ModelConfig, tokens: int, local_tokens: int, heads: int, d: int, low: str, grad_bytes: int
+                 ) -> None:
+        ql, kl, rope, g = m.q_lora_rank, m.kv_lora_rank, m.qk_rope_head_dim, grad_bytes
+        self.q_down = matmul("q_down", local_tokens, m.hidden_size, ql, d, dtype=low, grad_bytes=g)
+        self.kv_down = matmul("kv_down", local_tokens, m.hidden_size, kl + rope, d, dtype=low, grad_bytes=g)
+        self.q_up = matmul("q_up", tokens, ql, heads * (m.head_size + rope), d, dtype=low, grad_bytes=g)
+        self.kv_up = matmul("kv_up", tokens, kl, heads * (m.head_size + m.value_head_size), d, dtype=low,
+                            grad_bytes=g)
         self.norm = costs.elementwise("latent_norm", local_tokens * (ql + kl), costs.NORM_FLOPS[m.norm], 2, 2, d,
                                       op_class="norm")
         self.latent_bytes = (ql + kl + rope) * d  # per token: the latents and the keys' RoPE part
@@ -130,9 +135,11 @@ class StageSizes:
         t = b * s // p.cp  # tokens per rank in the tensor-parallel GEMMs
         t_local = t // tp if self.sp else t  # tokens per rank outside them
         heads, kv, hd, f = m.num_heads // tp, m.kv_heads // tp, m.head_size, m.ffn_hidden_size // tp
+        # the main gradients the weight gradients are added into (Megatron's DDP buffers, in fp32 or the model's dtype)
+        g = options.grad_bytes(d)
         self.mla: LatentAttention | None = None
         if m.is_mla:
-            self.mla = LatentAttention(m, t, t_local, heads, d, low)
+            self.mla = LatentAttention(m, t, t_local, heads, d, low, g)
             # the core attends with query/key heads of head_dim + qk_rope_head_dim and value heads of v_head_dim:
             # timed as heads of their mean, which keeps its FLOPs and bytes
             hd = (m.head_size + m.qk_rope_head_dim + m.value_head_size) // 2
@@ -144,7 +151,7 @@ class StageSizes:
         self.fp8_gather_bytes = t_local * h * FP8_BYTES
         self.norm = costs.elementwise("norm", t_local * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
         self.final_norm = costs.elementwise("final_norm", t_local * h, costs.NORM_FLOPS[m.norm], 1, 1, d)
-        self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, dtype=low_for("qkv"))
+        self.qkv = matmul("qkv", t, h, (heads + 2 * kv) * hd, d, dtype=low_for("qkv"), grad_bytes=g)
         self.qk_norm = costs.elementwise("qk_norm", t * (heads + kv) * hd, costs.NORM_FLOPS[m.norm], 1, 1, d,
                                          op_class="norm") if m.qk_norm else None
         self.flash = flash = options.attention_backend == "flash"
@@ -153,7 +160,8 @@ class StageSizes:
         self.attn = costs.attention(b, s // p.cp, heads, kv, hd, d, flash=flash, dtype=att)
         self.attn_window = costs.attention(b, s, heads, kv, hd, d, window=m.window_size, flash=flash, dtype=att) \
             if m.window_size and m.window_size < s else self.attn  # sliding-window layers (no context parallelism)
-        self.attn_out = matmul("attn_out", t, heads * m.value_head_size, h, d, dtype=low_for("attn_out"))
+        self.attn_out = matmul("attn_out", t, heads * m.value_head_size, h, d, dtype=low_for("attn_out"),
+                               grad_bytes=g)
         self.dense: Ffn | None = None  # a dense layer's FFN (of a mixture-of-experts model: its first layers')
         self.shared: Ffn | None = None  # a mixture-of-experts layer's shared expert
         self.latent: tuple[Matmul, Matmul] | None = None  # a latent MoE layer's projections (down, up)
@@ -169,12 +177,14 @@ class StageSizes:
             # (unless they are tensor-parallel ranks that hold the same tokens: no sequence parallelism)
             self.expert_gather = etp > 1 and (self.sp or etp != tp)
             moe_tokens = t_local * m.top_k * (etp if self.expert_gather else 1)
-            self.router = Matmul("router", t_local, h, m.num_experts, d)
-            self.mlp_in = matmul("expert_in", moe_tokens, e, in_width, d, weights=experts, dtype=low_for("expert_in"))
-            self.mlp_out = matmul("expert_out", moe_tokens, ef, e, d, weights=experts, dtype=low_for("expert_out"))
+            self.router = matmul("router", t_local, h, m.num_experts, d, grad_bytes=g)
+            self.mlp_in = matmul("expert_in", moe_tokens, e, in_width, d, weights=experts, dtype=low_for("expert_in"),
+                                 grad_bytes=g)
+            self.mlp_out = matmul("expert_out", moe_tokens, ef, e, d, weights=experts, dtype=low_for("expert_out"),
+                                  grad_bytes=g)
             if m.moe_latent_size:  # on the rank's own tokens (every tensor-parallel rank holds the weights whole)
-                self.latent = (matmul("latent_down", t_local, h, e, d, dtype=low_for("latent_down")),
-                               matmul("latent_up", t_local, e, h, d, dtype=low_for("latent_up")))
+                self.latent = (matmul("latent_down", t_local, h, e, d, dtype=low_for("latent_down"), grad_bytes=g),
+                               matmul("latent_up", t_local, e, h, d, dtype=low_for("latent_up"), grad_bytes=g))
             self.expert_gather_bytes = t_local * m.top_k * e * d
             flex = options.moe_dispatcher == "flex"
             routing = (m.router_groups, m.router_group_topk)
@@ -229,19 +239,19 @@ class StageSizes:
             self.expert_bias = costs.tensor_passes("expert_bias", moe_tokens * e, costs.SCALED_BIAS_PASSES, d) \
                 if m.bias and unfused else None
             if m.dense_layers or "-" in m.layer_pattern:  # the model's first (or its hybrid MLP) layers are dense
-                self.dense = ffn("mlp", m, t, m.dense_ffn // tp, low_for("mlp_in"))
+                self.dense = ffn("mlp", m, t, m.dense_ffn // tp, low_for("mlp_in"), g)
             if m.shared_expert_ffn:
-                self.shared = ffn("shared", m, t, m.shared_expert_ffn // tp, low_for("shared_in"),
+                self.shared = ffn("shared", m, t, m.shared_expert_ffn // tp, low_for("shared_in"), g,
                                   act="shared_activation")
         else:
-            self.dense = ffn("mlp", m, t, f, low_for("mlp_in"))
-        self.mamba = MambaMixer(m, b, s // p.cp, tp, (low_for("mamba_in"), low_for("mamba_out"))) \
+            self.dense = ffn("mlp", m, t, f, low_for("mlp_in"), g)
+        self.mamba = MambaMixer(m, b, s // p.cp, tp, (low_for("mamba_in"), low_for("mamba_out")), g) \
             if "M" in m.layer_pattern else None
         # multi-token prediction: the two norms (embedding, hidden states) and the projection of their pair
         self.mtp_norms = costs.elementwise("norm", t_local * 2 * h, costs.NORM_FLOPS[m.norm], 2, 2, d)
-        self.mtp_proj = matmul("mtp_proj", t, 2 * h, h // tp, d, dtype=low_for("mtp_proj"))
+        self.mtp_proj = matmul("mtp_proj", t, 2 * h, h // tp, d, dtype=low_for("mtp_proj"), grad_bytes=g)
         vocab = p.padded_vocab(m) // tp
-        self.head = Matmul("lm_head", t, h, vocab, d)
+        self.head = matmul("lm_head", t, h, vocab, d, grad_bytes=g)
         self.loss = costs.cross_entropy(t, vocab, d) if options.cross_entropy == "unfused" else \
             costs.elementwise("loss", t * vocab, costs.LOSS_FLOPS, 1, 1, d)
         self.embed = costs.elementwise("embedding", t * h, 1, 1, 1, d)
