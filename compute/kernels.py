@@ -93,14 +93,14 @@ class KernelModel:
         scale = self.params.scale("gemm") * (self.params.scale("fp8_gemm") if math_precision(dtype) == "fp8" else 1.0)
         eff = min(1.0, p.efficiency * precision_efficiency(p.dtype_efficiency, dtype) * scale)
         flops = self.device.peak_flops(dtype) * eff
-        size, result = DTYPE_BYTES[dtype], result_bytes(g, dtype)
-        batched = float(gemm_seconds(g.m, g.n, g.k, g.batch, size, flops, self.units, self.bandwidth, p, result))
+        operand, result = DTYPE_BYTES[dtype], result_bytes(g, dtype)  # bytes per element
+        batched = float(gemm_seconds(g.m, g.n, g.k, g.batch, operand, flops, self.units, self.bandwidth, p, result))
         if g.streams and g.batch > g.streams:  # one kernel per product, ``streams`` at a time: rounds of them
             rounds, rest = divmod(g.batch, g.streams)
-            seconds = rounds * gemm_seconds(g.m, g.n, g.k, g.streams, size, flops, self.units, self.bandwidth, p,
+            seconds = rounds * gemm_seconds(g.m, g.n, g.k, g.streams, operand, flops, self.units, self.bandwidth, p,
                                             result)
             if rest:
-                seconds += gemm_seconds(g.m, g.n, g.k, rest, size, flops, self.units, self.bandwidth, p, result)
+                seconds += gemm_seconds(g.m, g.n, g.k, rest, operand, flops, self.units, self.bandwidth, p, result)
             # each round may pick its own tile shape, which one batched kernel cannot: never count that as a gain
             return max(float(seconds), batched) + self.gap_s
         return batched + self.gap_s
