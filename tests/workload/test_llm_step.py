@@ -116,9 +116,12 @@ def test_megatron_buckets(tmp_path: Path) -> None:
     assert all(n.name.startswith("mb1.bwd.bucket") for n in grads)
     end = last_compute(first)
     assert min(n.id for n in grads) < end  # the first buckets go during the backward
-    for n in grads:  # right after the kernel that completes the bucket
-        (parent,) = [first.by_id(d) for d in n.deps]
-        assert parent.type == NodeType.COMP_NODE and parent.name.endswith(("_wgrad", "norm", "embedding"))
+    for before, n in zip([None, *grads], grads, strict=False):  # right after the kernel that completes the bucket
+        parents = [first.by_id(d) for d in n.deps]
+        (parent,) = [p for p in parents if p.type == NodeType.COMP_NODE]
+        assert parent.name.endswith(("_wgrad", "norm", "embedding"))
+        # and after the bucket before it where nothing else orders them: one communicator issues them in turn
+        assert {p.id for p in parents if p is not parent} <= ({before.id} if before else set())
     assert len([n for n in last.collectives(RS) if "bucket" in n.name]) == 1
     params = [n for n in first.collectives(AG) if "bucket" in n.name]  # after the step, last bucket first
     assert [n.attrs["comm_size"] for n in params] == [-(-b // 2) * 2 for b in reversed(expected)]

@@ -27,7 +27,8 @@ from workload.llm.layers import B_COMBINE, B_DISPATCH, B_MLP, F_COMBINE, F_DISPA
 from workload.llm.model import ModelConfig
 from workload.llm.options import TrainingOptions
 from workload.llm.plan import ParallelPlan
-from workload.llm.program import Op, Program, StageProgram
+from workload.llm.program import Op, Program, StageProgram, order_collectives
+from workload.llm.ranks import GROUP_KINDS
 from workload.llm.schedules import merged_pairs, one_f_one_b, stage_receive_points, stage_schedule
 from workload.llm.sizes import StageSizes
 from workload.llm.tail import IterationTail
@@ -48,7 +49,13 @@ def build_programs(model: ModelConfig, plan: ParallelPlan, options: TrainingOpti
     if options.moe_a2a_overlap:
         check_ep_overlap(model, plan)
     with collector_paused():
-        return [_StageBuilder(model, plan, options, s).build() for s in range(plan.pp)]
+        programs = [_StageBuilder(model, plan, options, s).build() for s in range(plan.pp)]
+    ranks = options.rank_map(plan, model)
+    for program in programs:
+        rank = ranks.stage_ranks(program.stage)[0]  # which kinds share a communicator is alike on a stage's ranks
+        order_collectives(program.ops, {kind: group.gid for kind in GROUP_KINDS
+                                        if (group := ranks.group(rank, kind)) is not None})
+    return programs
 
 
 def check_ep_overlap(model: ModelConfig, plan: ParallelPlan) -> None:

@@ -7,11 +7,18 @@ orders them. ASTRA-sim runs one communication node at a time per rank; the simul
 communicator`` runs one per communicator (a collective's group, a send's peer), as NCCL's streams do, so the
 data-parallel buckets no longer hold up tensor- or pipeline-parallel traffic. Overlap is expressed by what waits
 for what.
+
+A communicator runs its collectives in the order the host issued them, on every rank alike (NCCL queues them on
+one stream), whatever order their data would allow: ``order_collectives`` chains each communicator's collectives
+in issue order once a program is built.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from workload.llm.costs import Kernel
 from workload.schema import NodeType
@@ -119,3 +126,39 @@ class Program:
         sent = self.p2p(name + "_send", True, (dim, +1), tag, size_bytes, send_deps, phase, group=dim)
         received = self.p2p(name + "_recv", False, (dim, -1), tag, size_bytes, recv_deps, phase, group=dim)
         return sent, received
+
+
+def order_collectives(ops: list[Op], communicator: Mapping[str, int]) -> None:
+    """Make each communicator's collectives wait for the one issued before them (a control dependency), so that
+    no two of them are left unordered, which would let two ranks reach them in opposite orders: a deadlock under
+    NCCL, refused by the simulator. ``communicator`` maps a group kind to its communicator (kinds whose groups
+    hold the same ranks share one).
+
+    The issue order is the host's: a collective is issued right after the last node it waits for (its latest
+    dependency), ties in program order. That is not always program order: a parameter all-gather prefetched
+    ahead of a layer is issued before the gradient reduce-scatter of the layer before it, though added after it.
+    Chaining in this order cannot close a cycle: along every dependency (latest dependency, node id) decreases."""
+    issued: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for node, op in enumerate(ops, start=1):
+        if op.node_type == NodeType.COMM_COLL_NODE:
+            issued[communicator[op.group]].append((max((*op.deps, *op.ctrl), default=0), node))
+    for order in issued.values():
+        order.sort()
+        for (_, before), (_, after) in pairwise(order):
+            if not _waits_for(ops, after, before):
+                ops[after - 1].ctrl.append(before)
+
+
+def _waits_for(ops: list[Op], node: int, target: int) -> bool:
+    """Whether ``node`` already waits for ``target``, directly or through nodes added after ``target``."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        op = ops[stack.pop() - 1]
+        for dep in (*op.deps, *op.ctrl):
+            if dep == target:
+                return True
+            if dep > target and dep not in seen:
+                seen.add(dep)
+                stack.append(dep)
+    return False
