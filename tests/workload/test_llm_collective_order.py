@@ -66,15 +66,19 @@ def test_each_communicators_collectives_are_ordered(model: ModelConfig, plan: Pa
             assert counts == list(range(len(nodes)))
 
 
-def test_a_prefetched_all_gather_is_issued_before_the_gradients_of_the_layer_it_runs_beside() -> None:
-    """FSDP's backward prefetch issues a layer's parameter all-gather before the reduce-scatter of the layer
-    whose backward it runs beside, though the program adds it after that reduce-scatter: the chain follows the
-    issue order, so the all-gather still overlaps that layer's backward."""
-    plan = ParallelPlan(dp=4, num_micro_batches=2, zero_stage=3)
-    ops = build_programs(SMALL, plan, TrainingOptions())[0].ops
+@pytest.mark.parametrize(("model", "plan", "kinds"), [
+    (SMALL, ParallelPlan(dp=4, num_micro_batches=2, zero_stage=3), ("dp",)),
+    (MOE, ParallelPlan(ep=2, dp=4, num_micro_batches=2, zero_stage=3), ("dp", "edp"))])
+def test_a_prefetched_all_gather_is_issued_before_the_gradients_of_the_layer_it_runs_beside(
+        model: ModelConfig, plan: ParallelPlan, kinds: tuple[str, ...]) -> None:
+    """FSDP's backward prefetch issues a layer's parameter all-gathers (the dense ones, then the experts') before
+    the reduce-scatters of the layer whose backward they run beside, though the program adds them after those:
+    the chain follows the issue order, so the all-gathers still overlap that layer's backward."""
+    ops = build_programs(model, plan, TrainingOptions())[0].ops
     node = {op.name: i for i, op in enumerate(ops, start=1)}
     before = collectives_before(ops)
-    for layer in (3, 2):
-        gather, reduce = node[f"mb0.bwd.layer{layer - 1}_dp_param_allgather"], node[f"mb0.bwd.layer{layer}_dp_grad_"
-                                                                                     "reducescatter"]
-        assert gather > reduce and gather in before[reduce]
+    for kind in kinds:
+        for layer in (3, 2):
+            gather = node[f"mb0.bwd.layer{layer - 1}_{kind}_param_allgather"]
+            reduce = node[f"mb0.bwd.layer{layer}_{kind}_grad_reducescatter"]
+            assert gather > reduce and gather in before[reduce]

@@ -134,14 +134,20 @@ def order_collectives(ops: list[Op], communicator: Mapping[str, int]) -> None:
     NCCL, refused by the simulator. ``communicator`` maps a group kind to its communicator (kinds whose groups
     hold the same ranks share one).
 
-    The issue order is the host's: a collective is issued right after the last node it waits for (its latest
-    dependency), ties in program order. That is not always program order: a parameter all-gather prefetched
-    ahead of a layer is issued before the gradient reduce-scatter of the layer before it, though added after it.
-    Chaining in this order cannot close a cycle: along every dependency (latest dependency, node id) decreases."""
+    The issue order is the host's: a collective is issued right after the last node it waits for, ties in
+    program order, where a node's place is its position in the program and a collective's place is where it
+    was issued (the host goes on once it has issued a collective). That is not always program order: FSDP's
+    prefetched parameter all-gathers (dense, then experts') are issued before the gradient reduce-scatters of the
+    layer whose backward they overlap, though added after them. Chaining in this order cannot close a cycle:
+    along every dependency (issue place, node id) decreases."""
+    place = [0] * (len(ops) + 1)  # a node's place in the host's order (see above); ids start at 1
     issued: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for node, op in enumerate(ops, start=1):
         if op.node_type == NodeType.COMM_COLL_NODE:
-            issued[communicator[op.group]].append((max((*op.deps, *op.ctrl), default=0), node))
+            place[node] = max((place[d] for d in (*op.deps, *op.ctrl)), default=0)
+            issued[communicator[op.group]].append((place[node], node))
+        else:
+            place[node] = node
     for order in issued.values():
         order.sort()
         for (_, before), (_, after) in pairwise(order):
