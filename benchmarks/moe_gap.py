@@ -1,15 +1,14 @@
 """Where the mixture-of-experts rows' error sits: each published MoE run's simulated step split into its experts'
 part and the rest, and how far one factor on one part takes the rows of both validation tables.
 
-    python benchmarks/moe_gap.py                    # report from benchmarks/data/moe_gap.json
-    python benchmarks/moe_gap.py --refresh [-j 2]   # simulate the rows again first (about 30 min at -j 2)
+    python benchmarks/moe_gap.py
 
 The rows are the simulated MoE rows of benchmarks/data/training_validation.json (the shared tables) and
-benchmarks/data/unseen_training_validation.json (the hold-out), planned and simulated as validate-training does.
-On the slowest rank, compute is summed per kernel class for the experts' part (their grouped GEMMs; the
-permutations, sorts, activations, casts and biases of the routed tokens: the generator's ``expert_*``, ``permute``,
-``unpermute``, ``sort_chunks``, ``unsort_chunks``, ``rdma_staging`` nodes and the activation of a layer with
-experts) and for the rest; the exposed expert-parallel exchange is the breakdown's ``ep*`` kinds.
+benchmarks/data/unseen_training_validation.json (the hold-out), read as validate-training saved them: each row's
+breakdown of its slowest rank holds the experts' part of the compute per kernel class (their grouped GEMMs; the
+permutations, sorts, activations, casts and biases of the routed tokens: simulator/tools/step_breakdown.py), the
+rest of the compute, and the exposed expert-parallel exchange (the breakdown's ``ep*`` kinds). Nothing is
+simulated again.
 
 A factor on one part changes a row's step as a surrogate does (benchmarks/training_calibration.py): that part's
 time times the factor, compute amplified by the row's bubble, everything else kept. Each factor is fitted on the
@@ -32,21 +31,16 @@ import re
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from benchmarks.training_validation import moe, tables
-from simulator.tools.step_breakdown import NodeKinds, slowest_rank, slowest_rank_breakdown
-from workload.schema import NodeType
+from benchmarks.training_validation import moe
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "benchmarks" / "data" / "moe_gap.json"
 RUNS = {"shared": ROOT / "benchmarks" / "data" / "training_validation.json",
         "hold-out": ROOT / "benchmarks" / "data" / "unseen_training_validation.json"}
-EXPERT_NODES = ("permute", "unpermute", "sort_chunks", "unsort_chunks", "rdma_staging")
 PARTS = ("experts_matmul", "experts_memory", "ep_exchange")
 FAMILIES = ("GPT_OSS", "Qwen3_30B", "Qwen3_235B", "Nemotron_3_Nano", "Nemotron_3_5", "Nemotron_3_Super",
             "DeepSeek", "Kimi")
@@ -56,65 +50,13 @@ def family(row_id: str) -> str:
     return next((f for f in FAMILIES if f.lower() in row_id.lower()), "other")
 
 
-def expert_names(programs: Sequence[Any]) -> set[str]:
-    """The names of the experts' compute nodes (see the module's docstring)."""
-    moe_layers = {op.name.rsplit(".", 1)[0] for p in programs for op in p.ops
-                  if op.name.rsplit(".", 1)[-1].startswith("expert_in")}
-    out = set()
-    for p in programs:
-        for op in p.ops:
-            if op.node_type != NodeType.COMP_NODE or op.host_us is not None:
-                continue
-            layer, short = op.name.rsplit(".", 1) if "." in op.name else ("", op.name)
-            if short.startswith("expert_") or short in EXPERT_NODES or (
-                    short.startswith("activation") and layer in moe_layers):
-                out.add(op.name)
-    return out
-
-
-def split(sim: Any, result: Any, programs: Sequence[Any]) -> dict[str, Any]:
-    """The slowest rank's breakdown, and its compute per kernel class in the experts' part and in the rest."""
-    kinds = NodeKinds.of_programs(list(programs))
-    breakdown = slowest_rank_breakdown(sim, result, kinds)
-    _, workload = slowest_rank(sim, result)
-    experts = expert_names(programs)
-    parts: dict[str, dict[str, int]] = {"experts": defaultdict(int), "rest": defaultdict(int)}
-    for i, start, end in workload.timeline.spans:
-        name = workload.graph.name(i)
-        kind = kinds.kinds.get(name)
-        if kind is not None and kind[0] == "compute":
-            parts["experts" if name in experts else "rest"][kind[1]] += end - start
-    return {"breakdown": breakdown, "compute_ns": {k: dict(sorted(v.items())) for k, v in parts.items()}}
-
-
-def simulate(job: tuple[str, str, list[str]]) -> dict[str, Any]:
-    """One row (``table``, ``row_id``, the tables to read it from) simulated as validate-training does."""
-    from simulator.tools.step_run import simulate_iteration
-    from simulator.tools.training_layout import plan_row
-    from simulator.tools.training_table import read_tables
-
-    table, row_id, paths = job
-    row = next(r for r in read_tables(paths) if r.row_id == row_id)
-    plan = plan_row(row)
-    got: dict[str, Any] = {}
-    it = simulate_iteration(plan.spec, plan.network, plan.profile, plan.device,
-                            warn=lambda _: None, inspect=lambda s, r, p: got.update(split(s, r, p)))
-    g = plan.spec
-    return {"table": table, "row_id": row_id, "device": plan.device, "family": family(row_id),
-            "local_experts": int(g["num_experts"]) // int(g.get("ep", 1)), "step_ns": it.step_time_ns, **got}
-
-
-def refresh(jobs: int, pattern: str | None, shared: Path, kept: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The validation runs' MoE rows (those matching ``pattern``) simulated again; the other rows from ``kept``."""
-    rows = [(table, r["row_id"], tables(shared, unseen=table == "hold-out")) for table, path in RUNS.items()
-            for r in json.loads(path.read_text())["rows"] if r["status"] == "simulated" and moe(r)]
-    todo = [job for job in rows if pattern is None or re.search(pattern, job[1])]
-    got = {(r["table"], r["row_id"]): r for r in kept}
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for rec in pool.map(simulate, todo):
-            got[rec["table"], rec["row_id"]] = rec
-            print(f"{rec['table']:8s} {rec['row_id'][:70]:70s} {rec['step_ns'] / 1e9:8.3f} s", flush=True)
-    return [got[table, row_id] for table, row_id, _ in rows if (table, row_id) in got]
+def record(table: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A simulated MoE row of a validation run as the report uses it."""
+    g = row["generator"]
+    return {"table": table, "row_id": row["row_id"], "device": row["device"], "family": family(row["row_id"]),
+            "local_experts": int(g["num_experts"]) // int(g.get("ep", 1)),
+            "step_ns": round(row["predicted_step_time_s"] * 1e9),
+            "published_step_time_s": row["published_step_time_s"], "breakdown": row["breakdown"]}
 
 
 def part_ns(rec: dict[str, Any]) -> dict[str, float]:
@@ -123,7 +65,7 @@ def part_ns(rec: dict[str, Any]) -> dict[str, float]:
     b = rec["breakdown"]
     busy = b["compute_busy_ns"] or 1
     amplify = (busy + b["bubble_ns"]) / busy
-    experts = rec["compute_ns"]["experts"]
+    experts = b["expert_compute_ns_by_class"]
     return {"experts_matmul": amplify * experts.get("matmul", 0),
             "experts_memory": amplify * sum(v for k, v in experts.items() if k != "matmul"),
             "ep_exchange": float(sum(v for k, v in b["exposed_comm_ns_by_kind"].items() if k.startswith("ep")))}
@@ -210,25 +152,15 @@ def generation_pairs(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int | str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--refresh", action="store_true", help="simulate the rows again (writes the data file)")
-    p.add_argument("--rows", help="with --refresh: only rows whose row_id matches this regular expression (the "
-                   "others are kept as saved)")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="rows simulated at once (default 1)")
-    p.add_argument("--shared", default=str(ROOT.parent / "shared"))
-    p.add_argument("--data", default=str(DATA), help=f"the split runs (default {DATA.relative_to(ROOT)})")
-    args = p.parse_args(argv)
-    validated = [r for path in RUNS.values() for r in json.loads(path.read_text())["rows"]]
-    published = {r["row_id"]: r["published_step_time_s"] for r in validated if r.get("published_step_time_s")}
-    data = Path(args.data)
-    recs = json.loads(data.read_text())["rows"] if data.exists() else []
-    if args.refresh:  # with --rows, the other rows are kept as saved
-        recs = refresh(args.jobs, args.rows, Path(args.shared), recs)
-        data.write_text(json.dumps({"rows": recs}, indent=1, sort_keys=True) + "\n")
-    if not recs:
-        return f"moe_gap.py: error: no split runs in {data} (make them with --refresh)"
-    for r in recs:
-        r["published_step_time_s"] = published[r["row_id"]]
-    print("\n".join(report(recs) + generation_pairs(validated)))
+    p.parse_args(argv)
+    validated = {table: json.loads(path.read_text())["rows"] for table, path in RUNS.items()}
+    moe_rows = [(table, r) for table, rows in validated.items() for r in rows if r["status"] == "simulated" and moe(r)]
+    unsplit = [r["row_id"] for _, r in moe_rows if "expert_compute_ns_by_class" not in r["breakdown"]]
+    if unsplit:
+        return (f"moe_gap.py: error: {len(unsplit)} MoE rows were saved without their experts' compute (first: "
+                f"{unsplit[0]}); run benchmarks/training_validation.py on them again")
+    recs = [record(table, r) for table, r in moe_rows]
+    print("\n".join(report(recs) + generation_pairs([r for rows in validated.values() for r in rows])))
     return 0
 
 

@@ -14,6 +14,12 @@ whose sends and receives are that group's communication; a pipeline send or rece
   while no kernel, no collective and no pipeline transfer does: the GPU waits for the host;
 - bubble = the rest of the step: the rank idles or waits for a pipeline send/receive (a receive counts from
   when it is posted until its data arrives).
+
+A mixture-of-experts step also gives its experts' part of the compute by class (``expert_compute_ns_by_class``):
+the routed tokens' grouped GEMMs, permutations, sorts, activations, casts and biases (the generator's
+``expert_*``, ``permute``, ``unpermute``, ``sort_chunks``, ``unsort_chunks``, ``rdma_staging`` nodes and the
+activation of a layer with experts); the rest of the compute is the attention, the router, dense layers and the
+shared expert (benchmarks/moe_gap.py reads it).
 """
 
 from __future__ import annotations
@@ -27,6 +33,23 @@ from workload.schema import NodeType
 
 PP = "pp"
 HOST = "host"
+EXPERT_NODES = ("permute", "unpermute", "sort_chunks", "unsort_chunks", "rdma_staging")
+
+
+def expert_node_names(programs: list[Any]) -> frozenset[str]:
+    """The names of the routed experts' compute nodes (see the module's docstring)."""
+    moe_layers = {op.name.rsplit(".", 1)[0] for p in programs for op in p.ops
+                  if op.name.rsplit(".", 1)[-1].startswith("expert_in")}
+    out = set()
+    for p in programs:
+        for op in p.ops:
+            if op.node_type != NodeType.COMP_NODE or op.host_us is not None:
+                continue
+            layer, short = op.name.rsplit(".", 1) if "." in op.name else ("", op.name)
+            if short.startswith("expert_") or short in EXPERT_NODES or (
+                    short.startswith("activation") and layer in moe_layers):
+                out.add(op.name)
+    return frozenset(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +60,7 @@ class NodeKinds:
     group kind for a ring's steps (context-parallel K/V, tensor-parallel overlap), which are communication."""
 
     kinds: dict[str, tuple[str, str]]
+    experts: frozenset[str] = frozenset()  # the routed experts' compute nodes (expert_node_names)
 
     @classmethod
     def of_programs(cls, programs: list[Any]) -> NodeKinds:
@@ -51,7 +75,7 @@ class NodeKinds:
                     kinds[op.name] = ("comm", op.group or PP)
                 elif op.node_type == NodeType.COMM_COLL_NODE:
                     kinds[op.name] = ("comm", op.group or "world")
-        return cls(kinds)
+        return cls(kinds, expert_node_names(programs))
 
 
 def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str, Any]:
@@ -60,18 +84,22 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
         raise ValueError("the breakdown needs the run's per-node spans (RunOptions(timeline=True))")
     graph = workload.graph
     compute_ns: dict[str, int] = defaultdict(int)
+    expert_ns: dict[str, int] = defaultdict(int)
     kernels: dict[str, int] = defaultdict(int)
     compute: list[tuple[int, int]] = []
     comm: dict[str, list[tuple[int, int]]] = defaultdict(list)
     host: list[tuple[int, int]] = []
     for i, start, end in workload.timeline.spans:
-        kind = kinds.kinds.get(graph.name(i))
+        name = graph.name(i)
+        kind = kinds.kinds.get(name)
         if kind is None:
             continue
         if kind[0] == HOST:
             host.append((start, end))
         elif kind[0] == "compute":
             compute_ns[kind[1]] += end - start
+            if name in kinds.experts:
+                expert_ns[kind[1]] += end - start
             kernels[kind[1]] += 1
             compute.append((start, end))
         else:
@@ -84,11 +112,14 @@ def step_breakdown(workload: Any, finish_ns: int, kinds: NodeKinds) -> dict[str,
     # transfer (a rank idle at a receive is in the bubble even while its host issues ahead)
     waited = compute + collectives + comm.get(PP, [])
     exposed_host = union_ns(waited + host) - union_ns(waited) if host else 0
-    return {"rank": workload.rank, "step_ns": finish_ns, "compute_busy_ns": busy,
-            "compute_ns_by_class": dict(sorted(compute_ns.items())),
-            "kernels_by_class": dict(sorted(kernels.items())), "exposed_comm_ns_by_kind": exposed,
-            "exposed_collectives_ns": exposed_total, "exposed_host_ns": exposed_host,
-            "bubble_ns": finish_ns - busy - exposed_total - exposed_host}
+    out = {"rank": workload.rank, "step_ns": finish_ns, "compute_busy_ns": busy,
+           "compute_ns_by_class": dict(sorted(compute_ns.items())),
+           "kernels_by_class": dict(sorted(kernels.items())), "exposed_comm_ns_by_kind": exposed,
+           "exposed_collectives_ns": exposed_total, "exposed_host_ns": exposed_host,
+           "bubble_ns": finish_ns - busy - exposed_total - exposed_host}
+    if kinds.experts:
+        out["expert_compute_ns_by_class"] = dict(sorted(expert_ns.items()))
+    return out
 
 
 def slowest_rank(sim: Any, result: Any) -> tuple[Any, Any]:
