@@ -26,7 +26,7 @@ def test_issue_times_golden(monkeypatch: pytest.MonkeyPatch) -> None:
     """Counts of framework calls times per-call costs: 3 TE modules and 4 operators for attention (36 and 7 us),
     twice that backward, times Megatron's call scale; per-expert work times its own scale; Grace 1.25x; a captured
     block one graph launch."""
-    c, e = host.CALL_SCALE, host.EXPERT_SCALE
+    c, e, w = host.CALL_SCALE, host.EXPERT_SCALE, host.SYNC_SCALE
     x86, grace = HostModel(), HostModel(cpu="grace")
     assert x86.attention(False) == round(c * (3 * 36 + 4 * 7))
     assert x86.attention(True) == round(c * 2 * (3 * 36 + 4 * 7))
@@ -35,7 +35,7 @@ def test_issue_times_golden(monkeypatch: pytest.MonkeyPatch) -> None:
     assert x86.experts(16, False) == round(c * (2 * 36 + 8 * 7) + e * 2 * 16 * 10)
     assert x86.experts(16, True) == round(c * 2 * (2 * 36 + 8 * 7) + e * 2 * 16 * 27)
     assert x86.routing(False) == round(c * (36 + 12 * 7 + 6 * 7))
-    assert x86.sync_return() == round(c * (30 + 2 * 7))
+    assert x86.sync_return() == round(w * (30 + 2 * 7))  # the wait's own scale (the profiled idle GPU)
     graphed = HostModel(graph_scopes=frozenset({"attn", "moe_router", "moe_preprocess"}))
     assert graphed.attention(True) == 15 and graphed.routing(False) == 15 + 15
     monkeypatch.setattr(host, "CALL_SCALE", 1.0)

@@ -37,10 +37,14 @@ host CPU (``HOST_CPU_SCALE``). Sources (public measurements; docs/compute-model.
   per forward in FP8 against 77 ms in BF16 (H100).
 Megatron-Core spends more host time per call than these isolated calls take (its hooks, autocast and
 parallel-state checks, NVTX ranges, tensor bookkeeping around every module): ``CALL_SCALE`` multiplies the
-per-call costs and ``EXPERT_SCALE`` the per-expert ones. Both are fitted to the one published A/B of a Megatron MoE
+per-call costs, ``EXPERT_SCALE`` the per-expert ones and ``SYNC_SCALE`` the dropless dispatcher's way from the
+token counts' arrival to the dispatch's launch. The first two are fitted to the one published A/B of a Megatron MoE
 step's host share found: Megatron-Bridge's CUDA-graph card (Qwen3-30B-A3B on 16 H100, TP2 PP2 EP4, GBS 8 MBS 1:
-623 ms eager, 484 ms with attention, router and dispatcher preprocessing graphed); ``benchmarks/host_calibration.py``
-repeats the fit and prints it against the card and the other published host-bound and GPU-bound runs.
+623 ms eager, 484 ms with attention, router and dispatcher preprocessing graphed); the third to the idle GPU of its
+MoE comm-overlap card's profile (the same model on 16 H100, EP16 with HybridEP, GBS 1024 MBS 1: 1.893 s of a
+24.714 s step without a kernel, 3,072 waits; about 0.6 ms each, four times the copy's round trip and two calls at
+the per-call scale). ``benchmarks/host_calibration.py`` repeats the fit and prints it against the cards and the
+other published host-bound and GPU-bound runs.
 Per-call costs vary with the software release (TE has cut GroupedLinear's per-expert work several times) and the
 CPU's clock: they are an order of magnitude, good for telling a host-bound layer from a GPU-bound one.
 """
@@ -69,7 +73,9 @@ EXPERT_BACKWARD_US = 27.0  # one GroupedLinear backward (dgrad + wgrad, DDP hook
 GRAPH_LAUNCH_US = 15.0
 LOW_PRECISION_FACTOR = 1.8  # a GEMM module's host time in FP8 or FP4 over its 16-bit time (TE issue 761: 140 / 77 ms)
 CALL_SCALE = 3.4  # Megatron-Core's host time per module or operator call over the isolated call's (fitted, see above)
-EXPERT_SCALE = 2.0  # the same for the per-expert work of TE's GroupedLinear (fitted, see above)
+EXPERT_SCALE = 1.7  # the same for the per-expert work of TE's GroupedLinear (fitted, see above)
+SYNC_SCALE = 14.0  # the same for the dropless dispatcher's way from the token counts' arrival to the dispatch's
+# launch (fitted on a profile's idle GPU, see above)
 
 # Framework calls per block, forward (modules, operators), Megatron-Core's TE spec:
 ATTENTION_CALLS = (3, 4)  # LayerNormLinear qkv, DotProductAttention, Linear proj; RoPE (2), bias-dropout-add, view
@@ -155,7 +161,7 @@ class HostModel:
     def sync_return(self) -> int:
         """The dropless dispatcher's wait, from the token counts' arrival to the dispatch's launch: the copy's round
         trip and the calls before the dispatch (the GPU has nothing queued meanwhile)."""
-        return self._scaled((SYNC_US + SYNC_RETURN_OPS * OP_US) * CALL_SCALE)
+        return self._scaled((SYNC_US + SYNC_RETURN_OPS * OP_US) * SYNC_SCALE)
 
     def copy_wait(self) -> int:
         """A blocking host-to-device copy (a GPU tensor made from a Python number): the host waits for the GPU's
