@@ -215,3 +215,27 @@ def test_dispatch_gradient_waits_for_the_experts_weight_gradient(tmp_path: Path,
         assert ("expert_in_wgrad" in waits) is not overlap
         wgrad = next(m for m in rank.nodes if m.name == n.name.replace("dispatch_grad_alltoall", "expert_in_wgrad"))
         assert (sort.id < wgrad.id) is overlap
+
+
+def test_overlapped_backward_runs_while_the_host_waits_for_the_counts(tmp_path: Path) -> None:
+    """Megatron-Core's combined 1F1B issues one micro-batch's expert backward before the other's dispatch, whose
+    call holds the dropless dispatcher's wait, and that backward's dispatch after it (model_chunk_schedule_plan.py):
+    with the EP A2A overlap the backward's expert kernels come before the forward's wait, so the GPU has them to run
+    meanwhile, and the backward's dispatch waits for the host to be back from the forward's; without the overlap a
+    pass runs alone and nothing is queued behind the wait."""
+    plan = ParallelPlan(dp=2, ep=2, num_micro_batches=3)
+    for overlap in (False, True):
+        rank = traces(tmp_path / str(overlap), SMALL_MOE, plan, moe_host_sync=True, moe_a2a_overlap=overlap)[0]
+        by_id = {n.id: n for n in rank.nodes}
+        syncs = [n for n in rank.nodes if n.name.endswith(".dispatch_issue")]
+        assert syncs
+        paired = 0
+        for sync in syncs:
+            router = next(n for n in rank.nodes if n.name == sync.name.replace("dispatch_issue", "router"))
+            between = [n for n in rank.compute() if router.id < n.id < sync.id and not n.attrs.get("is_cpu_op")]
+            paired += any(".bwd." in n.name and ".expert_" in n.name for n in between)
+        # with one stage every forward but the first runs beside the previous micro-batch's backward
+        assert paired == (SMALL_MOE.num_layers * (plan.num_micro_batches - 1) if overlap else 0)
+        exchanges = [n for n in rank.nodes if n.name.endswith("dispatch_grad_alltoall")]
+        waits_for_host = [n for n in exchanges if any(by_id[d].attrs.get("is_cpu_op") for d in n.deps)]
+        assert len(waits_for_host) == (len(exchanges) if overlap else 0)

@@ -258,6 +258,14 @@ class LayerPasses:
         host = self.z.host
         return None if host is None else self.prog.issue(name, cost(host), phase, waits_for)
 
+    def _host_wait(self, pre: str, x: list[int], phase: str) -> list[int]:
+        """With the dropless dispatcher the token counts are copied to the host, which waits for them and only then
+        launches the dispatch (the host model is always on with the sync): the dispatch's dependencies."""
+        if not self.z.moe_host_sync:
+            return x
+        returned = self._issue(pre + "dispatch_issue", phase, lambda h: h.sync_return(), x)
+        return [*x, returned] if returned else x
+
     @property
     def _extras(self) -> tuple[bool, bool, bool]:
         """The expert section's calls beside the grouped linears: (clamped GLU, scaled biases, the latent
@@ -314,16 +322,29 @@ class LayerPasses:
         if z.moe_host_sync or z.gathers_routing_map:  # the token counts (HybridEP: the routing map) all-gathered
             x = coll(pre + ("dispatch_routing_map_allgather" if z.gathers_routing_map else "dispatch_counts_allgather"),
                      "ep", AG, z.dispatch_gather_bytes, x, phase)
-        if z.moe_host_sync:  # and copied to the host, which waits for them and only then launches the dispatch (the
-            # host model is always on with the sync)
-            returned = self._issue(pre + "dispatch_issue", phase, lambda h: h.sync_return(), x)
-            x = [*x, returned] if returned else x
-        if z.rdma_staging is not None:
-            x = c(pre + "rdma_staging", z.rdma_staging, x, phase)
-        issued = self._issue(pre + "expert_issue", phase, lambda h: h.experts(z.local_experts, False, *self._extras))
-        yield F_PRE
-        x = self._exchange(pre + "dispatch_alltoall", x, phase)
-        yield F_DISPATCH
+        def expert_issue(h: HostModel) -> int:
+            return h.experts(z.local_experts, False, *self._extras)
+
+        if self.delayed_wgrad:  # the EP A2A overlap: Megatron-Core's combined 1F1B issues the other micro-batch's
+            # expert backward before this dispatch, whose call holds the wait, and this pass's experts after that
+            # backward's dispatch (model_chunk_schedule_plan.py), so the backward runs during the wait. HybridEP's
+            # staging copy, on the communication stream there, goes before the wait here: after it, on the compute
+            # stream, it would hold that backward back
+            if z.rdma_staging is not None:
+                x = c(pre + "rdma_staging", z.rdma_staging, x, phase)
+            yield F_PRE
+            x = self._host_wait(pre, x, phase)
+            x = self._exchange(pre + "dispatch_alltoall", x, phase)
+            yield F_DISPATCH
+            issued = self._issue(pre + "expert_issue", phase, expert_issue)
+        else:
+            x = self._host_wait(pre, x, phase)
+            if z.rdma_staging is not None:
+                x = c(pre + "rdma_staging", z.rdma_staging, x, phase)
+            issued = self._issue(pre + "expert_issue", phase, expert_issue)
+            yield F_PRE
+            x = self._exchange(pre + "dispatch_alltoall", x, phase)
+            yield F_DISPATCH
         if z.expert_gather:
             x = coll(pre + "expert_allgather", "etp", AG, z.expert_gather_bytes, x, phase)
         for name, kernels, _, _ in self.receive_copies:
@@ -466,6 +487,9 @@ class LayerPasses:
         # The autograd engine issues the dispatch's backward once the grouped GEMMs' backward has returned, and
         # that enqueues the weight gradient after the input gradient on the same stream: the exchange waits for both
         after = dx_in if self.delayed_wgrad else dx_in + wgrad
+        if self.delayed_wgrad and self.prog.last_host:  # the EP A2A overlap: the host issues it once back from the
+            # other micro-batch's dispatch call (the wait in it), which it issued first (model_chunk_schedule_plan.py)
+            after = [*after, self.prog.last_host]
         if z.expert_gather:
             after = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, after, "bwd")
         g = self._exchange(pre + "dispatch_grad_alltoall", after, "bwd")
