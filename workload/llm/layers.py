@@ -68,6 +68,7 @@ class LayerPasses:
         # Megatron-Core's delay_wgrad_compute (set with the EP A2A overlap): the experts' weight gradients run after
         # the dispatch's gradient exchange is issued instead of before it
         self.delayed_wgrad = delayed_wgrad
+        self.ep_overlap = delayed_wgrad  # the EP A2A overlap itself, which sets it
         self.recompute = plan.recompute_mode
         self.recomputed = plan.recomputed  # selective recompute's modules
         self.attention = Attention(program, sizes, model, plan)
@@ -325,7 +326,7 @@ class LayerPasses:
         def expert_issue(h: HostModel) -> int:
             return h.experts(z.local_experts, False, *self._extras)
 
-        if self.delayed_wgrad:  # the EP A2A overlap: Megatron-Core's combined 1F1B issues the other micro-batch's
+        if self.ep_overlap:  # Megatron-Core's combined 1F1B issues the other micro-batch's
             # expert backward before this dispatch, whose call holds the wait, and this pass's experts after that
             # backward's dispatch (model_chunk_schedule_plan.py), so the backward runs during the wait. HybridEP's
             # staging copy, on the communication stream there, goes before the wait here: after it, on the compute
@@ -487,8 +488,8 @@ class LayerPasses:
         # The autograd engine issues the dispatch's backward once the grouped GEMMs' backward has returned, and
         # that enqueues the weight gradient after the input gradient on the same stream: the exchange waits for both
         after = dx_in if self.delayed_wgrad else dx_in + wgrad
-        if self.delayed_wgrad and self.prog.last_host:  # the EP A2A overlap: the host issues it once back from the
-            # other micro-batch's dispatch call (the wait in it), which it issued first (model_chunk_schedule_plan.py)
+        if self.ep_overlap and self.prog.last_host:  # the host issues it once back from the other micro-batch's
+            # dispatch call (the wait in it), which it issued first (model_chunk_schedule_plan.py)
             after = [*after, self.prog.last_host]
         if z.expert_gather:
             after = coll(pre + "expert_grad_reducescatter", "etp", RS, z.expert_gather_bytes * etp, after, "bwd")
