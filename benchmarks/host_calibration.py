@@ -81,10 +81,9 @@ def step_idle_s(spec: dict) -> tuple[float, float, float]:
 
 
 @contextmanager
-def scales(call: float, expert: float, sync: float | None = None) -> Iterator[None]:
+def scales(call: float, expert: float, sync: float) -> Iterator[None]:
     saved = host.CALL_SCALE, host.EXPERT_SCALE, host.SYNC_SCALE
-    host.CALL_SCALE, host.EXPERT_SCALE = call, expert
-    host.SYNC_SCALE = saved[2] if sync is None else sync
+    host.CALL_SCALE, host.EXPERT_SCALE, host.SYNC_SCALE = call, expert, sync
     try:
         yield
     finally:

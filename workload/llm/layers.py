@@ -63,12 +63,9 @@ class LayerPasses:
     """Adds layer forwards and backwards to a stage program."""
 
     def __init__(self, program: Program, sizes: StageSizes, model: ModelConfig, plan: ParallelPlan,
-                 tp: TensorParallel, grads: GradientSync, delayed_wgrad: bool = False) -> None:
+                 tp: TensorParallel, grads: GradientSync, ep_overlap: bool = False) -> None:
         self.prog, self.z, self.m, self.tp, self.grads = program, sizes, model, tp, grads
-        # Megatron-Core's delay_wgrad_compute (set with the EP A2A overlap): the experts' weight gradients run after
-        # the dispatch's gradient exchange is issued instead of before it
-        self.delayed_wgrad = delayed_wgrad
-        self.ep_overlap = delayed_wgrad  # the EP A2A overlap itself, which sets it
+        self.ep_overlap = ep_overlap  # Megatron-Core's EP A2A overlap (combined 1F1B)
         self.recompute = plan.recompute_mode
         self.recomputed = plan.recomputed  # selective recompute's modules
         self.attention = Attention(program, sizes, model, plan)
@@ -266,6 +263,12 @@ class LayerPasses:
             return x
         returned = self._issue(pre + "dispatch_issue", phase, lambda h: h.sync_return(), x)
         return [*x, returned] if returned else x
+
+    @property
+    def delayed_wgrad(self) -> bool:
+        """Megatron-Core's delay_wgrad_compute, which the EP A2A overlap sets: the experts' weight gradients run
+        after the dispatch's gradient exchange is issued instead of before it."""
+        return self.ep_overlap
 
     @property
     def _extras(self) -> tuple[bool, bool, bool]:
